@@ -1,0 +1,117 @@
+// Package archive moves a workspace home between a directory and S3 as one
+// tar+zstd object plus a JSON meta object carrying its sha256. It owns the
+// archive format, the streaming multipart upload and the safe, crash-only
+// restore. It must never know about the database, Nomad or workspace phases:
+// callers hand it an object key and a directory, and get a typed error back.
+package archive
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Format is the only archive format this package writes and reads.
+const Format = "tar+zstd"
+
+// metaSuffix names the meta object beside an archive object.
+const metaSuffix = ".meta"
+
+// Key returns the object key of the home archive made by operation opID of
+// workspace workspaceID. Op ids are ULIDs, so keys of one workspace sort by
+// time.
+func Key(workspaceID, opID string) string {
+	return "archives/" + workspaceID + "/" + opID + "/home.tar.zst"
+}
+
+// MetaKey returns the key of the meta object of the archive at key.
+func MetaKey(key string) string {
+	return key + metaSuffix
+}
+
+// Meta is the JSON document stored at MetaKey(key). It is written only after
+// the archive object is complete, so its presence marks a finished archive.
+type Meta struct {
+	SHA256    string    `json:"sha256"`
+	Size      int64     `json:"size"`
+	Format    string    `json:"format"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func newMeta(sum []byte, size int64, now time.Time) Meta {
+	return Meta{
+		SHA256:    hex.EncodeToString(sum),
+		Size:      size,
+		Format:    Format,
+		CreatedAt: now.UTC().Truncate(time.Second),
+	}
+}
+
+// parseMeta decodes and checks a meta document; a meta that cannot vouch for
+// an archive is as good as none.
+func parseMeta(b []byte) (Meta, error) {
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Meta{}, fmt.Errorf("decode meta: %w", err)
+	}
+	if m.Format != Format {
+		return Meta{}, fmt.Errorf("meta format %q, want %q", m.Format, Format)
+	}
+	if sum, err := hex.DecodeString(m.SHA256); err != nil || len(sum) != 32 {
+		return Meta{}, fmt.Errorf("meta sha256 %q is not 64 hex digits", m.SHA256)
+	}
+	if m.Size < 0 {
+		return Meta{}, fmt.Errorf("meta size %d is negative", m.Size)
+	}
+	return m, nil
+}
+
+// ParseURL splits an archive URL of the form s3://bucket/key.
+func ParseURL(raw string) (bucket, key string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("parse archive url: %w", err)
+	}
+	if u.Scheme != "s3" {
+		return "", "", fmt.Errorf("archive url %q: scheme must be s3", raw)
+	}
+	key = strings.TrimPrefix(u.Path, "/")
+	if u.Host == "" || key == "" || strings.HasSuffix(key, "/") {
+		return "", "", fmt.Errorf("archive url %q: want s3://bucket/key", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", "", fmt.Errorf("archive url %q: unexpected query, fragment or user", raw)
+	}
+	return u.Host, key, nil
+}
+
+// ClientConfig holds what is needed to reach the S3 server.
+type ClientConfig struct {
+	Endpoint  string // host:port
+	AccessKey string
+	SecretKey string
+	Region    string
+	UseSSL    bool
+}
+
+// NewClient builds a minio client with static SigV4 credentials.
+func NewClient(cfg ClientConfig) (*minio.Client, error) {
+	if cfg.Endpoint == "" {
+		return nil, fmt.Errorf("s3 endpoint is empty")
+	}
+	c, err := minio.New(cfg.Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure: cfg.UseSSL,
+		Region: cfg.Region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
+	}
+	return c, nil
+}

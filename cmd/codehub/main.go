@@ -1,0 +1,63 @@
+// Command codehub is CodeHub's single binary: the server (API, proxy and
+// coordinator), migrations, the archive/restore data mover that runs inside
+// Nomad batch jobs, and the admin CLI.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+type command struct {
+	summary string
+	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"version": {"print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) int {
+			fmt.Fprintf(stdout, "codehub %s\n", version)
+			return 0
+		}},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "codehub: unknown command %q\n\n", args[0])
+		usage(stderr, cmds)
+		return 2
+	}
+	return c.run(args[1:], stdin, stdout, stderr)
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: codehub <command> [flags]")
+	fmt.Fprintln(w)
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+}

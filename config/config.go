@@ -1,0 +1,239 @@
+// Package config owns codehub's configuration: the HCL file's schema, the
+// defaults for every optional field, the environment overrides and the
+// validation that reports every problem at once. It never opens connections
+// or touches the systems it describes; it only says what they are.
+package config
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Backend kinds, the label of the `backend "…" {}` block.
+const (
+	BackendNomad = "nomad"
+	BackendLocal = "local"
+)
+
+// Nomad task drivers a workspace can run under.
+const (
+	DriverDocker  = "docker"
+	DriverExec    = "exec"
+	DriverRawExec = "raw_exec"
+)
+
+// Placeholders in workspace args, filled in when a workspace starts. They are
+// written with percent signs because HCL interpolates `${…}` (and `%{…}`)
+// itself, which would consume a dollar-style placeholder at decode time.
+const (
+	PlaceholderPort = "%PORT%"
+	PlaceholderHome = "%HOME%"
+)
+
+// Config is the whole configuration of a codehub process. Every block is
+// non-nil after Default or Load, except Consul, which is nil when Consul is
+// not used.
+//
+// Durations come in pairs: a string field tagged for HCL (suffix HCL) holding
+// what was written, and a time.Duration field that Load fills once from it.
+// Code reads the time.Duration field.
+type Config struct {
+	// Listen is the host:port the HTTP server binds.
+	Listen string `hcl:"listen,optional"`
+	// PublicURL is the URL users reach codehub at (links, cookies, Origin checks).
+	PublicURL string `hcl:"public_url,optional"`
+	// LogLevel is trace, debug, info, warn, error or off.
+	LogLevel string `hcl:"log_level,optional"`
+	// LogJSON switches the log output to one JSON object per line.
+	LogJSON bool `hcl:"log_json,optional"`
+
+	Database    *Database    `hcl:"database,block"`
+	Redis       *Redis       `hcl:"redis,block"`
+	S3          *S3          `hcl:"s3,block"`
+	Consul      *Consul      `hcl:"consul,block"`
+	Workspace   *Workspace   `hcl:"workspace,block"`
+	Limits      *Limits      `hcl:"limits,block"`
+	Coordinator *Coordinator `hcl:"coordinator,block"`
+	GC          *GC          `hcl:"gc,block"`
+	Auth        *Auth        `hcl:"auth,block"`
+	Jobspecs    *Jobspecs    `hcl:"jobspecs,block"`
+	Proxy       *Proxy       `hcl:"proxy,block"`
+
+	// Backend comes from the labelled `backend "nomad"` or `backend "local"`
+	// block; it is decoded by hand because its body depends on the label.
+	Backend *Backend
+}
+
+// Database is the PostgreSQL connection.
+type Database struct {
+	URL SecretURL `hcl:"url,optional"`
+}
+
+// Redis is the Redis connection.
+type Redis struct {
+	URL SecretURL `hcl:"url,optional"`
+}
+
+// S3 is the object store holding workspace archives.
+type S3 struct {
+	// Endpoint is host:port without a scheme; UseSSL selects https.
+	Endpoint  string `hcl:"endpoint,optional"`
+	Bucket    string `hcl:"bucket,optional"`
+	AccessKey Secret `hcl:"access_key,optional"`
+	SecretKey Secret `hcl:"secret_key,optional"`
+	UseSSL    bool   `hcl:"use_ssl,optional"`
+	Region    string `hcl:"region,optional"`
+}
+
+// Backend is the infrastructure that runs workspaces. Exactly one of Nomad
+// and Local is non-nil, the one Kind names.
+type Backend struct {
+	Kind  string
+	Nomad *NomadBackend
+	Local *LocalBackend
+}
+
+// NomadBackend runs workspaces as Nomad jobs on a Nomad fleet.
+type NomadBackend struct {
+	Address   string `hcl:"address,optional"`
+	Namespace string `hcl:"namespace,optional"`
+	// Region is empty for the region of the agent at Address.
+	Region      string   `hcl:"region,optional"`
+	Token       Secret   `hcl:"token,optional"`
+	NodePool    string   `hcl:"node_pool,optional"`
+	Datacenters []string `hcl:"datacenters,optional"`
+	// Driver is DriverDocker, DriverExec or DriverRawExec.
+	Driver string `hcl:"driver,optional"`
+	// VolumePlugin is the dynamic host volume plugin creating `ws-{id}-home`.
+	VolumePlugin string `hcl:"volume_plugin,optional"`
+	// JobImage is the image holding the codehub binary for archive and
+	// restore jobs under the docker driver.
+	JobImage string `hcl:"job_image,optional"`
+	// CodehubPath is where the codehub binary lives on nodes for the exec
+	// and raw_exec drivers; empty means jobs fetch it from the control
+	// plane's /dl/codehub.
+	CodehubPath string `hcl:"codehub_path,optional"`
+
+	// CheckInterval is how often Nomad checks a workspace's health.
+	CheckIntervalHCL string `hcl:"check_interval,optional"`
+	CheckInterval    time.Duration
+}
+
+// LocalBackend runs workspaces as local processes on one machine.
+type LocalBackend struct {
+	// DataDir holds the workspace home directories.
+	DataDir string `hcl:"data_dir,optional"`
+	// CodeServer is the code-server binary, a path or a name found on PATH.
+	CodeServer string `hcl:"code_server,optional"`
+}
+
+// Consul resolves workspace upstreams from Consul health checks. Without it,
+// Nomad's native service discovery is used.
+type Consul struct {
+	Address string `hcl:"address,optional"`
+	Token   Secret `hcl:"token,optional"`
+	// Datacenter is empty for the datacenter of the agent at Address.
+	Datacenter string `hcl:"datacenter,optional"`
+}
+
+// Workspace describes what a workspace runs and when it sleeps.
+type Workspace struct {
+	// Image is the default image under the docker driver.
+	Image string `hcl:"image,optional"`
+	// AllowedImages lists the images a user may pick; empty allows Image only.
+	AllowedImages []string `hcl:"allowed_images,optional"`
+	// Command is the program exec and raw_exec run.
+	Command string `hcl:"command,optional"`
+	// Args are the program's arguments, with PlaceholderPort and
+	// PlaceholderHome filled in by ExpandArgs.
+	Args   []string `hcl:"args,optional"`
+	Port   int      `hcl:"port,optional"`
+	UID    int      `hcl:"uid,optional"`
+	GID    int      `hcl:"gid,optional"`
+	CPU    int      `hcl:"cpu,optional"`    // MHz
+	Memory int      `hcl:"memory,optional"` // MiB
+
+	// StandbyTTL is how long a running workspace may go without access
+	// before it is stopped.
+	StandbyTTLHCL string `hcl:"standby_ttl,optional"`
+	StandbyTTL    time.Duration
+	// ArchiveTTL is how long a workspace may stay in standby before it is
+	// archived.
+	ArchiveTTLHCL string `hcl:"archive_ttl,optional"`
+	ArchiveTTL    time.Duration
+}
+
+// Limits caps how many workspaces may run.
+type Limits struct {
+	MaxRunningPerUser int `hcl:"max_running_per_user,optional"`
+	MaxRunningGlobal  int `hcl:"max_running_global,optional"`
+}
+
+// Coordinator paces the controller and bounds each operation.
+type Coordinator struct {
+	IdleIntervalHCL   string `hcl:"idle_interval,optional"`
+	IdleInterval      time.Duration
+	ActiveIntervalHCL string `hcl:"active_interval,optional"`
+	ActiveInterval    time.Duration
+
+	ProvisionTimeoutHCL string `hcl:"provision_timeout,optional"`
+	ProvisionTimeout    time.Duration
+	StartTimeoutHCL     string `hcl:"start_timeout,optional"`
+	StartTimeout        time.Duration
+	StopTimeoutHCL      string `hcl:"stop_timeout,optional"`
+	StopTimeout         time.Duration
+	ArchiveTimeoutHCL   string `hcl:"archive_timeout,optional"`
+	ArchiveTimeout      time.Duration
+	RestoreTimeoutHCL   string `hcl:"restore_timeout,optional"`
+	RestoreTimeout      time.Duration
+	DeleteTimeoutHCL    string `hcl:"delete_timeout,optional"`
+	DeleteTimeout       time.Duration
+
+	BackoffBaseHCL string `hcl:"backoff_base,optional"`
+	BackoffBase    time.Duration
+	BackoffMaxHCL  string `hcl:"backoff_max,optional"`
+	BackoffMax     time.Duration
+}
+
+// GC removes archives nobody can reach any more.
+type GC struct {
+	IntervalHCL string `hcl:"interval,optional"`
+	Interval    time.Duration
+	// KeepArchives is how many archives of a live workspace are kept.
+	KeepArchives int `hcl:"keep_archives,optional"`
+	// DeletedGrace is how long a deleted workspace's archives survive it.
+	DeletedGraceHCL string `hcl:"deleted_grace,optional"`
+	DeletedGrace    time.Duration
+	// DryRun logs what would be removed and removes nothing.
+	DryRun bool `hcl:"dry_run,optional"`
+}
+
+// Auth configures sessions and the first administrator.
+type Auth struct {
+	SessionTTLHCL  string `hcl:"session_ttl,optional"`
+	SessionTTL     time.Duration
+	BootstrapAdmin *BootstrapAdmin `hcl:"bootstrap_admin,block"`
+}
+
+// BootstrapAdmin is created at start when no user exists and Password is set.
+type BootstrapAdmin struct {
+	Username string `hcl:"username,optional"`
+	Password Secret `hcl:"password,optional"`
+}
+
+// Jobspecs points at operator-supplied jobspec templates.
+type Jobspecs struct {
+	// Dir holds template overrides; empty uses the embedded templates.
+	Dir string `hcl:"dir,optional"`
+}
+
+// Proxy configures how workspaces are served.
+type Proxy struct {
+	// SubdomainBase is the host under which each workspace gets its own
+	// subdomain ({id}.{base}); empty serves workspaces under /w/{id}/.
+	SubdomainBase string `hcl:"subdomain_base,optional"`
+	// TrustedProxies lists the addresses or CIDR ranges whose forwarding
+	// headers are believed; TrustedProxyPrefixes is the parsed form.
+	TrustedProxies       []string `hcl:"trusted_proxies,optional"`
+	TrustedProxyPrefixes []netip.Prefix
+}

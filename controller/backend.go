@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Backend is what the controller needs from the infrastructure that runs
+// workspaces (Nomad in production, local processes on one machine).
+// Actuators submit and return at once; completion is judged from Observe.
+type Backend interface {
+	// Observe returns the observed state of every workspace the backend
+	// knows, in a number of backend calls that does not grow with the
+	// number of workspaces.
+	Observe(ctx context.Context) (Snapshot, error)
+	ProvisionVolume(ctx context.Context, spec VolumeSpec) error
+	// DeleteVolume returns ErrVolumeInUse while the volume is still claimed.
+	DeleteVolume(ctx context.Context, wsID string) error
+	StartWorkspace(ctx context.Context, spec WorkspaceSpec) error
+	// StopWorkspace stops the workspace without forgetting it: the container
+	// counts as gone only once Observe reports no live allocation.
+	StopWorkspace(ctx context.Context, wsID string) error
+	SubmitArchive(ctx context.Context, job JobSpec) error
+	SubmitRestore(ctx context.Context, job JobSpec) error
+	// PurgeJob forgets a terminal archive/restore job or a stopped workspace
+	// job once its result is recorded.
+	PurgeJob(ctx context.Context, wsID string, kind JobKind) error
+}
+
+// Notifier is implemented by backends that can tell the controller early
+// that something changed (an event stream). It is only a hint.
+type Notifier interface {
+	// Watch calls wake whenever the backend saw a change, until ctx ends.
+	Watch(ctx context.Context, wake func()) error
+}
+
+// Upstreams resolves a running workspace to the address the proxy dials.
+type Upstreams interface {
+	Resolve(ctx context.Context, wsID string) (hostport string, err error)
+}
+
+// ErrNoUpstream is returned by Upstreams when no healthy instance exists.
+var ErrNoUpstream = errors.New("no healthy upstream")
+
+// ErrVolumeInUse means the volume is still claimed by an allocation: retry.
+var ErrVolumeInUse = errors.New("volume in use")
+
+// JobKind names the objects a workspace owns in the backend.
+type JobKind string
+
+const (
+	JobWorkspace JobKind = "workspace"
+	JobArchive   JobKind = "archive"
+	JobRestore   JobKind = "restore"
+)
+
+// VolumeSpec describes the home volume of a workspace.
+type VolumeSpec struct {
+	WorkspaceID string
+	UID, GID    int
+}
+
+// WorkspaceSpec is everything needed to render and start ws-{id}.
+type WorkspaceSpec struct {
+	WorkspaceID string
+	OwnerID     string
+	Image       string
+}
+
+// JobSpec is one archive or restore attempt.
+type JobSpec struct {
+	WorkspaceID string
+	OpID        string
+	ArchiveKey  string
+	Attempt     int
+}
+
+// Snapshot is one consistent observation of every workspace.
+type Snapshot struct {
+	Workspaces map[string]Observed
+}
+
+// JobStatus is the state of a batch job as the backend sees it.
+type JobStatus string
+
+const (
+	JobPending   JobStatus = "pending"
+	JobRunning   JobStatus = "running"
+	JobSucceeded JobStatus = "succeeded"
+	JobFailed    JobStatus = "failed"
+)
+
+// JobResult is the latest archive or restore job of a workspace.
+type JobResult struct {
+	OpID       string
+	ArchiveKey string
+	Attempt    int
+	Status     JobStatus
+	ExitCode   int
+	// ErrorCode is the CODEHUB_ERROR the job printed on failure.
+	ErrorCode string
+	Message   string
+}
+
+// Observed is what the backend reports for one workspace.
+type Observed struct {
+	// VolumeExists: a volume object exists (possibly still being created).
+	VolumeExists bool
+	// VolumeReady: the volume is created and usable.
+	VolumeReady bool
+	// ContainerLive: some allocation/process of ws-{id} is not terminal.
+	ContainerLive bool
+	// UpstreamReady: the workspace passes its health check.
+	UpstreamReady bool
+	// Failure is set when the workspace job cannot run (image pull failure,
+	// nothing can place it, crash loop).
+	Failure *Failure
+	Archive *JobResult
+	Restore *JobResult
+}
+
+// Failure is a classified backend problem.
+type Failure struct {
+	Reason   string // one of the workspace.Reason* constants
+	Message  string
+	Terminal bool
+}
+
+func (f *Failure) Error() string { return fmt.Sprintf("%s: %s", f.Reason, f.Message) }

@@ -1,0 +1,250 @@
+// Package jobspecs renders the HCL jobspecs codehub submits to Nomad: the
+// workspace service job and the archive and restore batch jobs. The text it
+// returns is exactly what the Nomad server parses and what operators see as
+// the job's source in the Nomad UI, so it must never hold a secret: batch
+// jobs read S3 credentials from a Nomad Variable at run time.
+package jobspecs
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+)
+
+// Kind names one of the three templates.
+type Kind string
+
+const (
+	KindWorkspace Kind = "workspace"
+	KindArchive   Kind = "archive"
+	KindRestore   Kind = "restore"
+)
+
+// Kinds lists every template, in a stable order.
+var Kinds = []Kind{KindWorkspace, KindArchive, KindRestore}
+
+// ParseKind checks a kind given on a command line.
+func ParseKind(s string) (Kind, error) {
+	for _, k := range Kinds {
+		if string(k) == s {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("unknown jobspec kind %q (want workspace, archive or restore)", s)
+}
+
+// FileName is the template file of a kind, embedded or in an operator's dir.
+func (k Kind) FileName() string { return string(k) + ".nomad.hcl" }
+
+// Placeholders operators put in workspace args; the renderer replaces them
+// with the Nomad-assigned port (a runtime interpolation) and the home
+// directory the task sees. Braces without a dollar sign survive HCL as text.
+const (
+	PlaceholderPort = "{port}"
+	PlaceholderHome = "{home}"
+)
+
+//go:embed templates/*.nomad.hcl
+var embedded embed.FS
+
+// Renderer holds the parsed templates. It is safe for concurrent use.
+type Renderer struct {
+	templates map[Kind]*template.Template
+}
+
+// NewRenderer loads the embedded templates, or the operator's copies from dir
+// when dir is not empty (all three must exist there).
+func NewRenderer(dir string) (*Renderer, error) {
+	r := &Renderer{templates: make(map[Kind]*template.Template, len(Kinds))}
+	for _, k := range Kinds {
+		text, err := readTemplate(dir, k)
+		if err != nil {
+			return nil, err
+		}
+		t, err := template.New(k.FileName()).
+			Delims("[[", "]]").
+			Option("missingkey=error").
+			Funcs(funcs).
+			Parse(text)
+		if err != nil {
+			return nil, fmt.Errorf("parse jobspec template %s: %w", k.FileName(), err)
+		}
+		r.templates[k] = t
+	}
+	return r, nil
+}
+
+func readTemplate(dir string, k Kind) (string, error) {
+	if dir == "" {
+		b, err := embedded.ReadFile("templates/" + k.FileName())
+		if err != nil {
+			return "", fmt.Errorf("read embedded jobspec template: %w", err)
+		}
+		return string(b), nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, k.FileName()))
+	if err != nil {
+		return "", fmt.Errorf("read jobspec template: %w", err)
+	}
+	return string(b), nil
+}
+
+// Render executes the template of kind with v. A template that names a
+// field Values lacks, or a required value left empty, fails the render.
+func (r *Renderer) Render(kind Kind, v Values) (string, error) {
+	t, ok := r.templates[kind]
+	if !ok {
+		return "", fmt.Errorf("unknown jobspec kind %q", kind)
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, v); err != nil {
+		return "", fmt.Errorf("render %s jobspec for %s: %w", kind, v.JobID, err)
+	}
+	return buf.String(), nil
+}
+
+// Values is everything a template may use. Secrets have no field here on
+// purpose: nothing a template can reach may leak into the submitted HCL.
+type Values struct {
+	JobID       string
+	WorkspaceID string
+	OwnerID     string
+
+	Namespace   string
+	Region      string
+	NodePool    string
+	Datacenters []string
+
+	// Driver is docker, exec or raw_exec.
+	Driver string
+	// VolumeName is the dynamic host volume holding the home directory.
+	VolumeName string
+	// HomeDir is where the task sees the home: the mount destination for
+	// docker and exec, the volume's host path for raw_exec.
+	HomeDir string
+
+	// Workspace program.
+	Image   string
+	Command string
+	Args    []string
+	// Port is the port the program listens on inside its own network
+	// namespace (docker bridge); 0 means it listens on the Nomad-assigned
+	// port given through the {port} placeholder.
+	Port          int
+	UID           int
+	GID           int
+	CPU           int
+	Memory        int
+	Service       string
+	Provider      string
+	CheckInterval string
+
+	// Batch jobs.
+	OpID             string
+	ArchiveKey       string
+	Attempt          int
+	ArchiveURL       string
+	JobImage         string
+	CodehubPath      string
+	ArtifactURL      string
+	ArtifactChecksum string
+	S3Endpoint       string
+	S3Region         string
+	S3UseSSL         bool
+	// VariablePath is the Nomad Variable holding the S3 credentials, read by
+	// the task's template block through its workload identity.
+	VariablePath string
+}
+
+var funcs = template.FuncMap{
+	"hcl":      quote,
+	"hclList":  quoteList,
+	"argv":     argv,
+	"required": required,
+}
+
+// errMissing reports a required value left empty.
+var errMissing = errors.New("required value is empty")
+
+func required(name string, v any) (any, error) {
+	switch x := v.(type) {
+	case string:
+		if x == "" {
+			return nil, fmt.Errorf("%s: %w", name, errMissing)
+		}
+	case int:
+		if x == 0 {
+			return nil, fmt.Errorf("%s: %w", name, errMissing)
+		}
+	case []string:
+		if len(x) == 0 {
+			return nil, fmt.Errorf("%s: %w", name, errMissing)
+		}
+	}
+	return v, nil
+}
+
+// quote returns s as an HCL string literal whose value is exactly s: Nomad
+// must never interpolate anything that came from configuration or a user.
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"':
+			b.WriteString(`\"`)
+		case c == '\\':
+			b.WriteString(`\\`)
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '\r':
+			b.WriteString(`\r`)
+		case c == '\t':
+			b.WriteString(`\t`)
+		case (c == '$' || c == '%') && i+1 < len(s) && s[i+1] == '{':
+			// "${" and "%{" start interpolation and directives; doubling the
+			// sigil makes them literal.
+			b.WriteByte(c)
+			b.WriteByte(c)
+		case c < 0x20 || c == 0x7f:
+			b.WriteString(`\u00`)
+			b.WriteString(strconv.FormatUint(uint64(c)>>4, 16))
+			b.WriteString(strconv.FormatUint(uint64(c)&0xf, 16))
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func quoteList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = quote(s)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+// argv quotes program arguments, replacing {port} with Nomad's runtime
+// interpolation of the assigned port and {home} with the home directory.
+func argv(args []string, home string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		q := quote(a)
+		q = strings.ReplaceAll(q, PlaceholderPort, "${NOMAD_PORT_http}")
+		q = strings.ReplaceAll(q, PlaceholderHome, unquoted(quote(home)))
+		quoted[i] = q
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+// unquoted strips the quotes quote added, leaving the escaped body.
+func unquoted(q string) string { return q[1 : len(q)-1] }

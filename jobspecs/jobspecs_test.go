@@ -1,0 +1,225 @@
+package jobspecs
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const testWorkspaceID = "01jb3x7k9q2m5n8p4r6s0t1v2w"
+
+func baseValues(kind Kind, driver string) Values {
+	v := Values{
+		JobID:         "ws-" + testWorkspaceID,
+		WorkspaceID:   testWorkspaceID,
+		OwnerID:       "01jb3x7k9q2m5n8p4r6s0t1aaa",
+		Namespace:     "default",
+		NodePool:      "default",
+		Datacenters:   []string{"dc1"},
+		Driver:        driver,
+		VolumeName:    "ws-" + testWorkspaceID + "-home",
+		HomeDir:       "/home/coder",
+		Port:          8080,
+		UID:           1000,
+		GID:           1000,
+		CPU:           500,
+		Memory:        2048,
+		Service:       "ws-" + testWorkspaceID,
+		Provider:      "nomad",
+		CheckInterval: "1s",
+	}
+	switch driver {
+	case "docker":
+		v.Image = "codercom/code-server:4.100.3"
+		v.Args = []string{"--bind-addr", "0.0.0.0:8080", "--auth", "none", "{home}"}
+		v.JobImage = "ghcr.io/codehub-io/codehub:1.0.0"
+		v.CodehubPath = "/usr/local/bin/codehub"
+	default:
+		v.Port = 0
+		v.Command = "/usr/bin/code-server"
+		v.Args = []string{"--bind-addr", "127.0.0.1:{port}", "--auth", "none", "{home}"}
+		v.CodehubPath = "/usr/local/bin/codehub"
+	}
+	if driver == "raw_exec" {
+		v.HomeDir = "/opt/nomad/host_volumes/5f1f2c1e-6a51-4a3f-9a55-2f0b8f2a1c11"
+	}
+	if kind != KindWorkspace {
+		v.JobID = "ws-" + testWorkspaceID + "-" + string(kind)
+		v.OpID = "01jb3x9zzq2m5n8p4r6s0t1v2w"
+		v.ArchiveKey = "archives/" + testWorkspaceID + "/01jb3x9zzq2m5n8p4r6s0t1v2w/home.tar.zst"
+		v.Attempt = 2
+		v.ArchiveURL = "s3://codehub/" + v.ArchiveKey
+		v.S3Endpoint = "127.0.0.1:9000"
+		v.S3Region = "us-east-1"
+		v.VariablePath = "nomad/jobs/" + v.JobID
+	}
+	return v
+}
+
+func TestRenderGolden(t *testing.T) {
+	r, err := NewRenderer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		kind   Kind
+		driver string
+		edit   func(*Values)
+	}{
+		{"workspace-docker", KindWorkspace, "docker", nil},
+		{"workspace-exec", KindWorkspace, "exec", nil},
+		{"workspace-raw_exec", KindWorkspace, "raw_exec", nil},
+		{"archive-docker", KindArchive, "docker", nil},
+		{"archive-raw_exec", KindArchive, "raw_exec", nil},
+		{"archive-exec-artifact", KindArchive, "exec", func(v *Values) {
+			v.ArtifactURL = "https://codehub.example.com/dl/codehub"
+			v.ArtifactChecksum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		}},
+		{"restore-raw_exec", KindRestore, "raw_exec", nil},
+		{"restore-docker-region", KindRestore, "docker", func(v *Values) { v.Region = "eu" }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := baseValues(tc.kind, tc.driver)
+			if tc.edit != nil {
+				tc.edit(&v)
+			}
+			got, err := r.Render(tc.kind, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./jobspecs -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("rendered %s differs from %s (run with -update after checking the diff):\n%s", tc.name, golden, got)
+			}
+		})
+	}
+}
+
+func TestRenderFailsOnMissingValue(t *testing.T) {
+	r, err := NewRenderer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		kind Kind
+		edit func(*Values)
+	}{
+		{"no image", KindWorkspace, func(v *Values) { v.Image = "" }},
+		{"no volume", KindWorkspace, func(v *Values) { v.VolumeName = "" }},
+		{"no datacenters", KindWorkspace, func(v *Values) { v.Datacenters = nil }},
+		{"no memory", KindWorkspace, func(v *Values) { v.Memory = 0 }},
+		{"no variable path", KindArchive, func(v *Values) { v.VariablePath = "" }},
+		{"no archive url", KindRestore, func(v *Values) { v.ArchiveURL = "" }},
+		{"artifact without checksum", KindArchive, func(v *Values) {
+			v.Driver = "exec"
+			v.ArtifactURL = "https://codehub.example.com/dl/codehub"
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := baseValues(tc.kind, "docker")
+			tc.edit(&v)
+			_, err := r.Render(tc.kind, v)
+			if !errors.Is(err, errMissing) {
+				t.Fatalf("err = %v, want a missing value error", err)
+			}
+		})
+	}
+}
+
+func TestOperatorTemplates(t *testing.T) {
+	dir := t.TempDir()
+	for _, k := range Kinds {
+		text := `job [[ hcl .JobID ]] { meta = { "kind" = "` + string(k) + `" } }`
+		if err := os.WriteFile(filepath.Join(dir, k.FileName()), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := NewRenderer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Render(KindRestore, Values{JobID: "ws-x-restore"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `job "ws-x-restore" { meta = { "kind" = "restore" } }`; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+
+	// A key the values do not have fails the render, not silently empty.
+	bad := `job [[ .NoSuchKey ]] {}`
+	if err := os.WriteFile(filepath.Join(dir, KindWorkspace.FileName()), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err = NewRenderer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Render(KindWorkspace, Values{}); err == nil || !strings.Contains(err.Error(), "NoSuchKey") {
+		t.Fatalf("err = %v, want an error naming the missing key", err)
+	}
+
+	// All three templates must exist in an operator's dir.
+	if err := os.Remove(filepath.Join(dir, KindArchive.FileName())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRenderer(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err = %v, want not-exist", err)
+	}
+}
+
+func TestQuote(t *testing.T) {
+	cases := map[string]string{
+		`plain`:         `"plain"`,
+		`a"b\c`:         `"a\"b\\c"`,
+		"line\nbreak\t": `"line\nbreak\t"`,
+		`${attr.x}`:     `"$${attr.x}"`,
+		`%{ if x }`:     `"%%{ if x }"`,
+		`$HOME 100%`:    `"$HOME 100%"`,
+		"bell\x07":      `"bell\u0007"`,
+		"unicode é 한국어": `"unicode é 한국어"`,
+	}
+	for in, want := range cases {
+		if got := quote(in); got != want {
+			t.Errorf("quote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestArgvPlaceholders(t *testing.T) {
+	got := argv([]string{"--bind-addr", "127.0.0.1:{port}", "{home}/project", "${NOT_INTERPOLATED}"}, `/data/my "home"`)
+	want := `["--bind-addr", "127.0.0.1:${NOMAD_PORT_http}", "/data/my \"home\"/project", "$${NOT_INTERPOLATED}"]`
+	if got != want {
+		t.Fatalf("argv = %s, want %s", got, want)
+	}
+}
+
+func TestParseKind(t *testing.T) {
+	for _, k := range Kinds {
+		got, err := ParseKind(string(k))
+		if err != nil || got != k {
+			t.Fatalf("ParseKind(%q) = %q, %v", k, got, err)
+		}
+	}
+	if _, err := ParseKind("service"); err == nil {
+		t.Fatal("ParseKind accepted an unknown kind")
+	}
+}

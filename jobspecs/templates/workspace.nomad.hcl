@@ -1,0 +1,134 @@
+# Workspace [[ .WorkspaceID ]]: one code-server (or configured program) on
+# the node that holds its home volume. Rendered by codehub; edit the
+# template, not the job.
+job [[ hcl .JobID ]] {
+  type        = "service"
+  namespace   = [[ hcl (required "namespace" .Namespace) ]]
+[[- if .Region ]]
+  region      = [[ hcl .Region ]]
+[[- end ]]
+  datacenters = [[ hclList (required "datacenters" .Datacenters) ]]
+  node_pool   = [[ hcl (required "node_pool" .NodePool) ]]
+
+  meta = {
+    "codehub.io/workspace-id" = [[ hcl (required "workspace_id" .WorkspaceID) ]]
+    "codehub.io/owner-id"     = [[ hcl .OwnerID ]]
+    "codehub.io/managed"      = "true"
+  }
+
+  group "workspace" {
+    count = 1
+
+    # Pins the group to the node holding the home volume.
+    volume "home" {
+      type            = "host"
+      source          = [[ hcl (required "volume" .VolumeName) ]]
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+
+    network {
+[[- if and (eq .Driver "docker") .Port ]]
+      port "http" {
+        to = [[ .Port ]]
+      }
+[[- else ]]
+      port "http" {}
+[[- end ]]
+    }
+
+    # Allocation deployment health is codehub's bulk readiness signal.
+    update {
+      health_check      = "checks"
+      min_healthy_time  = "0s"
+      healthy_deadline  = "5m"
+      progress_deadline = "10m"
+      auto_revert       = false
+    }
+
+    # A crashing workspace fails instead of looping: the controller reports
+    # it and decides about retries.
+    restart {
+      attempts = 1
+      interval = "5m"
+      delay    = "2s"
+      mode     = "fail"
+    }
+
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+
+    service {
+      name     = [[ hcl (required "service" .Service) ]]
+      port     = "http"
+      provider = [[ hcl (required "provider" .Provider) ]]
+      tags     = ["codehub"]
+
+      meta = {
+        "codehub.io/workspace-id" = [[ hcl .WorkspaceID ]]
+      }
+
+      check {
+        name     = "healthz"
+        type     = "http"
+        path     = "/healthz"
+        interval = [[ hcl (required "check_interval" .CheckInterval) ]]
+        timeout  = "1s"
+      }
+    }
+
+    task "workspace" {
+      driver = [[ hcl (required "driver" .Driver) ]]
+
+      # Data lives on the volume: stop kills at once.
+      kill_signal  = "SIGKILL"
+      kill_timeout = "1s"
+[[- if eq .Driver "docker" ]]
+
+      user = "[[ .UID ]]:[[ .GID ]]"
+
+      config {
+        image      = [[ hcl (required "image" .Image) ]]
+        force_pull = false
+        ports      = ["http"]
+[[- if .Command ]]
+        command    = [[ hcl .Command ]]
+[[- end ]]
+[[- if .Args ]]
+        args       = [[ argv .Args .HomeDir ]]
+[[- end ]]
+      }
+
+      volume_mount {
+        volume      = "home"
+        destination = [[ hcl .HomeDir ]]
+      }
+[[- else ]]
+
+      config {
+        command = [[ hcl (required "command" .Command) ]]
+        args    = [[ argv .Args .HomeDir ]]
+      }
+[[- if eq .Driver "exec" ]]
+
+      volume_mount {
+        volume      = "home"
+        destination = [[ hcl .HomeDir ]]
+      }
+[[- end ]]
+[[- end ]]
+
+      env {
+        HOME = [[ hcl (required "home" .HomeDir) ]]
+        PORT = "${NOMAD_PORT_http}"
+      }
+
+      resources {
+        cpu    = [[ required "cpu" .CPU ]]
+        memory = [[ required "memory" .Memory ]]
+      }
+    }
+  }
+}

@@ -1,0 +1,254 @@
+// Package nomad runs workspaces on a Nomad cluster: dynamic host volumes for
+// homes, a service job per running workspace, batch jobs that archive and
+// restore homes, and one bulk observation of all of them. It only touches
+// objects that carry codehub's ownership mark and never purges a job whose
+// allocations may still be running.
+package nomad
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/jobspecs"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// Meta keys codehub sets on every Nomad object it owns.
+const (
+	MetaWorkspaceID = "codehub.io/workspace-id"
+	MetaManaged     = "codehub.io/managed"
+	MetaOpID        = "codehub.io/op-id"
+	MetaArchiveKey  = "codehub.io/archive-key"
+	MetaAttempt     = "codehub.io/attempt"
+)
+
+// Drivers codehub can render jobs for.
+const (
+	DriverDocker  = "docker"
+	DriverExec    = "exec"
+	DriverRawExec = "raw_exec"
+)
+
+// Service providers for the workspace service.
+const (
+	ProviderNomad  = "nomad"
+	ProviderConsul = "consul"
+)
+
+// Options is everything the backend needs besides the API client. Secrets
+// (the S3 keys) are only ever written to a Nomad Variable.
+type Options struct {
+	Namespace    string
+	Region       string
+	NodePool     string
+	Datacenters  []string
+	Driver       string
+	VolumePlugin string
+	// ServiceProvider is "nomad" (native service discovery) or "consul".
+	ServiceProvider string
+	CheckInterval   time.Duration
+
+	// How batch jobs get the codehub binary: JobImage for docker; for exec
+	// and raw_exec an artifact (URL + "sha256:…" checksum) or CodehubPath,
+	// a path on every node.
+	JobImage         string
+	CodehubPath      string
+	ArtifactURL      string
+	ArtifactChecksum string
+
+	Workspace WorkspaceOptions
+	S3        S3Options
+}
+
+// WorkspaceOptions describes the workspace program and its resources.
+type WorkspaceOptions struct {
+	// Image is the default image (docker), used when a workspace has none.
+	Image string
+	// Command and Args run the program (exec/raw_exec, or override the
+	// image's command); {port} and {home} are filled in at render time.
+	Command string
+	Args    []string
+	// Port the program listens on inside its container (docker bridge
+	// networking); 0 means it listens on the Nomad-assigned {port}.
+	Port int
+	// HomeDir is the mount point of the home volume (docker, exec).
+	HomeDir string
+	UID     int
+	GID     int
+	CPU     int
+	Memory  int
+}
+
+// S3Options is where archives live. The keys go into a Nomad Variable that
+// only the batch job reads.
+type S3Options struct {
+	Endpoint  string
+	Bucket    string
+	Region    string
+	UseSSL    bool
+	AccessKey string
+	SecretKey string
+}
+
+// withDefaults fills what an operator may leave empty.
+func (o Options) withDefaults() Options {
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.NodePool == "" {
+		o.NodePool = "default"
+	}
+	if len(o.Datacenters) == 0 {
+		o.Datacenters = []string{"*"}
+	}
+	if o.Driver == "" {
+		o.Driver = DriverDocker
+	}
+	if o.VolumePlugin == "" {
+		o.VolumePlugin = "mkdir"
+	}
+	if o.ServiceProvider == "" {
+		o.ServiceProvider = ProviderNomad
+	}
+	if o.CheckInterval <= 0 {
+		o.CheckInterval = time.Second
+	}
+	if o.Workspace.HomeDir == "" {
+		o.Workspace.HomeDir = "/home/coder"
+	}
+	return o
+}
+
+// Names derived from the workspace id (DESIGN.md §7).
+func jobID(wsID string) string        { return "ws-" + wsID }
+func volumeName(wsID string) string   { return "ws-" + wsID + "-home" }
+func serviceName(wsID string) string  { return "ws-" + wsID }
+func variablePath(jobID string) string { return "nomad/jobs/" + jobID }
+
+func batchJobID(wsID string, kind controller.JobKind) string {
+	if kind == controller.JobWorkspace {
+		return jobID(wsID)
+	}
+	return "ws-" + wsID + "-" + string(kind)
+}
+
+// workspaceIDLen is the length of a lowercase ULID.
+const workspaceIDLen = 26
+
+// parseJobID splits a codehub job id into workspace id and kind.
+func parseJobID(id string) (wsID string, kind controller.JobKind, ok bool) {
+	rest, found := strings.CutPrefix(id, "ws-")
+	if !found || len(rest) < workspaceIDLen {
+		return "", "", false
+	}
+	wsID, suffix := rest[:workspaceIDLen], rest[workspaceIDLen:]
+	switch suffix {
+	case "":
+		return wsID, controller.JobWorkspace, true
+	case "-archive":
+		return wsID, controller.JobArchive, true
+	case "-restore":
+		return wsID, controller.JobRestore, true
+	}
+	return "", "", false
+}
+
+// parseVolumeName returns the workspace id of a home volume name.
+func parseVolumeName(name string) (string, bool) {
+	rest, found := strings.CutPrefix(name, "ws-")
+	if !found {
+		return "", false
+	}
+	wsID, found := strings.CutSuffix(rest, "-home")
+	if !found || len(wsID) != workspaceIDLen {
+		return "", false
+	}
+	return wsID, true
+}
+
+// archiveURL is the ARCHIVE_URL the batch job gets.
+func archiveURL(bucket, key string) string {
+	return (&url.URL{Scheme: "s3", Host: bucket, Path: "/" + key}).String()
+}
+
+// classify turns an API error into a controller.Failure: transport errors
+// and 5xx answers mean Nomad could not be reached or answer (retried);
+// anything else is a backend error naming the status.
+func classify(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var f *controller.Failure
+	if errors.As(err, &f) {
+		return err
+	}
+	if code, ok := statusCode(err); ok {
+		if code >= 500 || code == 429 {
+			return &controller.Failure{Reason: workspace.ReasonUnreachable, Message: fmt.Sprintf("%s: nomad answered %d: %v", op, code, err)}
+		}
+		return &controller.Failure{Reason: workspace.ReasonBackendError, Message: fmt.Sprintf("%s: nomad answered %d: %v", op, code, err)}
+	}
+	return &controller.Failure{Reason: workspace.ReasonUnreachable, Message: fmt.Sprintf("%s: %v", op, err)}
+}
+
+// statusCode reports the HTTP status of an API error, if it is one. The api
+// package returns UnexpectedResponseError by value.
+func statusCode(err error) (int, bool) {
+	var v api.UnexpectedResponseError
+	if errors.As(err, &v) && v.HasStatusCode() {
+		return v.StatusCode(), true
+	}
+	var p *api.UnexpectedResponseError
+	if errors.As(err, &p) && p != nil && p.HasStatusCode() {
+		return p.StatusCode(), true
+	}
+	return 0, false
+}
+
+func isNotFound(err error) bool {
+	code, ok := statusCode(err)
+	return ok && code == 404
+}
+
+// Backend implements controller.Backend and controller.Notifier on Nomad.
+type Backend struct {
+	logger   hclog.Logger
+	client   *api.Client
+	opts     Options
+	renderer *jobspecs.Renderer
+
+	// errorCodes caches CODEHUB_ERROR per failed allocation so a job's log
+	// is read once, not on every observation.
+	errorCodes *errorCodeCache
+}
+
+var (
+	_ controller.Backend  = (*Backend)(nil)
+	_ controller.Notifier = (*Backend)(nil)
+)
+
+// New returns a backend using client for every call.
+func New(logger hclog.Logger, client *api.Client, opts Options, renderer *jobspecs.Renderer) *Backend {
+	return &Backend{
+		logger:     logger,
+		client:     client,
+		opts:       opts.withDefaults(),
+		renderer:   renderer,
+		errorCodes: newErrorCodeCache(),
+	}
+}
+
+func (b *Backend) query() *api.QueryOptions {
+	return &api.QueryOptions{Namespace: b.opts.Namespace, Region: b.opts.Region}
+}
+
+func (b *Backend) write() *api.WriteOptions {
+	return &api.WriteOptions{Namespace: b.opts.Namespace, Region: b.opts.Region}
+}

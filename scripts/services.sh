@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Installs (when missing) and runs private PostgreSQL, Redis and S3 (versitygw)
+# instances on free loopback ports. Never touches the machine's default
+# services or ports.
+#
+#   scripts/services.sh install        install what is missing
+#   scripts/services.sh start DIR      start all three under DIR, write DIR/env
+#   scripts/services.sh stop DIR       stop them (data stays in DIR)
+#
+# DIR/env holds the variables tests and `make run` read.
+set -euo pipefail
+
+VERSITYGW_VERSION=v1.8.0
+root=$(cd "$(dirname "$0")/.." && pwd)
+bindir=${CODEHUB_TOOLS_DIR:-$root/.state/bin}
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+pg_bin() {
+	if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+		dirname "$(readlink -f "$(command -v initdb)")"
+		return
+	fi
+	local d
+	d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+	[ -n "$d" ] && [ -x "$d/initdb" ] && echo "$d"
+}
+
+apt_install() {
+	if [ -z "${apt_updated:-}" ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+install() {
+	if [ -z "$(pg_bin)" ]; then
+		log "installing postgresql"
+		apt_install postgresql
+	fi
+	if ! command -v redis-server >/dev/null 2>&1; then
+		log "installing redis-server"
+		apt_install redis-server
+	fi
+	if ! command -v zstd >/dev/null 2>&1; then
+		apt_install zstd
+	fi
+	if [ ! -x "$bindir/versitygw" ]; then
+		log "installing versitygw $VERSITYGW_VERSION"
+		mkdir -p "$bindir"
+		GOBIN="$bindir" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+	fi
+}
+
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 30000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+wait_for() { # name, command...
+	local name=$1
+	shift
+	for _ in $(seq 1 100); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.1
+	done
+	log "$name did not come up"
+	return 1
+}
+
+start() {
+	local dir=$1
+	mkdir -p "$dir"
+	dir=$(cd "$dir" && pwd)
+	local pgb
+	pgb=$(pg_bin)
+
+	# PostgreSQL refuses to run as root: its files belong to postgres.
+	local pgport pgdata=$dir/pg
+	pgport=$(free_port)
+	chmod 755 "$dir"
+	if [ ! -s "$pgdata/PG_VERSION" ]; then
+		mkdir -p "$pgdata"
+		chown postgres: "$pgdata"
+		chmod 700 "$pgdata"
+		runuser -u postgres -- "$pgb/initdb" -D "$pgdata" -U postgres -A trust -E UTF8 >"$dir/initdb.log" 2>&1 ||
+			{ cat "$dir/initdb.log" >&2; return 1; }
+	fi
+	runuser -u postgres -- "$pgb/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w -t 60 \
+		-o "-c listen_addresses=127.0.0.1 -p $pgport -k $pgdata -c max_connections=300 -c fsync=off" start >/dev/null ||
+		{ cat "$pgdata/server.log" >&2; return 1; }
+
+	local rport
+	rport=$(free_port)
+	redis-server --bind 127.0.0.1 --port "$rport" --databases 1001 --save '' --appendonly no \
+		--daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir"
+	wait_for redis redis-cli -p "$rport" ping
+
+	local sport key secret
+	sport=$(free_port)
+	key=codehub-test
+	secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+	mkdir -p "$dir/s3"
+	ROOT_ACCESS_KEY=$key ROOT_SECRET_KEY=$secret nohup "$bindir/versitygw" --port "127.0.0.1:$sport" --quiet \
+		posix "$dir/s3" >"$dir/versitygw.log" 2>&1 &
+	echo $! >"$dir/versitygw.pid"
+	wait_for versitygw curl -s -o /dev/null "http://127.0.0.1:$sport/"
+
+	cat >"$dir/env" <<ENV
+export CODEHUB_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:$pgport/postgres?sslmode=disable
+export CODEHUB_TEST_REDIS_URL=redis://127.0.0.1:$rport/0
+export CODEHUB_TEST_S3_ENDPOINT=127.0.0.1:$sport
+export CODEHUB_TEST_S3_ACCESS_KEY=$key
+export CODEHUB_TEST_S3_SECRET_KEY=$secret
+export CODEHUB_TEST_S3_REGION=us-east-1
+ENV
+	log "postgres 127.0.0.1:$pgport, redis 127.0.0.1:$rport, s3 127.0.0.1:$sport (state in $dir)"
+}
+
+stop() {
+	local dir=$1
+	[ -d "$dir" ] || return 0
+	local pgb
+	pgb=$(pg_bin)
+	if [ -f "$dir/pg/postmaster.pid" ]; then
+		runuser -u postgres -- "$pgb/pg_ctl" -D "$dir/pg" -m fast -w stop >/dev/null 2>&1 || true
+	fi
+	for f in redis versitygw; do
+		if [ -f "$dir/$f.pid" ]; then
+			kill "$(cat "$dir/$f.pid")" 2>/dev/null || true
+			rm -f "$dir/$f.pid"
+		fi
+	done
+	rm -f "$dir/env"
+}
+
+case "${1:-}" in
+install) install ;;
+start) start "$2" ;;
+stop) stop "$2" ;;
+*)
+	echo "usage: $0 install | start DIR | stop DIR" >&2
+	exit 2
+	;;
+esac

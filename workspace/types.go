@@ -1,0 +1,138 @@
+package workspace
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Phase is the observed level of a workspace, derived from its conditions.
+type Phase string
+
+const (
+	PhasePending  Phase = "PENDING"
+	PhaseArchived Phase = "ARCHIVED"
+	PhaseStandby  Phase = "STANDBY"
+	PhaseRunning  Phase = "RUNNING"
+	PhaseError    Phase = "ERROR"
+	PhaseDeleting Phase = "DELETING"
+	PhaseDeleted  Phase = "DELETED"
+)
+
+// DesiredState is what the owner (or a policy acting for them) asked for.
+type DesiredState string
+
+const (
+	DesiredRunning  DesiredState = "RUNNING"
+	DesiredStandby  DesiredState = "STANDBY"
+	DesiredArchived DesiredState = "ARCHIVED"
+	DesiredDeleted  DesiredState = "DELETED"
+)
+
+// Operation is the single in-flight transition of a workspace.
+type Operation string
+
+const (
+	OpNone               Operation = "NONE"
+	OpProvisioning       Operation = "PROVISIONING"
+	OpRestoring          Operation = "RESTORING"
+	OpStarting           Operation = "STARTING"
+	OpStopping           Operation = "STOPPING"
+	OpArchiving          Operation = "ARCHIVING"
+	OpCreateEmptyArchive Operation = "CREATE_EMPTY_ARCHIVE"
+	OpDeleting           Operation = "DELETING"
+)
+
+// Condition names (DESIGN.md §5, §12).
+const (
+	CondVolumeReady    = "storage.volume_ready"
+	CondArchiveReady   = "storage.archive_ready"
+	CondContainerReady = "infra.container_ready"
+	CondUpstreamReady  = "infra.upstream_ready"
+	CondHealthy        = "policy.healthy"
+)
+
+// ConditionStatus is the tri-state of a condition.
+type ConditionStatus string
+
+const (
+	ConditionTrue    ConditionStatus = "True"
+	ConditionFalse   ConditionStatus = "False"
+	ConditionUnknown ConditionStatus = "Unknown"
+)
+
+// Condition is one observed fact about a workspace.
+type Condition struct {
+	Status             ConditionStatus `json:"status"`
+	Reason             string          `json:"reason,omitempty"`
+	Message            string          `json:"message,omitempty"`
+	LastTransitionTime time.Time       `json:"last_transition_time"`
+}
+
+// Conditions maps condition names to their latest observation.
+type Conditions map[string]Condition
+
+// Reasons recorded in error_reason. Terminal ones stop retries at once.
+const (
+	ReasonTimeout                = "Timeout"
+	ReasonDataLost               = "DataLost"
+	ReasonImagePullFailed        = "ImagePullFailed"
+	ReasonContainerWithoutVolume = "ContainerWithoutVolume"
+	ReasonArchiveCorrupted       = "ArchiveCorrupted"
+	ReasonUnreachable            = "Unreachable"
+	ReasonUnschedulable          = "Unschedulable"
+	ReasonArchiveFailed          = "ArchiveFailed"
+	ReasonRestoreFailed          = "RestoreFailed"
+	ReasonStartFailed            = "StartFailed"
+	ReasonBackendError           = "BackendError"
+)
+
+// TerminalReason reports whether a failure with this reason must not be retried.
+func TerminalReason(reason string) bool {
+	switch reason {
+	case ReasonTimeout, ReasonDataLost, ReasonImagePullFailed, ReasonContainerWithoutVolume, ReasonArchiveCorrupted:
+		return true
+	}
+	return false
+}
+
+// MaxErrorCount is the number of failed attempts after which a workspace is ERROR.
+const MaxErrorCount = 3
+
+// Workspace is one row of the workspaces table.
+type Workspace struct {
+	ID             string         `db:"id"`
+	OwnerID        string         `db:"owner_id"`
+	Name           string         `db:"name"`
+	Description    string         `db:"description"`
+	Image          string         `db:"image"`
+	DesiredState   DesiredState   `db:"desired_state"`
+	Phase          Phase          `db:"phase"`
+	Operation      Operation      `db:"operation"`
+	OpID           *string        `db:"op_id"`
+	OpStartedAt    *time.Time     `db:"op_started_at"`
+	OpAttempt      int            `db:"op_attempt"`
+	Conditions     Conditions     `db:"conditions"`
+	ArchiveKey     *string        `db:"archive_key"`
+	RestoreMarker  *string        `db:"restore_marker"`
+	ErrorReason    *string        `db:"error_reason"`
+	ErrorMessage   *string        `db:"error_message"`
+	ErrorCount     int            `db:"error_count"`
+	NextAttemptAt  *time.Time     `db:"next_attempt_at"`
+	ObservedAt     *time.Time     `db:"observed_at"`
+	PhaseChangedAt time.Time      `db:"phase_changed_at"`
+	LastAccessAt   time.Time      `db:"last_access_at"`
+	StandbyTTL     *time.Duration `db:"standby_ttl"`
+	ArchiveTTL     *time.Duration `db:"archive_ttl"`
+	Version        int64          `db:"version"`
+	CreatedAt      time.Time      `db:"created_at"`
+	UpdatedAt      time.Time      `db:"updated_at"`
+	DeletedAt      *time.Time     `db:"deleted_at"`
+}
+
+// MarshalJSON keeps the conditions map non-nil in JSON.
+func (c Conditions) MarshalJSON() ([]byte, error) {
+	if c == nil {
+		return []byte("{}"), nil
+	}
+	return json.Marshal(map[string]Condition(c))
+}
