@@ -86,6 +86,15 @@ start() {
 	local pgport pgdata=$dir/pg
 	pgport=$(free_port)
 	chmod 755 "$dir"
+	# The server runs as postgres, which may not reach a checkout under a
+	# private home directory: keep its data where it can, linked from DIR.
+	if ! runuser -u postgres -- test -x "$dir"; then
+		local alt
+		alt=/var/tmp/codehub-pg-$(printf '%s' "$dir" | md5sum | cut -c1-12)
+		mkdir -p "$alt"
+		[ -e "$pgdata" ] || ln -s "$alt" "$pgdata"
+		pgdata=$alt
+	fi
 	if [ ! -s "$pgdata/PG_VERSION" ]; then
 		mkdir -p "$pgdata"
 		chown postgres: "$pgdata"
