@@ -1,8 +1,10 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -68,12 +70,14 @@ func parse(src []byte, filename string, lookupEnv func(string) (string, bool)) (
 	body := file.Body.(*hclsyntax.Body)
 	orig.recordFile(body, "")
 
-	diags = append(diags, decode(body, cfg)...)
+	decodeDiags := decode(body, cfg)
+	orig.nameAttributes(decodeDiags)
+	diags = append(diags, decodeDiags...)
 	diags = append(diags, cfg.applyEnv(lookupEnv, orig)...)
 	diags = append(diags, orig.diagnostics(cfg.resolve())...)
 	diags = append(diags, orig.diagnostics(cfg.problems())...)
 	if diags.HasErrors() {
-		return nil, &Error{Diagnostics: diags}
+		return nil, &Error{Diagnostics: inFileOrder(diags)}
 	}
 	return cfg, nil
 }
@@ -129,4 +133,27 @@ func decodeBackends(blocks hcl.Blocks, cfg *Config) hcl.Diagnostics {
 		}
 	}
 	return diags
+}
+
+// inFileOrder sorts diagnostics by position so they read top to bottom;
+// those without a position (environment, missing values) come last.
+func inFileOrder(diags hcl.Diagnostics) hcl.Diagnostics {
+	slices.SortStableFunc(diags, func(a, b *hcl.Diagnostic) int {
+		switch {
+		case a.Subject == nil || b.Subject == nil:
+			return cmp.Compare(boolRank(a.Subject == nil), boolRank(b.Subject == nil))
+		case a.Subject.Filename != b.Subject.Filename:
+			return strings.Compare(a.Subject.Filename, b.Subject.Filename)
+		default:
+			return cmp.Compare(a.Subject.Start.Byte, b.Subject.Start.Byte)
+		}
+	})
+	return diags
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,0 +1,272 @@
+# CodeHub configuration reference.
+#
+# Every setting is shown here with its default unless the comment says
+# otherwise. Every setting is optional except where a comment says
+# "required"; a block left out keeps all its defaults. Check a file with:
+#
+#   codehub config validate -config codehub.hcl
+#
+# Where a value comes from, highest precedence first:
+#
+#   1. this file: a value written here always wins;
+#   2. the environment, for settings the file leaves out:
+#        a. the variables Nomad's and Consul's own tools read, where one exists:
+#           NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION
+#           (backend "nomad"), CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN (consul);
+#        b. CODEHUB_ followed by the setting's path in upper case, dots and
+#           block labels joined by underscores: CODEHUB_LISTEN,
+#           CODEHUB_DATABASE_URL, CODEHUB_S3_SECRET_KEY,
+#           CODEHUB_BACKEND_NOMAD_TOKEN, CODEHUB_AUTH_BOOTSTRAP_ADMIN_PASSWORD;
+#   3. the default.
+#
+# So to take a secret from the environment, leave its line out of the file.
+# An empty variable counts as unset. Only single values (strings, numbers,
+# booleans) are read from the environment, never lists. The environment fills
+# only blocks in use: the backend block of the chosen kind, and consul only
+# when this file has a consul block.
+#
+# Durations are strings such as "90s", "15m", "2h" or "1h30m".
+# Secrets (keys, tokens, passwords, the password in a URL) are never printed:
+# codehub shows them as "set" or "unset".
+
+# Address and port the HTTP server listens on (API, dashboard, proxy).
+listen = "127.0.0.1:8080"
+
+# URL users reach codehub at, scheme and host only; used for links, cookie
+# security (https makes cookies Secure) and Origin checks.
+public_url = "http://127.0.0.1:8080"
+
+# Log level: trace, debug, info, warn, error or off.
+log_level = "info"
+
+# Write logs as one JSON object per line instead of text.
+log_json = false
+
+database {
+  # Required. PostgreSQL connection URL (postgres:// or postgresql://);
+  # the password in it is a secret. Env: CODEHUB_DATABASE_URL.
+  url = "postgres://codehub@127.0.0.1:5432/codehub"
+}
+
+redis {
+  # Required. Redis URL (redis://, rediss:// or unix://) including the
+  # logical database. Env: CODEHUB_REDIS_URL.
+  url = "redis://127.0.0.1:6379/0"
+}
+
+# S3-compatible object store holding workspace archives.
+s3 {
+  # Required. host:port of the S3 endpoint, without scheme. Env: CODEHUB_S3_ENDPOINT.
+  endpoint = "127.0.0.1:9000"
+
+  # Required. Bucket the archives are written to. Env: CODEHUB_S3_BUCKET.
+  bucket = "codehub"
+
+  # Required secrets, no default. Prefer the environment in production:
+  # delete these two lines and set CODEHUB_S3_ACCESS_KEY and
+  # CODEHUB_S3_SECRET_KEY.
+  access_key = "codehub-example-access"
+  secret_key = "codehub-example-secret"
+
+  # Use https to reach the endpoint.
+  use_ssl = false
+
+  # Region the bucket lives in.
+  region = "us-east-1"
+}
+
+# Where workspaces run: exactly one backend block, labelled "nomad" or
+# "local". Without one, backend "nomad" with the defaults below is used.
+backend "nomad" {
+  # Nomad HTTP API. Env: NOMAD_ADDR, then CODEHUB_BACKEND_NOMAD_ADDRESS.
+  address = "http://127.0.0.1:4646"
+
+  # Namespace the jobs and volumes live in. Env: NOMAD_NAMESPACE.
+  namespace = "default"
+
+  # Region to submit to; empty means the region of the agent at address.
+  # Env: NOMAD_REGION.
+  region = ""
+
+  # ACL token (secret), default unset. Env: NOMAD_TOKEN, then
+  # CODEHUB_BACKEND_NOMAD_TOKEN.
+  # token = ""
+
+  # Node pool workspaces and their archive/restore jobs are placed in.
+  node_pool = "default"
+
+  # Datacenters jobs may run in; "*" means all.
+  datacenters = ["*"]
+
+  # Task driver: "docker" (production), "exec", or "raw_exec" (development
+  # only: it offers no isolation between a workspace and its node).
+  driver = "docker"
+
+  # Dynamic host volume plugin that creates each workspace's home volume.
+  volume_plugin = "mkdir"
+
+  # docker driver: image containing the codehub binary, which archive and
+  # restore jobs run. Required with docker, no default; pin a tag or digest.
+  job_image = "ghcr.io/codehub-io/codehub:1.0.0"
+
+  # exec and raw_exec drivers: absolute path of the codehub binary on every
+  # node. Empty (the default) makes jobs download it from this server's
+  # /dl/codehub. Must stay empty with the docker driver.
+  codehub_path = ""
+
+  # How often Nomad checks each workspace's health endpoint.
+  check_interval = "10s"
+}
+
+# The other backend runs workspaces as local processes on this machine,
+# without Nomad (development and single-machine use):
+#
+# backend "local" {
+#   # Directory holding the workspace home directories.
+#   data_dir = "/var/lib/codehub/workspaces"
+#
+#   # code-server binary: a path, or a name looked up on PATH. It runs with
+#   # the workspace args below.
+#   code_server = "code-server"
+# }
+
+# Consul resolves workspace addresses from its health checks. Optional: without
+# this block, Nomad's native service discovery is used. An empty block
+# (consul {}) enables Consul with the settings below or the environment.
+#
+# consul {
+#   # Consul HTTP API. Env: CONSUL_HTTP_ADDR, then CODEHUB_CONSUL_ADDRESS.
+#   address = "127.0.0.1:8500"
+#
+#   # ACL token (secret), default unset. Env: CONSUL_HTTP_TOKEN, then
+#   # CODEHUB_CONSUL_TOKEN.
+#   token = ""
+#
+#   # Datacenter to query; empty means the agent's own.
+#   datacenter = ""
+# }
+
+workspace {
+  # docker driver: the image a new workspace runs unless the user picks another.
+  image = "codercom/code-server:4.100.3"
+
+  # Other images users may pick. Empty (the default) allows image only;
+  # when set, it must include image.
+  allowed_images = ["codercom/code-server:4.100.3"]
+
+  # exec and raw_exec drivers: the program to run (the local backend runs
+  # its code_server instead).
+  command = "/usr/bin/code-server"
+
+  # Arguments for the program (or the image's entrypoint). Two placeholders
+  # are replaced when the workspace starts:
+  #   %PORT%  the port the program must listen on
+  #   %HOME%  the workspace's home directory
+  # They use percent signs because HCL itself interpolates ${...} and %{...}.
+  # code-server has no authentication of its own here: codehub's proxy is the
+  # only way in, so never publish the workspace port elsewhere.
+  args = [
+    "--bind-addr", "0.0.0.0:%PORT%",
+    "--auth", "none",
+    "--disable-telemetry",
+    "--disable-update-check",
+    "%HOME%",
+  ]
+
+  # Port code-server listens on inside the workspace (docker driver).
+  port = 8080
+
+  # User and group the workspace runs as; the home volume is owned by them.
+  uid = 1000
+  gid = 1000
+
+  # CPU in MHz and memory in MiB reserved for each workspace.
+  cpu    = 500
+  memory = 2048
+
+  # A running workspace nobody has used for this long is stopped (standby).
+  standby_ttl = "10m"
+
+  # A workspace in standby for this long is archived to S3 and its volume freed.
+  archive_ttl = "30m"
+}
+
+limits {
+  # Workspaces one user may have running at once.
+  max_running_per_user = 2
+
+  # Workspaces that may run at once across all users.
+  max_running_global = 100
+}
+
+# The coordinator's workspace controller (runs on the elected leader only).
+coordinator {
+  # Pause between passes when nothing is in flight.
+  idle_interval = "15s"
+
+  # Pause between passes while an operation is in flight; at most idle_interval.
+  active_interval = "1s"
+
+  # How long each operation may take before the workspace is marked
+  # failed with reason Timeout.
+  provision_timeout = "5m"  # creating the home volume
+  start_timeout     = "10m" # starting code-server, image pull included
+  stop_timeout      = "2m"  # stopping the container
+  archive_timeout   = "1h"  # uploading the home volume to S3
+  restore_timeout   = "1h"  # restoring the home volume from S3
+  delete_timeout    = "5m"  # removing container and volume
+
+  # Retries after a failed operation wait backoff_base, doubling each time,
+  # never more than backoff_max.
+  backoff_base = "5s"
+  backoff_max  = "5m"
+}
+
+# Garbage collection of archives nobody can reach any more.
+gc {
+  # Pause between collection runs.
+  interval = "4h"
+
+  # Archives kept per live workspace, newest first (at least 1).
+  keep_archives = 3
+
+  # How long a deleted workspace's archives are kept after its deletion.
+  deleted_grace = "2h"
+
+  # Only log what would be removed.
+  dry_run = false
+}
+
+auth {
+  # Lifetime of a login session.
+  session_ttl = "24h"
+
+  # First administrator, created at start when no user exists yet and a
+  # password is set (at least 8 characters).
+  bootstrap_admin {
+    # Login name of the first administrator.
+    username = "admin"
+
+    # Password (secret), default unset: then no administrator is created.
+    # Env: CODEHUB_AUTH_BOOTSTRAP_ADMIN_PASSWORD.
+    # password = ""
+  }
+}
+
+jobspecs {
+  # Directory with jobspec template overrides (workspace.nomad.hcl,
+  # archive.nomad.hcl, restore.nomad.hcl); empty uses the built-in templates.
+  dir = ""
+}
+
+proxy {
+  # Serve each workspace on its own subdomain, {id}.<subdomain_base>, to
+  # isolate workspace origins from the dashboard (needs wildcard DNS and
+  # certificate). A host name without scheme or port, e.g.
+  # "ws.example.com". Empty (the default) serves workspaces under /w/{id}/.
+  subdomain_base = ""
+
+  # Addresses or CIDR ranges of reverse proxies in front of codehub whose
+  # X-Forwarded-* headers are trusted. Empty (the default) trusts none.
+  trusted_proxies = []
+}

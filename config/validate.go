@@ -1,0 +1,314 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Validate reports every problem with c's values at once, as an *Error whose
+// diagnostics name each field path. Load runs it (adding file positions);
+// call it directly after building or changing a Config in code.
+func (c *Config) Validate() error {
+	diags := newOrigins().diagnostics(c.problems())
+	if len(diags) == 0 {
+		return nil
+	}
+	return &Error{Diagnostics: diags}
+}
+
+type durationField struct {
+	path string
+	text string
+	dst  *time.Duration
+}
+
+func (c *Config) durationFields() []durationField {
+	w, co, gc := c.Workspace, c.Coordinator, c.GC
+	fields := []durationField{
+		{"workspace.standby_ttl", w.StandbyTTLHCL, &w.StandbyTTL},
+		{"workspace.archive_ttl", w.ArchiveTTLHCL, &w.ArchiveTTL},
+		{"coordinator.idle_interval", co.IdleIntervalHCL, &co.IdleInterval},
+		{"coordinator.active_interval", co.ActiveIntervalHCL, &co.ActiveInterval},
+		{"coordinator.provision_timeout", co.ProvisionTimeoutHCL, &co.ProvisionTimeout},
+		{"coordinator.start_timeout", co.StartTimeoutHCL, &co.StartTimeout},
+		{"coordinator.stop_timeout", co.StopTimeoutHCL, &co.StopTimeout},
+		{"coordinator.archive_timeout", co.ArchiveTimeoutHCL, &co.ArchiveTimeout},
+		{"coordinator.restore_timeout", co.RestoreTimeoutHCL, &co.RestoreTimeout},
+		{"coordinator.delete_timeout", co.DeleteTimeoutHCL, &co.DeleteTimeout},
+		{"coordinator.backoff_base", co.BackoffBaseHCL, &co.BackoffBase},
+		{"coordinator.backoff_max", co.BackoffMaxHCL, &co.BackoffMax},
+		{"gc.interval", gc.IntervalHCL, &gc.Interval},
+		{"gc.deleted_grace", gc.DeletedGraceHCL, &gc.DeletedGrace},
+		{"auth.session_ttl", c.Auth.SessionTTLHCL, &c.Auth.SessionTTL},
+	}
+	if c.Backend != nil && c.Backend.Nomad != nil {
+		n := c.Backend.Nomad
+		fields = append(fields, durationField{"backend.nomad.check_interval", n.CheckIntervalHCL, &n.CheckInterval})
+	}
+	return fields
+}
+
+// resolve converts the values written as text (durations, proxy ranges)
+// into their typed fields, once. A value that does not parse is a problem
+// and leaves its typed field as it was.
+func (c *Config) resolve() []problem {
+	var ps []problem
+	for _, f := range c.durationFields() {
+		d, err := time.ParseDuration(f.text)
+		if err != nil {
+			ps = append(ps, problem{f.path, fmt.Sprintf(`%q is not a duration; write it like "90s", "15m" or "2h"`, f.text)})
+			continue
+		}
+		*f.dst = d
+	}
+	c.Proxy.TrustedProxyPrefixes = nil
+	for i, s := range c.Proxy.TrustedProxies {
+		p, err := parsePrefix(s)
+		if err != nil {
+			ps = append(ps, problem{fmt.Sprintf("proxy.trusted_proxies[%d]", i), fmt.Sprintf("%q is neither an IP address nor a CIDR range", s)})
+			continue
+		}
+		c.Proxy.TrustedProxyPrefixes = append(c.Proxy.TrustedProxyPrefixes, p)
+	}
+	return ps
+}
+
+// parsePrefix accepts a CIDR range or a single address (a one-address range).
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// checker collects problems; each check names the path it judges.
+type checker struct {
+	problems []problem
+}
+
+func (ch *checker) add(path, format string, args ...any) {
+	ch.problems = append(ch.problems, problem{path, fmt.Sprintf(format, args...)})
+}
+
+func (ch *checker) required(path, value string) bool {
+	if value == "" {
+		ch.add(path, "must be set (in the file or %s)", EnvName(path))
+		return false
+	}
+	return true
+}
+
+func (ch *checker) positive(path string, d time.Duration) {
+	if d <= 0 {
+		ch.add(path, "must be a positive duration")
+	}
+}
+
+func (ch *checker) atLeast(path string, n, low int) {
+	if n < low {
+		ch.add(path, "must be at least %d", low)
+	}
+}
+
+// problems judges every value; it is pure and reports all it finds.
+func (c *Config) problems() []problem {
+	ch := &checker{}
+	c.checkTop(ch)
+	c.checkStores(ch)
+	c.checkBackend(ch)
+	if c.Consul != nil {
+		ch.required("consul.address", c.Consul.Address)
+	}
+	c.checkWorkspace(ch)
+	c.checkPolicies(ch)
+	c.checkProxy(ch)
+	return ch.problems
+}
+
+func (c *Config) checkTop(ch *checker) {
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		ch.add("listen", "%q is not host:port", c.Listen)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		ch.add("listen", "port %q must be a number from 0 to 65535", port)
+	}
+
+	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		ch.add("public_url", "%q must be an absolute http:// or https:// URL", c.PublicURL)
+	} else if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		ch.add("public_url", "%q must be a scheme and host only: codehub serves from the root", c.PublicURL)
+	}
+
+	if hclog.LevelFromString(c.LogLevel) == hclog.NoLevel {
+		ch.add("log_level", "%q must be one of trace, debug, info, warn, error, off", c.LogLevel)
+	}
+}
+
+// checkStores judges the database, Redis and S3 settings. Messages never
+// echo a URL or key: they may hold credentials.
+func (c *Config) checkStores(ch *checker) {
+	if ch.required("database.url", c.Database.URL.Reveal()) && !hasScheme(c.Database.URL.Reveal(), "postgres", "postgresql") {
+		ch.add("database.url", "must be a postgres:// or postgresql:// URL")
+	}
+	if ch.required("redis.url", c.Redis.URL.Reveal()) && !hasScheme(c.Redis.URL.Reveal(), "redis", "rediss", "unix") {
+		ch.add("redis.url", "must be a redis://, rediss:// or unix:// URL")
+	}
+
+	s3 := c.S3
+	if ch.required("s3.endpoint", s3.Endpoint) && strings.ContainsAny(s3.Endpoint, "/") {
+		ch.add("s3.endpoint", "%q must be host or host:port without a scheme or path; use_ssl selects https", s3.Endpoint)
+	}
+	if ch.required("s3.bucket", s3.Bucket) && !bucketName.MatchString(s3.Bucket) {
+		ch.add("s3.bucket", "%q must be 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit", s3.Bucket)
+	}
+	ch.required("s3.access_key", s3.AccessKey.Reveal())
+	ch.required("s3.secret_key", s3.SecretKey.Reveal())
+	ch.required("s3.region", s3.Region)
+}
+
+var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+func hasScheme(raw string, schemes ...string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && slices.Contains(schemes, u.Scheme)
+}
+
+func (c *Config) checkBackend(ch *checker) {
+	b := c.Backend
+	switch {
+	case b == nil:
+		ch.add("backend", `must be configured: backend "nomad" {…} or backend "local" {…}`)
+	case b.Kind == BackendNomad && b.Nomad != nil:
+		c.checkNomad(ch, b.Nomad)
+	case b.Kind == BackendLocal && b.Local != nil:
+		ch.required("backend.local.data_dir", b.Local.DataDir)
+		ch.required("backend.local.code_server", b.Local.CodeServer)
+	default:
+		ch.add("backend", "kind %q must be %q or %q, with its settings", b.Kind, BackendNomad, BackendLocal)
+	}
+}
+
+func (c *Config) checkNomad(ch *checker, n *NomadBackend) {
+	if u, err := url.Parse(n.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		ch.add("backend.nomad.address", "%q must be an http:// or https:// URL", n.Address)
+	}
+	ch.required("backend.nomad.namespace", n.Namespace)
+	ch.required("backend.nomad.node_pool", n.NodePool)
+	ch.required("backend.nomad.volume_plugin", n.VolumePlugin)
+	if len(n.Datacenters) == 0 || slices.Contains(n.Datacenters, "") {
+		ch.add("backend.nomad.datacenters", `must list at least one datacenter, none empty ("*" means all)`)
+	}
+	ch.positive("backend.nomad.check_interval", n.CheckInterval)
+
+	switch n.Driver {
+	case DriverDocker:
+		if n.JobImage == "" {
+			ch.add("backend.nomad.job_image", "must be set for the docker driver: archive and restore jobs run codehub from this image")
+		}
+		if n.CodehubPath != "" {
+			ch.add("backend.nomad.codehub_path", "applies only to the exec and raw_exec drivers; the docker driver runs job_image")
+		}
+		if c.Workspace.Image == "" {
+			ch.add("workspace.image", "must be set for the docker driver")
+		}
+	case DriverExec, DriverRawExec:
+		if n.CodehubPath != "" && !filepath.IsAbs(n.CodehubPath) {
+			ch.add("backend.nomad.codehub_path", "%q must be an absolute path on the nodes", n.CodehubPath)
+		}
+		if c.Workspace.Command == "" {
+			ch.add("workspace.command", "must be set for the %s driver", n.Driver)
+		}
+	default:
+		ch.add("backend.nomad.driver", "%q must be one of %s, %s, %s", n.Driver, DriverDocker, DriverExec, DriverRawExec)
+	}
+}
+
+var placeholderLike = regexp.MustCompile(`%[A-Za-z_]+%`)
+
+func (c *Config) checkWorkspace(ch *checker) {
+	w := c.Workspace
+	if slices.Contains(w.AllowedImages, "") {
+		ch.add("workspace.allowed_images", "must not contain an empty image")
+	}
+	if w.Image != "" && len(w.AllowedImages) > 0 && !slices.Contains(w.AllowedImages, w.Image) {
+		ch.add("workspace.allowed_images", "must include workspace.image %q", w.Image)
+	}
+	for i, arg := range w.Args {
+		for _, p := range placeholderLike.FindAllString(arg, -1) {
+			if p != PlaceholderPort && p != PlaceholderHome {
+				ch.add(fmt.Sprintf("workspace.args[%d]", i), "unknown placeholder %s; use %s or %s", p, PlaceholderPort, PlaceholderHome)
+			}
+		}
+	}
+	if w.Port < 1 || w.Port > 65535 {
+		ch.add("workspace.port", "must be from 1 to 65535")
+	}
+	ch.atLeast("workspace.uid", w.UID, 0)
+	ch.atLeast("workspace.gid", w.GID, 0)
+	ch.atLeast("workspace.cpu", w.CPU, 1)
+	ch.atLeast("workspace.memory", w.Memory, 1)
+	ch.positive("workspace.standby_ttl", w.StandbyTTL)
+	ch.positive("workspace.archive_ttl", w.ArchiveTTL)
+}
+
+// checkPolicies judges limits, coordinator pacing, GC and auth.
+func (c *Config) checkPolicies(ch *checker) {
+	l := c.Limits
+	ch.atLeast("limits.max_running_per_user", l.MaxRunningPerUser, 1)
+	ch.atLeast("limits.max_running_global", l.MaxRunningGlobal, 1)
+	if l.MaxRunningPerUser > l.MaxRunningGlobal {
+		ch.add("limits.max_running_per_user", "must not exceed limits.max_running_global (%d)", l.MaxRunningGlobal)
+	}
+
+	co := c.Coordinator
+	for _, f := range c.durationFields() {
+		if strings.HasPrefix(f.path, "coordinator.") {
+			ch.positive(f.path, *f.dst)
+		}
+	}
+	if co.ActiveInterval > co.IdleInterval {
+		ch.add("coordinator.active_interval", "must not exceed coordinator.idle_interval (%s)", co.IdleInterval)
+	}
+	if co.BackoffMax < co.BackoffBase {
+		ch.add("coordinator.backoff_max", "must be at least coordinator.backoff_base (%s)", co.BackoffBase)
+	}
+
+	ch.positive("gc.interval", c.GC.Interval)
+	ch.atLeast("gc.keep_archives", c.GC.KeepArchives, 1)
+	if c.GC.DeletedGrace < 0 {
+		ch.add("gc.deleted_grace", "must not be negative")
+	}
+
+	ch.positive("auth.session_ttl", c.Auth.SessionTTL)
+	if admin := c.Auth.BootstrapAdmin; admin != nil && admin.Password.IsSet() {
+		ch.required("auth.bootstrap_admin.username", admin.Username)
+		if len(admin.Password.Reveal()) < minBootstrapPassword {
+			ch.add("auth.bootstrap_admin.password", "must be at least %d characters", minBootstrapPassword)
+		}
+	}
+}
+
+const minBootstrapPassword = 8
+
+var dnsName = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func (c *Config) checkProxy(ch *checker) {
+	base := c.Proxy.SubdomainBase
+	if base != "" && (len(base) > 253 || !dnsName.MatchString(base)) {
+		ch.add("proxy.subdomain_base", "%q must be a lowercase DNS name without scheme, port or wildcard (e.g. ws.example.com)", base)
+	}
+}
