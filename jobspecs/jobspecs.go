@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+
+	"github.com/codehub-io/codehub/config"
 )
 
 // Kind names one of the three templates.
@@ -42,12 +44,12 @@ func ParseKind(s string) (Kind, error) {
 // FileName is the template file of a kind, embedded or in an operator's dir.
 func (k Kind) FileName() string { return string(k) + ".nomad.hcl" }
 
-// Placeholders operators put in workspace args; the renderer replaces them
-// with the Nomad-assigned port (a runtime interpolation) and the home
-// directory the task sees. Braces without a dollar sign survive HCL as text.
+// Placeholders operators put in workspace args (config's syntax); the
+// renderer replaces them with Nomad's runtime interpolation of the assigned
+// port and with the home directory the task sees.
 const (
-	PlaceholderPort = "{port}"
-	PlaceholderHome = "{home}"
+	PlaceholderPort = config.PlaceholderPort
+	PlaceholderHome = config.PlaceholderHome
 )
 
 //go:embed templates/*.nomad.hcl
@@ -135,7 +137,7 @@ type Values struct {
 	Args    []string
 	// Port is the port the program listens on inside its own network
 	// namespace (docker bridge); 0 means it listens on the Nomad-assigned
-	// port given through the {port} placeholder.
+	// port given through the port placeholder.
 	Port          int
 	UID           int
 	GID           int
@@ -233,8 +235,9 @@ func quoteList(items []string) string {
 	return "[" + strings.Join(quoted, ", ") + "]"
 }
 
-// argv quotes program arguments, replacing {port} with Nomad's runtime
-// interpolation of the assigned port and {home} with the home directory.
+// argv quotes program arguments, replacing the port placeholder with Nomad's
+// runtime interpolation of the assigned port and the home placeholder with
+// the home directory.
 func argv(args []string, home string) string {
 	quoted := make([]string, len(args))
 	for i, a := range args {

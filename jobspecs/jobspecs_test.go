@@ -36,13 +36,13 @@ func baseValues(kind Kind, driver string) Values {
 	switch driver {
 	case "docker":
 		v.Image = "codercom/code-server:4.100.3"
-		v.Args = []string{"--bind-addr", "0.0.0.0:8080", "--auth", "none", "{home}"}
+		v.Args = []string{"--bind-addr", "0.0.0.0:8080", "--auth", "none", "%HOME%"}
 		v.JobImage = "ghcr.io/codehub-io/codehub:1.0.0"
 		v.CodehubPath = "/usr/local/bin/codehub"
 	default:
 		v.Port = 0
 		v.Command = "/usr/bin/code-server"
-		v.Args = []string{"--bind-addr", "127.0.0.1:{port}", "--auth", "none", "{home}"}
+		v.Args = []string{"--bind-addr", "127.0.0.1:%PORT%", "--auth", "none", "%HOME%"}
 		v.CodehubPath = "/usr/local/bin/codehub"
 	}
 	if driver == "raw_exec" {
@@ -205,7 +205,7 @@ func TestQuote(t *testing.T) {
 }
 
 func TestArgvPlaceholders(t *testing.T) {
-	got := argv([]string{"--bind-addr", "127.0.0.1:{port}", "{home}/project", "${NOT_INTERPOLATED}"}, `/data/my "home"`)
+	got := argv([]string{"--bind-addr", "127.0.0.1:%PORT%", "%HOME%/project", "${NOT_INTERPOLATED}"}, `/data/my "home"`)
 	want := `["--bind-addr", "127.0.0.1:${NOMAD_PORT_http}", "/data/my \"home\"/project", "$${NOT_INTERPOLATED}"]`
 	if got != want {
 		t.Fatalf("argv = %s, want %s", got, want)

@@ -6,6 +6,7 @@
 package nomad
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -72,7 +73,7 @@ type WorkspaceOptions struct {
 	// Image is the default image (docker), used when a workspace has none.
 	Image string
 	// Command and Args run the program (exec/raw_exec, or override the
-	// image's command); {port} and {home} are filled in at render time.
+	// image's command); the port and home placeholders are filled in at render time.
 	Command string
 	Args    []string
 	// Port the program listens on inside its container (docker bridge
@@ -127,9 +128,9 @@ func (o Options) withDefaults() Options {
 }
 
 // Names derived from the workspace id (DESIGN.md §7).
-func jobID(wsID string) string        { return "ws-" + wsID }
-func volumeName(wsID string) string   { return "ws-" + wsID + "-home" }
-func serviceName(wsID string) string  { return "ws-" + wsID }
+func jobID(wsID string) string         { return "ws-" + wsID }
+func volumeName(wsID string) string    { return "ws-" + wsID + "-home" }
+func serviceName(wsID string) string   { return "ws-" + wsID }
 func variablePath(jobID string) string { return "nomad/jobs/" + jobID }
 
 func batchJobID(wsID string, kind controller.JobKind) string {
@@ -245,10 +246,12 @@ func New(logger hclog.Logger, client *api.Client, opts Options, renderer *jobspe
 	}
 }
 
-func (b *Backend) query() *api.QueryOptions {
-	return &api.QueryOptions{Namespace: b.opts.Namespace, Region: b.opts.Region}
+func (b *Backend) query(ctx context.Context) *api.QueryOptions {
+	q := &api.QueryOptions{Namespace: b.opts.Namespace, Region: b.opts.Region}
+	return q.WithContext(ctx)
 }
 
-func (b *Backend) write() *api.WriteOptions {
-	return &api.WriteOptions{Namespace: b.opts.Namespace, Region: b.opts.Region}
+func (b *Backend) write(ctx context.Context) *api.WriteOptions {
+	w := &api.WriteOptions{Namespace: b.opts.Namespace, Region: b.opts.Region}
+	return w.WithContext(ctx)
 }

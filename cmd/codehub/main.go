@@ -20,6 +20,17 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
+		"server":  {"run the API, proxy and coordinator", runServer},
+		"migrate": {"apply database migrations", runMigrate},
+		"config": {"check a configuration file", func(a []string, _ io.Reader, o, e io.Writer) int {
+			return runConfig(a, o, e)
+		}},
+		"job": {"archive or restore a workspace home (runs inside batch jobs)", func(a []string, _ io.Reader, o, e io.Writer) int {
+			return runJob(a, o, e)
+		}},
+		"jobspec": {"print the HCL codehub would submit to Nomad", func(a []string, _ io.Reader, o, e io.Writer) int {
+			return runJobspec(a, o, e)
+		}},
 		"version": {"print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) int {
 			fmt.Fprintf(stdout, "codehub %s\n", version)
 			return 0

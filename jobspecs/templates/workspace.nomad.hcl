@@ -66,10 +66,6 @@ job [[ hcl .JobID ]] {
       provider = [[ hcl (required "provider" .Provider) ]]
       tags     = ["codehub"]
 
-      meta = {
-        "codehub.io/workspace-id" = [[ hcl .WorkspaceID ]]
-      }
-
       check {
         name     = "healthz"
         type     = "http"

@@ -1,0 +1,242 @@
+// Package api is CodeHub's HTTP surface: the REST API under /api/v1 (login
+// and sessions, workspaces, admin recovery, the SSE event stream and the
+// OpenAPI document), /metrics, and the mounting of the workspace proxy at
+// /w/{id}/ or on workspace subdomains. It changes workspaces only through
+// the workspace service layer and never talks to the backend directly.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/codehub-io/codehub/activity"
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/proxy"
+	"github.com/codehub-io/codehub/store"
+)
+
+// Options configures the HTTP surface.
+type Options struct {
+	// PublicURL is where users reach CodeHub; it makes workspace URLs, the
+	// origin state-changing requests must come from, and (https) Secure
+	// cookies.
+	PublicURL string
+	// SubdomainBase enables subdomain mode: workspace {id} is served at
+	// {id}.{SubdomainBase} (host, optional port). Empty serves /w/{id}/.
+	SubdomainBase string
+	// CookieDomain is the session cookie's Domain attribute. Subdomain mode
+	// needs a domain covering the dashboard and the workspace hosts; empty
+	// means a host-only cookie.
+	CookieDomain string
+	// SessionTTL is how long a login lasts; 0 means 24 h.
+	SessionTTL time.Duration
+	// TrustedProxies are peers whose X-Forwarded-* headers are believed.
+	TrustedProxies []netip.Prefix
+	// HeartbeatInterval of event streams; 0 means HeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// Registry receives every metric of the API and the proxy and is
+	// served at /metrics; nil creates a private one. Pass the registry the
+	// controller registers with to serve all of CodeHub's metrics together.
+	Registry *prometheus.Registry
+	// Dashboard, when set, serves every path the API and proxy do not.
+	Dashboard http.Handler
+}
+
+// Deps are the systems the HTTP surface works with.
+type Deps struct {
+	Pool       *pgxpool.Pool
+	Redis      *redis.Client
+	Workspaces WorkspaceService
+	Upstreams  controller.Upstreams
+}
+
+// Server is the http.Handler of CodeHub's HTTP surface. Run must run on
+// every replica while it serves.
+type Server struct {
+	logger     hclog.Logger
+	opts       Options
+	pool       *pgxpool.Pool
+	workspaces WorkspaceService
+	sites      proxy.Sites
+	sessions   *sessions
+	hub        *hub
+	activity   *activity.Recorder
+	proxy      *proxy.Proxy
+	metrics    *metrics
+	mux        *http.ServeMux
+	allowed    []string
+}
+
+// New builds the HTTP surface.
+func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
+	if opts.SessionTTL == 0 {
+		opts.SessionTTL = 24 * time.Hour
+	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = HeartbeatInterval
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	sites, err := proxy.NewSites(opts.PublicURL, opts.SubdomainBase)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registry, logger, deps.Pool)
+	if err != nil {
+		return nil, fmt.Errorf("register api metrics: %w", err)
+	}
+	s := &Server{
+		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites,
+		sessions: newSessions(deps.Pool, opts.SessionTTL, sites.Secure(), opts.CookieDomain),
+		hub:      newHub(logger.Named("events"), deps.Redis),
+		activity: activity.NewRecorder(logger.Named("activity"), deps.Redis),
+		metrics:  m,
+		allowed:  []string{sites.PublicOrigin()},
+	}
+	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
+		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
+	}, s.sessions, deps.Workspaces, deps.Upstreams, s.activity)
+	if err != nil {
+		return nil, err
+	}
+	s.mux = s.routes()
+	return s, nil
+}
+
+// Route patterns, also the "route" label of the HTTP metrics.
+const (
+	routeLogin        = "POST /api/v1/login"
+	routeLogout       = "POST /api/v1/logout"
+	routeSession      = "GET /api/v1/session"
+	routeList         = "GET /api/v1/workspaces"
+	routeCreate       = "POST /api/v1/workspaces"
+	routeGet          = "GET /api/v1/workspaces/{id}"
+	routePatch        = "PATCH /api/v1/workspaces/{id}"
+	routeDelete       = "DELETE /api/v1/workspaces/{id}"
+	routeAdminList    = "GET /api/v1/admin/workspaces"
+	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
+	routeEvents       = "GET /api/v1/events"
+	routeOpenAPI      = "GET /api/v1/openapi.json"
+)
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	handlers := map[string]http.HandlerFunc{
+		routeLogin: s.login, routeLogout: s.logout, routeSession: s.session,
+		routeList: s.listWorkspaces, routeCreate: s.createWorkspace,
+		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
+		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
+		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
+	}
+	allow := map[string][]string{}
+	for pattern, h := range handlers {
+		mux.Handle(pattern, s.metrics.instrument(pattern, s.guard(h)))
+		method, path, _ := strings.Cut(pattern, " ")
+		allow[path] = append(allow[path], method)
+	}
+	// Paths known with another method answer 405 in the error envelope
+	// (ServeMux prefers the method-specific patterns above).
+	for path, methods := range allow {
+		mux.Handle(path, methodNotAllowed(methods))
+	}
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+	mux.Handle(s.sites.PathPrefix(""), s.proxy)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
+		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "no such endpoint"))
+	})
+	if s.opts.Dashboard != nil {
+		mux.Handle("/", s.opts.Dashboard)
+	}
+	return mux
+}
+
+func methodNotAllowed(methods []string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, m := range methods {
+			w.Header().Add("Allow", m)
+		}
+		WriteError(w, newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed here"))
+	})
+}
+
+// guard refuses state-changing requests from other origins.
+func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !safeMethod(r.Method) && crossOrigin(r.Header, s.allowed) {
+			WriteError(w, newError(http.StatusForbidden, CodeCrossOrigin, "cross-origin request refused"))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// ServeHTTP routes workspace subdomains to the proxy and everything else
+// through the API's routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.sites.WorkspaceFromHost(r.Host); ok {
+		s.proxy.ServeHTTP(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// WorkspaceURL is where the user opens workspace id.
+func (s *Server) WorkspaceURL(id string) string { return s.sites.WorkspaceURL(id) }
+
+// sessionSweepInterval is how often expired sessions are deleted.
+const sessionSweepInterval = time.Hour
+
+// Run keeps the replica's background work going until ctx ends: the
+// subscription feeding event streams, the activity flush, and the sweep of
+// expired sessions. It runs on every replica, leader or not.
+func (s *Server) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	loops := []func(context.Context) error{s.hub.run, s.activity.Run, s.sweepSessions}
+	for i, loop := range loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = loop(ctx)
+		}()
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func (s *Server) sweepSessions(ctx context.Context) error {
+	t := time.NewTicker(sessionSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			n, err := store.DeleteExpiredSessions(ctx, s.pool)
+			if err != nil {
+				s.logger.Warn("sweep expired sessions", "error", err)
+				continue
+			}
+			if n > 0 {
+				s.logger.Debug("swept expired sessions", "count", n)
+			}
+		}
+	}
+}

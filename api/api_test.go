@@ -1,0 +1,528 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/codehub-io/codehub/api/apitest"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+type wsJSON struct {
+	ID           string         `json:"id"`
+	OwnerID      string         `json:"owner_id"`
+	Name         string         `json:"name"`
+	Description  string         `json:"description"`
+	Image        string         `json:"image"`
+	Phase        string         `json:"phase"`
+	DesiredState string         `json:"desired_state"`
+	Operation    string         `json:"operation"`
+	URL          string         `json:"url"`
+	Version      int64          `json:"version"`
+	Conditions   map[string]any `json:"conditions"`
+	ErrorReason  *string        `json:"error_reason"`
+}
+
+type pageJSON struct {
+	Workspaces []wsJSON `json:"workspaces"`
+	Next       *string  `json:"next"`
+}
+
+func TestLoginSessionLogout(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	c := env.Client()
+	v := validate(t, c)
+
+	if res := env.Do(c, "GET", "/api/v1/session", nil); res.StatusCode != 401 || res.ErrorCode() != "UNAUTHENTICATED" {
+		t.Fatalf("session before login: %d %s", res.StatusCode, res.Body)
+	}
+	if res := env.Do(c, "POST", "/api/v1/login", map[string]string{"username": "alice", "password": "wrong"}); res.StatusCode != 401 {
+		t.Fatalf("wrong password: %d %s", res.StatusCode, res.Body)
+	}
+	if res := env.Do(c, "POST", "/api/v1/login", map[string]string{"username": "nobody", "password": "x"}); res.StatusCode != 401 {
+		t.Fatalf("unknown user: %d %s", res.StatusCode, res.Body)
+	}
+	if res := env.Do(c, "POST", "/api/v1/login", map[string]string{"username": "alice"}); res.StatusCode != 400 || res.ErrorCode() != "INVALID_INPUT" {
+		t.Fatalf("missing password: %d %s", res.StatusCode, res.Body)
+	}
+	res := env.Do(c, "POST", "/api/v1/login", map[string]string{"username": "alice", "password": apitest.Password})
+	if res.StatusCode != 200 {
+		t.Fatalf("login: %d %s", res.StatusCode, res.Body)
+	}
+	cookie := res.Header.Get("Set-Cookie")
+	for _, attr := range []string{"codehub_session=", "HttpOnly", "SameSite=Lax", "Path=/"} {
+		if !strings.Contains(cookie, attr) {
+			t.Errorf("session cookie %q lacks %s", cookie, attr)
+		}
+	}
+	if strings.Contains(cookie, "Secure") {
+		t.Errorf("cookie %q is Secure although public_url is http", cookie)
+	}
+	var sess struct {
+		User struct {
+			ID       string `json:"id"`
+			Username string `json:"username"`
+		} `json:"user"`
+	}
+	res = env.Do(c, "GET", "/api/v1/session", nil)
+	res.Decode(t, &sess)
+	if res.StatusCode != 200 || sess.User.ID != alice.ID || sess.User.Username != "alice" {
+		t.Fatalf("session: %d %s", res.StatusCode, res.Body)
+	}
+	// The token is stored hashed: the cookie value appears nowhere in the table.
+	token := strings.TrimPrefix(strings.SplitN(cookie, ";", 2)[0], "codehub_session=")
+	var n int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM sessions WHERE token_hash = $1::bytea`, []byte(token)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("session token stored in the clear (count %d, err %v)", n, err)
+	}
+	if res := env.Do(c, "POST", "/api/v1/logout", nil); res.StatusCode != 204 {
+		t.Fatalf("logout: %d %s", res.StatusCode, res.Body)
+	}
+	if res := env.Do(c, "GET", "/api/v1/session", nil); res.StatusCode != 401 {
+		t.Fatalf("session after logout: %d %s", res.StatusCode, res.Body)
+	}
+	if v.seen[200] == 0 || v.seen[401] == 0 {
+		t.Fatalf("responses were not validated: %v", v.seen)
+	}
+}
+
+func TestSessionExpiresServerSide(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	env.Exec(`UPDATE sessions SET expires_at = now() - interval '1 second'`)
+	// The replica caches a session for at most two seconds; a fresh replica
+	// answers from the table alone.
+	replica := env.NewReplica(apitest.Config{})
+	req, _ := http.NewRequest("GET", env.URL+"/api/v1/session", nil)
+	for _, ck := range c.Jar.Cookies(req.URL) {
+		req.AddCookie(ck)
+	}
+	rec := httptest.NewRecorder()
+	replica.ServeHTTP(rec, req)
+	if rec.Code != 401 {
+		t.Fatalf("expired session: %d %s", rec.Code, rec.Body.String())
+	}
+}
+
+func TestLoginBackoff(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	env.CreateUser("bob", false)
+	c := env.Client()
+	validate(t, c)
+	wrong := map[string]string{"username": "bob", "password": "nope"}
+	for i := range 2 {
+		if res := env.Do(c, "POST", "/api/v1/login", wrong); res.StatusCode != 401 {
+			t.Fatalf("failure %d: %d %s", i+1, res.StatusCode, res.Body)
+		}
+	}
+	var locked bool
+	if err := env.Pool.QueryRow(context.Background(), `SELECT locked_until IS NOT NULL FROM users WHERE username = 'bob'`).Scan(&locked); err != nil || locked {
+		t.Fatalf("two mistakes locked the user (locked %v, err %v)", locked, err)
+	}
+	// Many failures already: the next one locks for minutes, so the test
+	// does not depend on how long it takes.
+	env.Exec(`UPDATE users SET failed_logins = 9 WHERE username = 'bob'`)
+	if res := env.Do(c, "POST", "/api/v1/login", wrong); res.StatusCode != 401 {
+		t.Fatalf("tenth failure: %d %s", res.StatusCode, res.Body)
+	}
+	right := map[string]string{"username": "bob", "password": apitest.Password}
+	res := env.Do(c, "POST", "/api/v1/login", right)
+	if res.StatusCode != 429 || res.ErrorCode() != "TOO_MANY_ATTEMPTS" {
+		t.Fatalf("locked login: %d %s", res.StatusCode, res.Body)
+	}
+	secs, err := strconv.Atoi(res.Header.Get("Retry-After"))
+	if err != nil || secs < 60 {
+		t.Fatalf("Retry-After %q, want at least 60 s after ten failures", res.Header.Get("Retry-After"))
+	}
+	env.Exec(`UPDATE users SET locked_until = now() - interval '1 second' WHERE username = 'bob'`)
+	if res := env.Do(c, "POST", "/api/v1/login", right); res.StatusCode != 200 {
+		t.Fatalf("login after the lock: %d %s", res.StatusCode, res.Body)
+	}
+	var failures int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT failed_logins FROM users WHERE username = 'bob'`).Scan(&failures); err != nil || failures != 0 {
+		t.Fatalf("failures after success = %d (err %v), want 0", failures, err)
+	}
+}
+
+func TestCrossOriginRefused(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	validate(t, c)
+	body := map[string]string{"name": "evil"}
+	for _, h := range [][]string{
+		{"Origin", "http://evil.example"},
+		{"Sec-Fetch-Site", "cross-site"},
+		{"Sec-Fetch-Site", "same-site"},
+	} {
+		res := env.Do(c, "POST", "/api/v1/workspaces", body, h...)
+		if res.StatusCode != 403 || res.ErrorCode() != "CROSS_ORIGIN" {
+			t.Fatalf("%v: %d %s", h, res.StatusCode, res.Body)
+		}
+	}
+	if res := env.Do(c, "POST", "/api/v1/login", map[string]string{"username": "alice", "password": apitest.Password}, "Origin", "http://evil.example"); res.StatusCode != 403 {
+		t.Fatalf("cross-origin login: %d", res.StatusCode)
+	}
+	if n := countWorkspaces(t, env); n != 0 {
+		t.Fatalf("%d workspaces created by refused requests", n)
+	}
+	res := env.Do(c, "POST", "/api/v1/workspaces", body, "Origin", env.URL, "Sec-Fetch-Site", "same-origin")
+	if res.StatusCode != 201 {
+		t.Fatalf("same-origin create: %d %s", res.StatusCode, res.Body)
+	}
+}
+
+func countWorkspaces(t *testing.T, env *apitest.Env) int {
+	t.Helper()
+	var n int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM workspaces`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestWorkspaceLifecycle(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	v := validate(t, c)
+
+	res := env.Do(c, "POST", "/api/v1/workspaces", map[string]string{"name": "backend", "description": "API work"})
+	if res.StatusCode != 201 {
+		t.Fatalf("create: %d %s", res.StatusCode, res.Body)
+	}
+	var ws wsJSON
+	res.Decode(t, &ws)
+	if res.Header.Get("Location") != "/api/v1/workspaces/"+ws.ID {
+		t.Errorf("Location = %q", res.Header.Get("Location"))
+	}
+	if ws.Name != "backend" || ws.Description != "API work" || ws.Image != apitest.Images[0] ||
+		ws.DesiredState != "RUNNING" || ws.Phase != "PENDING" || ws.Operation != "NONE" || ws.OwnerID != alice.ID {
+		t.Fatalf("created workspace: %+v", ws)
+	}
+	if want := env.URL + "/w/" + ws.ID + "/"; ws.URL != want {
+		t.Fatalf("url = %q, want %q", ws.URL, want)
+	}
+
+	res = env.Do(c, "GET", "/api/v1/workspaces/"+ws.ID, nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("get: %d %s", res.StatusCode, res.Body)
+	}
+
+	res = env.Do(c, "PATCH", "/api/v1/workspaces/"+ws.ID, map[string]string{"name": "api", "desired_state": "STANDBY"})
+	var patched wsJSON
+	res.Decode(t, &patched)
+	if res.StatusCode != 200 || patched.Name != "api" || patched.DesiredState != "STANDBY" || patched.Version <= ws.Version {
+		t.Fatalf("patch: %d %s", res.StatusCode, res.Body)
+	}
+
+	// While the controller runs an operation the desired state is frozen.
+	env.SetPhase(ws.ID, workspace.PhaseStandby, workspace.OpArchiving)
+	res = env.Do(c, "PATCH", "/api/v1/workspaces/"+ws.ID, map[string]string{"desired_state": "RUNNING"})
+	if res.StatusCode != 409 || res.ErrorCode() != "INVALID_STATE" {
+		t.Fatalf("patch during an operation: %d %s", res.StatusCode, res.Body)
+	}
+	if got := env.Workspace(ws.ID).DesiredState; got != workspace.DesiredStandby {
+		t.Fatalf("refused patch changed desired state to %s", got)
+	}
+	var shown wsJSON
+	env.Do(c, "GET", "/api/v1/workspaces/"+ws.ID, nil).Decode(t, &shown)
+	if shown.Phase != "ARCHIVING" || shown.Operation != "ARCHIVING" {
+		t.Fatalf("display phase during ARCHIVING: %+v", shown)
+	}
+
+	if res := env.Do(c, "DELETE", "/api/v1/workspaces/"+ws.ID, nil); res.StatusCode != 204 {
+		t.Fatalf("delete: %d %s", res.StatusCode, res.Body)
+	}
+	for _, m := range []string{"GET", "PATCH", "DELETE"} {
+		var body any
+		if m == "PATCH" {
+			body = map[string]string{"name": "again"}
+		}
+		if res := env.Do(c, m, "/api/v1/workspaces/"+ws.ID, body); res.StatusCode != 404 || res.ErrorCode() != "NOT_FOUND" {
+			t.Fatalf("%s after delete: %d %s", m, res.StatusCode, res.Body)
+		}
+	}
+	if w := env.Workspace(ws.ID); w.DeletedAt == nil || w.DesiredState != workspace.DesiredDeleted {
+		t.Fatalf("deleted row: deleted_at %v desired %s", w.DeletedAt, w.DesiredState)
+	}
+	if v.seen[404] == 0 || v.seen[409] == 0 || v.seen[201] == 0 || v.seen[204] == 0 {
+		t.Fatalf("validated statuses %v", v.seen)
+	}
+}
+
+func TestListPaging(t *testing.T) {
+	env := apitest.New(t, apitest.Config{MaxRunningPerUser: 100})
+	alice := env.CreateUser("alice", false)
+	bob := env.CreateUser("bob", false)
+	for i := range 5 {
+		env.CreateWorkspace(alice, fmt.Sprintf("ws-%d", i))
+	}
+	env.CreateWorkspace(bob, "bobs")
+	c := env.Login(alice)
+	validate(t, c)
+	var all []string
+	after := ""
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("paging does not end")
+		}
+		var p pageJSON
+		res := env.Do(c, "GET", "/api/v1/workspaces?limit=2&after="+after, nil)
+		if res.StatusCode != 200 {
+			t.Fatalf("list: %d %s", res.StatusCode, res.Body)
+		}
+		res.Decode(t, &p)
+		for _, w := range p.Workspaces {
+			if w.OwnerID != alice.ID {
+				t.Fatalf("list shows another user's workspace %s", w.ID)
+			}
+			all = append(all, w.Name)
+		}
+		if p.Next == nil {
+			break
+		}
+		after = *p.Next
+	}
+	if strings.Join(all, ",") != "ws-0,ws-1,ws-2,ws-3,ws-4" {
+		t.Fatalf("paged list = %v", all)
+	}
+	for _, q := range []string{"limit=0", "limit=201", "limit=x", "after=NOT-AN-ID"} {
+		if res := env.Do(c, "GET", "/api/v1/workspaces?"+q, nil); res.StatusCode != 400 || res.ErrorCode() != "INVALID_INPUT" {
+			t.Fatalf("%s: %d %s", q, res.StatusCode, res.Body)
+		}
+	}
+}
+
+func TestBadRequestsChangeNothing(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	validate(t, c)
+	w := env.CreateWorkspace(alice, "keep")
+	before := env.Workspace(w.ID)
+	path := "/api/v1/workspaces/" + w.ID
+	huge := `{"name":"x","description":"` + strings.Repeat("a", 70<<10) + `"}`
+	cases := []struct {
+		name, method, path string
+		body               any
+		headers            []string
+		status             int
+		code               string
+	}{
+		{"malformed", "PATCH", path, `{"name":`, nil, 400, "INVALID_JSON"},
+		{"not an object", "PATCH", path, `[1,2]`, nil, 400, "INVALID_JSON"},
+		{"trailing data", "PATCH", path, `{"name":"a"} {"name":"b"}`, nil, 400, "INVALID_JSON"},
+		{"unknown field", "PATCH", path, `{"name":"a","owner_id":"x"}`, nil, 400, "INVALID_JSON"},
+		{"wrong type", "PATCH", path, `{"name":5}`, nil, 400, "INVALID_INPUT"},
+		{"bad desired", "PATCH", path, `{"desired_state":"DELETED"}`, nil, 400, "INVALID_INPUT"},
+		{"bad name", "PATCH", path, `{"name":"Not Valid!"}`, nil, 400, "INVALID_INPUT"},
+		{"huge", "PATCH", path, huge, nil, 413, "BODY_TOO_LARGE"},
+		{"not json", "PATCH", path, nil, []string{"Content-Type", "text/plain"}, 415, "UNSUPPORTED_MEDIA_TYPE"},
+		{"empty body", "POST", "/api/v1/workspaces", ``, nil, 400, "INVALID_JSON"},
+		{"create unknown field", "POST", "/api/v1/workspaces", `{"name":"n","phase":"RUNNING"}`, nil, 400, "INVALID_JSON"},
+		{"create bad image", "POST", "/api/v1/workspaces", `{"name":"n","image":"evil/miner"}`, nil, 400, "INVALID_INPUT"},
+		{"create huge", "POST", "/api/v1/workspaces", huge, nil, 413, "BODY_TOO_LARGE"},
+		{"create taken name", "POST", "/api/v1/workspaces", `{"name":"keep"}`, nil, 409, "NAME_TAKEN"},
+		{"bad id", "GET", "/api/v1/workspaces/NOT-AN-ID", nil, nil, 404, "NOT_FOUND"},
+		{"bad id patch", "PATCH", "/api/v1/workspaces/0000", `{"name":"x"}`, nil, 404, "NOT_FOUND"},
+		{"unknown id", "DELETE", "/api/v1/workspaces/01jb3x7k9q2m5n8p4r6s0t1v2w", nil, nil, 404, "NOT_FOUND"},
+		{"method", "PUT", path, `{}`, nil, 405, "METHOD_NOT_ALLOWED"},
+		{"unknown endpoint", "GET", "/api/v1/nothing", nil, nil, 404, "NOT_FOUND"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			body := tc.body
+			if tc.name == "not json" {
+				body = "name=x"
+			}
+			res := env.Do(c, tc.method, tc.path, body, tc.headers...)
+			if res.StatusCode != tc.status || res.ErrorCode() != tc.code {
+				t.Fatalf("%d %s, want %d %s", res.StatusCode, res.Body, tc.status, tc.code)
+			}
+		})
+	}
+	if after := env.Workspace(w.ID); after.Version != before.Version || after.Name != "keep" {
+		t.Fatalf("bad requests changed the workspace: version %d -> %d, name %q", before.Version, after.Version, after.Name)
+	}
+	if n := countWorkspaces(t, env); n != 1 {
+		t.Fatalf("%d workspaces, want 1", n)
+	}
+}
+
+func TestOtherUsersWorkspace(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	mallory := env.CreateUser("mallory", false)
+	w := env.CreateWorkspace(alice, "secret")
+	c := env.Login(mallory)
+	validate(t, c)
+	path := "/api/v1/workspaces/" + w.ID
+	for _, tc := range []struct {
+		method string
+		body   any
+	}{{"GET", nil}, {"PATCH", map[string]string{"desired_state": "STANDBY"}}, {"DELETE", nil}} {
+		if res := env.Do(c, tc.method, path, tc.body); res.StatusCode != 403 || res.ErrorCode() != "FORBIDDEN" {
+			t.Fatalf("%s another user's workspace: %d %s", tc.method, res.StatusCode, res.Body)
+		}
+	}
+	if got := env.Workspace(w.ID); got.DeletedAt != nil || got.DesiredState != workspace.DesiredRunning {
+		t.Fatalf("forbidden requests changed the workspace: %+v", got)
+	}
+	anon := env.Client()
+	validate(t, anon)
+	for _, p := range []string{path, "/api/v1/workspaces", "/api/v1/admin/workspaces"} {
+		if res := env.Do(anon, "GET", p, nil); res.StatusCode != 401 {
+			t.Fatalf("anonymous GET %s: %d", p, res.StatusCode)
+		}
+	}
+}
+
+func TestAdmin(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	root := env.CreateUser("root", true)
+	w := env.CreateWorkspace(alice, "broken")
+	user := env.Login(alice)
+	validate(t, user)
+	if res := env.Do(user, "GET", "/api/v1/admin/workspaces", nil); res.StatusCode != 403 {
+		t.Fatalf("non-admin list: %d", res.StatusCode)
+	}
+	if res := env.Do(user, "POST", "/api/v1/admin/workspaces/"+w.ID+"/recover", nil); res.StatusCode != 403 {
+		t.Fatalf("non-admin recover: %d", res.StatusCode)
+	}
+	admin := env.Login(root)
+	validate(t, admin)
+	var p pageJSON
+	res := env.Do(admin, "GET", "/api/v1/admin/workspaces", nil)
+	res.Decode(t, &p)
+	if res.StatusCode != 200 || len(p.Workspaces) != 1 || p.Workspaces[0].ID != w.ID {
+		t.Fatalf("admin list: %d %s", res.StatusCode, res.Body)
+	}
+	if res := env.Do(admin, "POST", "/api/v1/admin/workspaces/"+w.ID+"/recover", nil); res.StatusCode != 409 || res.ErrorCode() != "INVALID_STATE" {
+		t.Fatalf("recover a healthy workspace: %d %s", res.StatusCode, res.Body)
+	}
+	env.Exec(`UPDATE workspaces SET phase = 'ERROR', error_reason = 'Timeout', error_count = 3 WHERE id = $1`, w.ID)
+	// In ERROR the owner may only delete.
+	if res := env.Do(user, "PATCH", "/api/v1/workspaces/"+w.ID, map[string]string{"desired_state": "STANDBY"}); res.StatusCode != 409 {
+		t.Fatalf("patch an ERROR workspace: %d %s", res.StatusCode, res.Body)
+	}
+	var got wsJSON
+	env.Do(user, "GET", "/api/v1/workspaces/"+w.ID, nil).Decode(t, &got)
+	if got.Phase != "ERROR" || got.ErrorReason == nil || *got.ErrorReason != "Timeout" {
+		t.Fatalf("ERROR workspace shows %+v", got)
+	}
+	res = env.Do(admin, "POST", "/api/v1/admin/workspaces/"+w.ID+"/recover", nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("recover: %d %s", res.StatusCode, res.Body)
+	}
+	if row := env.Workspace(w.ID); row.Phase == workspace.PhaseError || row.ErrorCount != 0 || row.ErrorReason != nil {
+		t.Fatalf("after recover: phase %s count %d", row.Phase, row.ErrorCount)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	env := apitest.New(t, apitest.Config{MaxRunningPerUser: 2})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	validate(t, c)
+	for _, n := range []string{"one", "two"} {
+		if res := env.Do(c, "POST", "/api/v1/workspaces", map[string]string{"name": n}); res.StatusCode != 201 {
+			t.Fatalf("create %s: %d %s", n, res.StatusCode, res.Body)
+		}
+	}
+	res := env.Do(c, "POST", "/api/v1/workspaces", map[string]string{"name": "three"})
+	if res.StatusCode != 429 || res.ErrorCode() != "LIMIT_EXCEEDED" {
+		t.Fatalf("third running workspace: %d %s", res.StatusCode, res.Body)
+	}
+	if n := countWorkspaces(t, env); n != 2 {
+		t.Fatalf("%d workspaces after a refused create", n)
+	}
+}
+
+// Fifty start requests at once must never leave more workspaces wanting to
+// run than the limit allows.
+func TestConcurrentStartsRespectLimit(t *testing.T) {
+	const limit, n = 2, 50
+	env := apitest.New(t, apitest.Config{MaxRunningPerUser: limit})
+	alice := env.CreateUser("alice", false)
+	ids := make([]string, n)
+	for i := range n {
+		w := env.CreateWorkspace(alice, fmt.Sprintf("ws-%02d", i))
+		if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = w.ID
+	}
+	c := env.Login(alice)
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			req, _ := http.NewRequest("PATCH", env.URL+"/api/v1/workspaces/"+id, strings.NewReader(`{"desired_state":"RUNNING"}`))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := c.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			res.Body.Close()
+			codes[i] = res.StatusCode
+		}()
+	}
+	close(start)
+	wg.Wait()
+	ok, limited := 0, 0
+	for _, code := range codes {
+		switch code {
+		case 200:
+			ok++
+		case 429:
+			limited++
+		default:
+			t.Errorf("unexpected status %d", code)
+		}
+	}
+	var running int
+	if err := env.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM workspaces WHERE desired_state = 'RUNNING' AND deleted_at IS NULL`).Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	if ok != limit || limited != n-limit || running != limit {
+		t.Fatalf("%d accepted, %d limited, %d want to run; limit %d", ok, limited, running, limit)
+	}
+}
+
+func TestMetricsAndOpenAPI(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	env.CreateWorkspace(alice, "m")
+	c := env.Login(alice)
+	res := env.Do(c, "GET", "/api/v1/openapi.json", nil)
+	if res.StatusCode != 200 || !strings.Contains(string(res.Body), `"openapi": "3.0.3"`) {
+		t.Fatalf("openapi: %d", res.StatusCode)
+	}
+	env.Do(c, "POST", "/api/v1/login", map[string]string{"username": "alice", "password": "bad"})
+	body := string(env.Do(c, "GET", "/metrics", nil).Body)
+	for _, want := range []string{
+		`codehub_http_requests_total{code="200",route="GET /api/v1/openapi.json"} 1`,
+		`codehub_login_failures_total 1`,
+		`codehub_workspaces{phase="PENDING"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

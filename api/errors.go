@@ -1,0 +1,125 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// Error codes of the envelope {"error":{"code","message"}} (docs/api.md).
+const (
+	CodeInvalidJSON      = "INVALID_JSON"
+	CodeInvalidInput     = "INVALID_INPUT"
+	CodeUnauthenticated  = "UNAUTHENTICATED"
+	CodeForbidden        = "FORBIDDEN"
+	CodeCrossOrigin      = "CROSS_ORIGIN"
+	CodeNotFound         = "NOT_FOUND"
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	CodeNameTaken        = "NAME_TAKEN"
+	CodeInvalidState     = "INVALID_STATE"
+	CodeBodyTooLarge     = "BODY_TOO_LARGE"
+	CodeUnsupportedMedia = "UNSUPPORTED_MEDIA_TYPE"
+	CodeLimitExceeded    = "LIMIT_EXCEEDED"
+	CodeTooManyAttempts  = "TOO_MANY_ATTEMPTS"
+	CodeInternal         = "INTERNAL"
+)
+
+// maxBodyBytes bounds every JSON request body.
+const maxBodyBytes = 64 << 10
+
+// Error is an API error as the client sees it.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+func newError(status int, code, message string) *Error {
+	return &Error{Status: status, Code: code, Message: message}
+}
+
+// WriteError writes the error envelope.
+func WriteError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Status, struct {
+		Error *Error `json:"error"`
+	}{e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decodeJSON reads exactly one JSON object with only known fields from a
+// body of at most maxBodyBytes.
+func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *Error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "request body must be application/json")
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return jsonError(err)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		if err != nil {
+			if e := jsonError(err); e.Code == CodeBodyTooLarge {
+				return e
+			}
+		}
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "request body must hold a single JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) *Error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes))
+	}
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: typeErr.Field,
+			Message: fmt.Sprintf("%s: must be a %s", typeErr.Field, typeErr.Type.Kind())}
+	}
+	if errors.Is(err, io.EOF) {
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "request body is empty")
+	}
+	return newError(http.StatusBadRequest, CodeInvalidJSON, "malformed JSON: "+err.Error())
+}
+
+// serviceError maps an error of the workspace service layer to the client's
+// answer; anything unexpected is logged and becomes 500 without detail.
+func serviceError(logger hclog.Logger, err error) *Error {
+	var input *workspace.InputError
+	switch {
+	case errors.As(err, &input):
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: input.Field, Message: input.Error()}
+	case errors.Is(err, workspace.ErrNotFound):
+		return newError(http.StatusNotFound, CodeNotFound, "workspace not found")
+	case errors.Is(err, workspace.ErrNameTaken):
+		return newError(http.StatusConflict, CodeNameTaken, "you already have a workspace with that name")
+	case errors.Is(err, workspace.ErrInvalidState):
+		return newError(http.StatusConflict, CodeInvalidState, err.Error())
+	case errors.Is(err, workspace.ErrLimitExceeded):
+		return newError(http.StatusTooManyRequests, CodeLimitExceeded, err.Error())
+	}
+	logger.Error("request failed", "error", err)
+	return internalError()
+}
+
+func internalError() *Error {
+	return newError(http.StatusInternalServerError, CodeInternal, "internal error")
+}

@@ -1,0 +1,141 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/codehub-io/codehub/store"
+)
+
+// SessionCookie is the name of CodeHub's session cookie.
+const SessionCookie = "codehub_session"
+
+// sessionCacheTTL bounds how long a replica trusts a session it looked up
+// without asking the database again: a logout on another replica, an
+// expiry or a password change takes effect within this time.
+const sessionCacheTTL = 2 * time.Second
+
+// sessions authenticates requests by their session cookie.
+type sessions struct {
+	pool   *pgxpool.Pool
+	ttl    time.Duration
+	secure bool
+	domain string
+
+	mu    sync.Mutex
+	cache map[[sha256.Size]byte]cachedSession
+}
+
+type cachedSession struct {
+	session store.Session
+	until   time.Time
+}
+
+func newSessions(pool *pgxpool.Pool, ttl time.Duration, secure bool, domain string) *sessions {
+	return &sessions{pool: pool, ttl: ttl, secure: secure, domain: domain, cache: map[[sha256.Size]byte]cachedSession{}}
+}
+
+// newToken returns a random session token and the hash stored for it.
+func newToken() (string, [sha256.Size]byte, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", [sha256.Size]byte{}, fmt.Errorf("read session token: %w", err)
+	}
+	token := base64.RawURLEncoding.EncodeToString(b)
+	return token, sha256.Sum256([]byte(token)), nil
+}
+
+// start creates a session for the user and returns the cookie carrying it.
+func (s *sessions) start(ctx context.Context, userID string) (*http.Cookie, time.Time, error) {
+	token, hash, err := newToken()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	expires, err := store.CreateSession(ctx, s.pool, hash[:], userID, s.ttl)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return s.cookie(token, expires), expires, nil
+}
+
+func (s *sessions) cookie(value string, expires time.Time) *http.Cookie {
+	c := &http.Cookie{
+		Name: SessionCookie, Value: value, Path: "/", Domain: s.domain,
+		HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode,
+	}
+	if value == "" {
+		c.MaxAge = -1
+	} else {
+		c.Expires = expires
+	}
+	return c
+}
+
+// end deletes the request's session, if any, and returns the cookie that
+// clears it in the browser.
+func (s *sessions) end(ctx context.Context, r *http.Request) (*http.Cookie, error) {
+	if c, err := r.Cookie(SessionCookie); err == nil {
+		hash := sha256.Sum256([]byte(c.Value))
+		s.mu.Lock()
+		delete(s.cache, hash)
+		s.mu.Unlock()
+		if err := store.DeleteSession(ctx, s.pool, hash[:]); err != nil {
+			return nil, err
+		}
+	}
+	return s.cookie("", time.Time{}), nil
+}
+
+// fromRequest returns the session of a request; ok is false when it has
+// none or it expired.
+func (s *sessions) fromRequest(r *http.Request) (store.Session, bool, error) {
+	c, err := r.Cookie(SessionCookie)
+	if err != nil || c.Value == "" {
+		return store.Session{}, false, nil
+	}
+	hash := sha256.Sum256([]byte(c.Value))
+	now := time.Now()
+	s.mu.Lock()
+	cached, hit := s.cache[hash]
+	s.mu.Unlock()
+	if hit && now.Before(cached.until) && now.Before(cached.session.ExpiresAt) {
+		return cached.session, true, nil
+	}
+	sess, err := store.SessionByTokenHash(r.Context(), s.pool, hash[:])
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Session{}, false, nil
+	}
+	if err != nil {
+		return store.Session{}, false, err
+	}
+	s.remember(hash, sess, now)
+	return sess, true, nil
+}
+
+func (s *sessions) remember(hash [sha256.Size]byte, sess store.Session, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cache) >= 4096 {
+		for k, v := range s.cache {
+			if now.After(v.until) {
+				delete(s.cache, k)
+			}
+		}
+	}
+	s.cache[hash] = cachedSession{session: sess, until: now.Add(sessionCacheTTL)}
+}
+
+// SessionUser implements proxy.Authenticator.
+func (s *sessions) SessionUser(r *http.Request) (string, bool, error) {
+	sess, ok, err := s.fromRequest(r)
+	return sess.UserID, ok, err
+}

@@ -1,0 +1,276 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/codehub-io/codehub/proxy"
+	"github.com/codehub-io/codehub/store"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// WorkspaceService is the part of the workspace service layer the API uses.
+type WorkspaceService interface {
+	Create(ctx context.Context, req workspace.CreateRequest) (workspace.Workspace, error)
+	Get(ctx context.Context, id string) (workspace.Workspace, error)
+	List(ctx context.Context, f workspace.ListFilter) ([]workspace.Workspace, error)
+	Update(ctx context.Context, id string, req workspace.UpdateRequest) (workspace.Workspace, error)
+	SetDesired(ctx context.Context, id string, desired workspace.DesiredState) (workspace.Workspace, error)
+	Delete(ctx context.Context, id string) error
+	Recover(ctx context.Context, id string) (workspace.Workspace, error)
+	Running(ctx context.Context, ownerID string) ([]workspace.Workspace, error)
+}
+
+// Page sizes of the list endpoints.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 200
+)
+
+// workspaceView is a workspace as the API shows it (docs/api.md).
+type workspaceView struct {
+	ID           string                 `json:"id"`
+	OwnerID      string                 `json:"owner_id"`
+	Name         string                 `json:"name"`
+	Description  string                 `json:"description"`
+	Image        string                 `json:"image"`
+	Phase        string                 `json:"phase"`
+	DesiredState workspace.DesiredState `json:"desired_state"`
+	Operation    workspace.Operation    `json:"operation"`
+	Conditions   workspace.Conditions   `json:"conditions"`
+	ErrorReason  *string                `json:"error_reason"`
+	ErrorMessage *string                `json:"error_message"`
+	LastAccessAt time.Time              `json:"last_access_at"`
+	URL          string                 `json:"url"`
+	CreatedAt    time.Time              `json:"created_at"`
+	UpdatedAt    time.Time              `json:"updated_at"`
+	Version      int64                  `json:"version"`
+}
+
+func (s *Server) view(w workspace.Workspace) workspaceView {
+	return workspaceView{
+		ID: w.ID, OwnerID: w.OwnerID, Name: w.Name, Description: w.Description, Image: w.Image,
+		Phase: workspace.DisplayPhase(w), DesiredState: w.DesiredState, Operation: w.Operation,
+		Conditions: w.Conditions, ErrorReason: w.ErrorReason, ErrorMessage: w.ErrorMessage,
+		LastAccessAt: w.LastAccessAt.UTC(), URL: s.sites.WorkspaceURL(w.ID),
+		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(), Version: w.Version,
+	}
+}
+
+type workspacePage struct {
+	Workspaces []workspaceView `json:"workspaces"`
+	Next       *string         `json:"next"`
+}
+
+type createRequest struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Image       string `json:"image"`
+}
+
+type patchRequest struct {
+	Name         *string `json:"name"`
+	Description  *string `json:"description"`
+	DesiredState *string `json:"desired_state"`
+}
+
+func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	s.writePage(w, r, sess.UserID)
+}
+
+func (s *Server) adminListWorkspaces(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.requireAdmin(w, r); !ok {
+		return
+	}
+	owner := r.URL.Query().Get("owner_id")
+	s.writePage(w, r, owner)
+}
+
+// writePage answers a list request; ownerID empty lists every owner.
+func (s *Server) writePage(w http.ResponseWriter, r *http.Request, ownerID string) {
+	limit, after, e := pageParams(r)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	if ownerID == "" && r.URL.Query().Has("owner_id") {
+		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "owner_id", Message: "owner_id: must not be empty"})
+		return
+	}
+	// One extra row tells whether another page follows.
+	list, err := s.workspaces.List(r.Context(), workspace.ListFilter{OwnerID: ownerID, Limit: limit + 1, After: after})
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
+	}
+	page := workspacePage{Workspaces: make([]workspaceView, 0, len(list))}
+	if len(list) > limit {
+		list = list[:limit]
+		next := list[limit-1].ID
+		page.Next = &next
+	}
+	for _, ws := range list {
+		page.Workspaces = append(page.Workspaces, s.view(ws))
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// pageParams reads ?limit= and ?after=.
+func pageParams(r *http.Request) (int, string, *Error) {
+	q := r.URL.Query()
+	limit := defaultPageSize
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageSize {
+			return 0, "", &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "limit",
+				Message: "limit: must be an integer from 1 to " + strconv.Itoa(maxPageSize)}
+		}
+		limit = n
+	}
+	after := q.Get("after")
+	if after != "" && !proxy.ValidID(after) {
+		return 0, "", &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "after", Message: "after: must be a workspace id"}
+	}
+	return limit, after, nil
+}
+
+func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	var req createRequest
+	if e := decodeJSON(w, r, &req); e != nil {
+		WriteError(w, e)
+		return
+	}
+	ws, err := s.workspaces.Create(r.Context(), workspace.CreateRequest{
+		OwnerID: sess.UserID, Name: req.Name, Description: req.Description, Image: req.Image,
+	})
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
+	}
+	w.Header().Set("Location", "/api/v1/workspaces/"+ws.ID)
+	writeJSON(w, http.StatusCreated, s.view(ws))
+}
+
+// ownedWorkspace loads the workspace named by the path for its owner; it
+// answers 404 for malformed, unknown and deleted ids and 403 for another
+// user's workspace.
+func (s *Server) ownedWorkspace(w http.ResponseWriter, r *http.Request, sess store.Session) (workspace.Workspace, bool) {
+	id := r.PathValue("id")
+	if !proxy.ValidID(id) {
+		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "workspace not found"))
+		return workspace.Workspace{}, false
+	}
+	ws, err := s.workspaces.Get(r.Context(), id)
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return workspace.Workspace{}, false
+	}
+	if ws.OwnerID != sess.UserID {
+		WriteError(w, newError(http.StatusForbidden, CodeForbidden, "this workspace belongs to another user"))
+		return workspace.Workspace{}, false
+	}
+	return ws, true
+}
+
+func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	ws, ok := s.ownedWorkspace(w, r, sess)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, s.view(ws))
+}
+
+// patchWorkspace applies name and description first, then the desired
+// state: a refused desired state (409, 429) is reported while a valid
+// rename in the same request stands.
+func (s *Server) patchWorkspace(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	var req patchRequest
+	if e := decodeJSON(w, r, &req); e != nil {
+		WriteError(w, e)
+		return
+	}
+	var desired workspace.DesiredState
+	if req.DesiredState != nil {
+		switch d := workspace.DesiredState(*req.DesiredState); d {
+		case workspace.DesiredRunning, workspace.DesiredStandby, workspace.DesiredArchived:
+			desired = d
+		default:
+			WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "desired_state",
+				Message: "desired_state: must be RUNNING, STANDBY or ARCHIVED"})
+			return
+		}
+	}
+	ws, ok := s.ownedWorkspace(w, r, sess)
+	if !ok {
+		return
+	}
+	var err error
+	if req.Name != nil || req.Description != nil {
+		ws, err = s.workspaces.Update(r.Context(), ws.ID, workspace.UpdateRequest{Name: req.Name, Description: req.Description})
+		if err != nil {
+			WriteError(w, serviceError(s.logger, err))
+			return
+		}
+	}
+	if desired != "" {
+		ws, err = s.workspaces.SetDesired(r.Context(), ws.ID, desired)
+		if err != nil {
+			WriteError(w, serviceError(s.logger, err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, s.view(ws))
+}
+
+func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	ws, ok := s.ownedWorkspace(w, r, sess)
+	if !ok {
+		return
+	}
+	if err := s.workspaces.Delete(r.Context(), ws.ID); err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) recoverWorkspace(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireAdmin(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if !proxy.ValidID(id) {
+		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "workspace not found"))
+		return
+	}
+	ws, err := s.workspaces.Recover(r.Context(), id)
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
+	}
+	s.logger.Info("workspace recovered by admin", "workspace_id", id, "admin", sess.Username)
+	writeJSON(w, http.StatusOK, s.view(ws))
+}

@@ -1,0 +1,275 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/minio/minio-go/v7"
+
+	"github.com/codehub-io/codehub/internal/testenv"
+)
+
+// BenchmarkDataMover compares the archive and restore of this package (run
+// in a child process, so the peak RSS measured is theirs alone) with tar and
+// zstd from the system plus an upload or download of the file, on one tree
+// of many small files and a few large ones. Run it with
+//
+//	go test -run '^$' -bench BenchmarkDataMover -benchtime 1x -timeout 30m ./archive/
+//
+// CODEHUB_BENCH_TREE_MIB sets the tree size (default 1024).
+func BenchmarkDataMover(b *testing.B) {
+	for _, tool := range []string{"tar", "zstd", "/usr/bin/time"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Skipf("%s not on PATH", tool)
+		}
+	}
+	treeMiB := int64(1024)
+	if v := os.Getenv("CODEHUB_BENCH_TREE_MIB"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatalf("CODEHUB_BENCH_TREE_MIB: %v", err)
+		}
+		treeMiB = n
+	}
+	s3 := testenv.NewS3(b)
+	store := NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket)
+	work := b.TempDir()
+	src := filepath.Join(work, "src")
+	files, size := makeBenchTree(b, src, treeMiB<<20)
+	b.Logf("tree: %d regular files, %d bytes", files, size)
+	ctx := context.Background()
+	file := filepath.Join(work, "baseline.tar.zst")
+	var r benchResult
+
+	b.ResetTimer()
+	for i := range b.N {
+		r.add(&r.baseCompress, measure(b, shell("tar -cf - -C "+src+" . | zstd -3 -T1 -q -f -o "+file)))
+		r.baseUpload += timed(b, func() error {
+			_, err := s3.Client.FPutObject(ctx, s3.Bucket, "baseline.tar.zst", file, minio.PutObjectOptions{})
+			return err
+		})
+		r.baseDownload += timed(b, func() error {
+			return s3.Client.FGetObject(ctx, s3.Bucket, "baseline.tar.zst", file, minio.GetObjectOptions{})
+		})
+		baseDst := mkdir(b, work, fmt.Sprint("baseline-restore-", i))
+		r.add(&r.baseExtract, measure(b, shell("zstd -d -q -c "+file+" | tar -x -C "+baseDst)))
+
+		if err := store.Delete(ctx, testKey); err != nil {
+			b.Fatal(err)
+		}
+		r.add(&r.archive, measure(b, helperCmd(s3, "archive", src, "")))
+		dst := mkdir(b, work, fmt.Sprint("restore-", i))
+		r.add(&r.restore, measure(b, helperCmd(s3, "restore", dst, "")))
+
+		if gotFiles, gotSize := treeSize(b, dst); gotFiles != files || gotSize != size {
+			b.Fatalf("restored %d files, %d bytes; want %d, %d", gotFiles, gotSize, files, size)
+		}
+		meta, err := store.Stat(ctx, testKey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.objectSize = meta.Size
+		for _, d := range []string{baseDst, dst} {
+			if err := os.RemoveAll(d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	r.report(b, size)
+}
+
+// measurement is the wall time and peak RSS (KiB) of one child process
+// tree; for a pipeline, the RSS of its largest process.
+type measurement struct {
+	wall   time.Duration
+	rssKiB int64
+}
+
+type benchResult struct {
+	baseCompress, baseExtract, archive, restore measurement
+	baseUpload, baseDownload                    time.Duration
+	objectSize                                  int64
+}
+
+func (r *benchResult) add(to *measurement, m measurement) {
+	to.wall += m.wall
+	to.rssKiB = max(to.rssKiB, m.rssKiB)
+}
+
+func shell(script string) *exec.Cmd {
+	return exec.Command("sh", "-c", "set -e; "+script)
+}
+
+// measure runs cmd under /usr/bin/time, which reports the peak RSS of the
+// command alone; the benchmark's own rusage would not do: a child's maxrss
+// starts from the RSS of the process that forked it.
+func measure(b *testing.B, cmd *exec.Cmd) measurement {
+	b.Helper()
+	rssFile := filepath.Join(b.TempDir(), "rss")
+	timedCmd := exec.Command("/usr/bin/time", append([]string{"-f", "%M", "-o", rssFile}, cmd.Args...)...)
+	timedCmd.Env = cmd.Env
+	var out strings.Builder
+	timedCmd.Stdout, timedCmd.Stderr = &out, &out
+	start := time.Now()
+	if err := timedCmd.Run(); err != nil {
+		b.Fatalf("%s: %v\n%s", cmd, err, out.String())
+	}
+	wall := time.Since(start)
+	raw, err := os.ReadFile(rssFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rss, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		b.Fatalf("peak RSS from /usr/bin/time: %v", err)
+	}
+	return measurement{wall: wall, rssKiB: rss}
+}
+
+func timed(b *testing.B, f func() error) time.Duration {
+	b.Helper()
+	start := time.Now()
+	if err := f(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+func mkdir(b *testing.B, parent, name string) string {
+	b.Helper()
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return dir
+}
+
+func (r *benchResult) report(b *testing.B, treeBytes int64) {
+	n := time.Duration(b.N)
+	rate := func(d time.Duration) float64 { return float64(treeBytes) / 1e6 / (d / n).Seconds() }
+	baseArchive := r.baseCompress.wall + r.baseUpload
+	baseRestore := r.baseDownload + r.baseExtract.wall
+	b.ReportMetric(rate(r.archive.wall), "archive-MB/s")
+	b.ReportMetric(rate(r.restore.wall), "restore-MB/s")
+	b.ReportMetric(baseArchive.Seconds()/r.archive.wall.Seconds(), "archive/baseline")
+	b.ReportMetric(r.baseExtract.wall.Seconds()/r.restore.wall.Seconds(), "restore/extract-only")
+	b.ReportMetric(baseRestore.Seconds()/r.restore.wall.Seconds(), "restore/baseline")
+	b.ReportMetric(float64(r.archive.rssKiB)/1024, "archive-RSS-MiB")
+	b.ReportMetric(float64(r.restore.rssKiB)/1024, "restore-RSS-MiB")
+	per := func(d time.Duration) string { return (d / n).Round(10 * time.Millisecond).String() }
+	b.Logf("archive object: %d bytes (%.1f%% of the tree)", r.objectSize, 100*float64(r.objectSize)/float64(treeBytes))
+	b.Logf("baseline archive: tar | zstd -3 -T1 %s (peak RSS %d KiB) + upload %s = %s",
+		per(r.baseCompress.wall), r.baseCompress.rssKiB, per(r.baseUpload), per(baseArchive))
+	b.Logf("codehub archive: %s (peak RSS %d KiB)", per(r.archive.wall), r.archive.rssKiB)
+	b.Logf("baseline restore: download %s + zstd -d | tar -x %s (peak RSS %d KiB) = %s",
+		per(r.baseDownload), per(r.baseExtract.wall), r.baseExtract.rssKiB, per(baseRestore))
+	b.Logf("codehub restore: %s (peak RSS %d KiB)", per(r.restore.wall), r.restore.rssKiB)
+}
+
+// makeBenchTree writes about size bytes: three quarters in four large files
+// (two incompressible, two text-like), the rest in small text-like files of
+// 1-16 KiB spread over nested directories, the shape of a developer home.
+func makeBenchTree(b *testing.B, dir string, size int64) (files int, total int64) {
+	b.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	text := textPool(rng, 64<<20)
+	large := size * 3 / 4 / 4
+	for i := range 4 {
+		name := filepath.Join(dir, "large", fmt.Sprintf("big-%d.bin", i))
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if i < 2 {
+			writeRandom(b, name, large, uint64(i+10))
+		} else {
+			writeText(b, name, text, rng, large)
+		}
+		files++
+		total += large
+	}
+	for total < size {
+		n := min(int64(1<<10+rng.IntN(15<<10)), size-total)
+		name := filepath.Join(dir, "src", fmt.Sprintf("d%02d", rng.IntN(40)), fmt.Sprintf("m%02d", rng.IntN(40)), fmt.Sprintf("f%06d.txt", files))
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		off := rng.Int64N(int64(len(text)) - n)
+		if err := os.WriteFile(name, text[off:off+n], 0o644); err != nil {
+			b.Fatal(err)
+		}
+		files++
+		total += n
+	}
+	return files, total
+}
+
+// textPool returns size bytes of random words: compressible like source
+// code, but with no long repeats for zstd to find across files.
+func textPool(rng *rand.Rand, size int) []byte {
+	words := make([]string, 4096)
+	for i := range words {
+		w := make([]byte, 2+rng.IntN(10))
+		for j := range w {
+			w[j] = byte('a' + rng.IntN(26))
+		}
+		words[i] = string(w)
+	}
+	buf := make([]byte, 0, size+64)
+	for len(buf) < size {
+		buf = append(buf, words[rng.IntN(len(words))]...)
+		if rng.IntN(12) == 0 {
+			buf = append(buf, '\n')
+		} else {
+			buf = append(buf, ' ')
+		}
+	}
+	return buf[:size]
+}
+
+func writeText(b *testing.B, name string, pool []byte, rng *rand.Rand, size int64) {
+	b.Helper()
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for written := int64(0); written < size; {
+		n := min(int64(1<<20), size-written)
+		off := rng.Int64N(int64(len(pool)) - n)
+		if _, err := f.Write(pool[off : off+n]); err != nil {
+			b.Fatal(err)
+		}
+		written += n
+	}
+}
+
+func treeSize(b *testing.B, dir string) (files int, total int64) {
+	b.Helper()
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		files++
+		total += fi.Size()
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return files, total
+}

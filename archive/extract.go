@@ -1,0 +1,255 @@
+package archive
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Limits that make a header absurd rather than merely large.
+const (
+	maxEntrySize = 5 << 40 // S3's object limit bounds any file we wrote
+	maxNameLen   = 4096    // PATH_MAX
+	maxComponent = 255     // NAME_MAX
+)
+
+// entry is a tar header that passed checkEntry.
+type entry struct {
+	kind  entryKind
+	hard  bool // a hard link to an earlier regular file
+	name  string
+	link  string
+	mode  fs.FileMode
+	size  int64
+	mtime time.Time
+}
+
+// checkEntry decides whether a header may be extracted and how. It rejects
+// anything that could write outside the target or create what a home must
+// not hold (devices, fifos); setuid and setgid bits are dropped because the
+// extractor may run as root.
+func checkEntry(h *tar.Header) (entry, error) {
+	name := strings.TrimSuffix(h.Name, "/")
+	if err := checkName(name); err != nil {
+		return entry{}, fmt.Errorf("entry %q: %w", h.Name, err)
+	}
+	e := entry{name: name, mode: fs.FileMode(h.Mode & 0o777), mtime: h.ModTime}
+	if h.Mode&0o1000 != 0 {
+		e.mode |= fs.ModeSticky
+	}
+	if h.Size < 0 || h.Size > maxEntrySize {
+		return entry{}, fmt.Errorf("entry %q: absurd size %d", h.Name, h.Size)
+	}
+	for k := range h.PAXRecords {
+		// Sparse entries expand holes into data: a few bytes of archive
+		// could claim terabytes. We never write them.
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return entry{}, fmt.Errorf("entry %q: sparse files are not allowed", h.Name)
+		}
+	}
+	if h.Typeflag != tar.TypeReg && h.Size != 0 {
+		return entry{}, fmt.Errorf("entry %q: type %q with %d bytes of data", h.Name, h.Typeflag, h.Size)
+	}
+	switch h.Typeflag {
+	case tar.TypeReg:
+		e.kind, e.size = kindFile, h.Size
+	case tar.TypeDir:
+		e.kind = kindDir
+	case tar.TypeSymlink:
+		if strings.ContainsRune(h.Linkname, 0) || linkEscapes(name, h.Linkname) {
+			return entry{}, fmt.Errorf("entry %q: symlink to %q leaves the target", h.Name, h.Linkname)
+		}
+		e.kind, e.link = kindSymlink, h.Linkname
+	case tar.TypeLink:
+		if err := checkName(h.Linkname); err != nil || h.Linkname == name {
+			return entry{}, fmt.Errorf("entry %q: hard link to %q is not a file inside the target", h.Name, h.Linkname)
+		}
+		e.kind, e.hard, e.link = kindFile, true, h.Linkname
+	default:
+		return entry{}, fmt.Errorf("entry %q: type %q is not allowed", h.Name, h.Typeflag)
+	}
+	return e, nil
+}
+
+// checkName accepts only clean, relative, slash-separated names.
+func checkName(name string) error {
+	switch {
+	case name == "" || name == ".":
+		return errors.New("empty name")
+	case len(name) > maxNameLen:
+		return errors.New("name too long")
+	case strings.ContainsRune(name, 0):
+		return errors.New("NUL in name")
+	case path.IsAbs(name):
+		return errors.New("absolute name")
+	case path.Clean(name) != name:
+		return errors.New("name is not clean")
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return errors.New("name climbs out with ..")
+		}
+		if len(c) > maxComponent {
+			return errors.New("name component too long")
+		}
+	}
+	return nil
+}
+
+// extractor writes tar entries below root. os.Root confines every file
+// operation to the target, even through symlinks the archive created.
+type extractor struct {
+	root    *os.Root
+	written *atomic.Int64
+	dirs    []entry         // attributes applied last, deepest first
+	made    map[string]bool // directories known to exist
+	buf     []byte
+}
+
+// extractTar extracts a tar stream into root. Every failure is classified:
+// a full disk is DISK_FULL, an S3 failure keeps its code, anything the
+// archive is to blame for is TAR_EXTRACT_FAILED.
+func extractTar(ctx context.Context, r io.Reader, root *os.Root, written *atomic.Int64) error {
+	x := &extractor{root: root, written: written, made: map[string]bool{".": true}, buf: make([]byte, 1<<20)}
+	return extractError(x.run(ctx, tar.NewReader(r)))
+}
+
+func extractError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, coded := errors.AsType[*Error](err); coded {
+		return err
+	}
+	if CodeOf(err) == CodeDiskFull {
+		return withCode(CodeDiskFull, err)
+	}
+	return withCode(CodeTarExtractFailed, err)
+}
+
+func (x *extractor) run(ctx context.Context, tr *tar.Reader) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return withCode(CodeUnknown, err)
+		}
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read tar header: %w", err)
+		}
+		e, err := checkEntry(h)
+		if err != nil {
+			return err
+		}
+		if err := x.write(e, tr); err != nil {
+			return err
+		}
+	}
+	return x.finishDirs()
+}
+
+func (x *extractor) write(e entry, tr io.Reader) error {
+	if e.kind == kindDir {
+		return x.dir(e)
+	}
+	if err := x.parent(e.name); err != nil {
+		return err
+	}
+	switch {
+	case e.kind == kindSymlink:
+		return x.root.Symlink(e.link, e.name)
+	case e.hard:
+		return x.hardlink(e)
+	default:
+		return x.file(e, tr)
+	}
+}
+
+// parent makes sure the directory holding name exists; directories the
+// archive does not list itself stay private (0700).
+func (x *extractor) parent(name string) error {
+	dir := path.Dir(name)
+	if x.made[dir] {
+		return nil
+	}
+	if err := x.root.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	x.made[dir] = true
+	return nil
+}
+
+func (x *extractor) dir(e entry) error {
+	if err := x.parent(e.name); err != nil {
+		return err
+	}
+	if err := x.root.Mkdir(e.name, 0o700); err != nil {
+		// A directory already made as a parent is fine; anything else there
+		// (a file, a symlink) means the archive is contradictory.
+		fi, statErr := x.root.Lstat(e.name)
+		if statErr != nil || !fi.IsDir() {
+			return err
+		}
+	}
+	x.made[e.name] = true
+	x.dirs = append(x.dirs, e)
+	return nil
+}
+
+func (x *extractor) hardlink(e entry) error {
+	fi, err := x.root.Lstat(e.link)
+	if err != nil {
+		return fmt.Errorf("hard link %q: %w", e.name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("hard link %q: target %q is not a regular file", e.name, e.link)
+	}
+	return x.root.Link(e.link, e.name)
+}
+
+func (x *extractor) file(e entry, tr io.Reader) error {
+	f, err := x.root.OpenFile(e.name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	n, err := io.CopyBuffer(f, tr, x.buf)
+	x.written.Add(n)
+	if err == nil && n != e.size {
+		err = fmt.Errorf("entry %q: %d of %d bytes", e.name, n, e.size)
+	}
+	if err == nil {
+		err = f.Chmod(e.mode)
+	}
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return err
+	}
+	return x.root.Chtimes(e.name, e.mtime, e.mtime)
+}
+
+// finishDirs applies directory modes and mtimes after their contents are
+// written, deepest first, so a read-only directory can still be filled.
+func (x *extractor) finishDirs() error {
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		d := x.dirs[i]
+		if err := x.root.Chmod(d.name, d.mode); err != nil {
+			return err
+		}
+		if err := x.root.Chtimes(d.name, d.mtime, d.mtime); err != nil {
+			return err
+		}
+	}
+	return nil
+}

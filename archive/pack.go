@@ -1,0 +1,184 @@
+package archive
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// stagingName is the directory a restore extracts into, inside the target
+// (the only place certain to be on the same filesystem). Archives never
+// contain it.
+const stagingName = ".codehub-restore"
+
+// entryKind is what the archive does with a file system object.
+type entryKind int
+
+const (
+	kindSkip entryKind = iota // sockets, devices, fifos: not user data
+	kindDir
+	kindFile
+	kindSymlink
+)
+
+func kindOf(mode fs.FileMode) entryKind {
+	switch {
+	case mode.IsRegular():
+		return kindFile
+	case mode.IsDir():
+		return kindDir
+	case mode&fs.ModeSymlink != 0:
+		return kindSymlink
+	default:
+		return kindSkip
+	}
+}
+
+// tarMode converts permission and special bits to the tar header's Unix
+// mode. Ownership is never recorded: restore writes as whoever runs it.
+func tarMode(m fs.FileMode) int64 {
+	mode := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}
+
+// linkEscapes reports whether a symlink at name (slash-separated, relative
+// to the archive root) with the given target points outside the root. It is
+// a lexical check; extraction additionally confines itself with os.Root.
+func linkEscapes(name, target string) bool {
+	if target == "" || path.IsAbs(target) {
+		return true
+	}
+	resolved := path.Join(path.Dir(name), target)
+	return resolved == ".." || strings.HasPrefix(resolved, "../")
+}
+
+type fileID struct{ dev, ino uint64 }
+
+// packer writes a directory tree as a tar stream.
+type packer struct {
+	logger hclog.Logger
+	tw     *tar.Writer
+	root   string
+	read   *atomic.Int64
+	links  map[fileID]string // first name of each multiply linked file
+	buf    []byte
+}
+
+// writeTree writes the contents of root (not root itself) to w as tar, in
+// lexical order so the same tree always gives the same bytes.
+func writeTree(ctx context.Context, logger hclog.Logger, root string, w io.Writer, read *atomic.Int64) error {
+	p := &packer{
+		logger: logger, tw: tar.NewWriter(w), root: root, read: read,
+		links: make(map[fileID]string), buf: make([]byte, 1<<20),
+	}
+	err := filepath.WalkDir(root, func(file string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, file)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		if rel == stagingName {
+			logger.Warn("skipping leftover restore staging directory", "path", file)
+			return fs.SkipDir
+		}
+		return p.add(file, filepath.ToSlash(rel))
+	})
+	if err != nil {
+		return fmt.Errorf("walk %s: %w", root, err)
+	}
+	return p.tw.Close()
+}
+
+func (p *packer) add(file, name string) error {
+	info, err := os.Lstat(file)
+	if err != nil {
+		return err
+	}
+	hdr := &tar.Header{
+		Name:    name,
+		Mode:    tarMode(info.Mode()),
+		ModTime: info.ModTime(),
+		// PAX keeps nanosecond mtimes and long or non-ASCII names.
+		Format: tar.FormatPAX,
+	}
+	switch kindOf(info.Mode()) {
+	case kindSkip:
+		p.logger.Info("skipping special file", "path", file, "type", info.Mode().Type().String())
+		return nil
+	case kindDir:
+		hdr.Typeflag = tar.TypeDir
+		hdr.Name += "/"
+		return p.tw.WriteHeader(hdr)
+	case kindSymlink:
+		target, err := os.Readlink(file)
+		if err != nil {
+			return err
+		}
+		if linkEscapes(name, target) {
+			p.logger.Warn("skipping symlink that points outside the home", "path", file, "target", target)
+			return nil
+		}
+		hdr.Typeflag = tar.TypeSymlink
+		hdr.Linkname = target
+		return p.tw.WriteHeader(hdr)
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		id := fileID{dev: uint64(st.Dev), ino: st.Ino}
+		if first, seen := p.links[id]; seen {
+			hdr.Typeflag = tar.TypeLink
+			hdr.Linkname = first
+			return p.tw.WriteHeader(hdr)
+		}
+		p.links[id] = name
+	}
+	hdr.Typeflag = tar.TypeReg
+	hdr.Size = info.Size()
+	return p.addFile(file, hdr)
+}
+
+func (p *packer) addFile(file string, hdr *tar.Header) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := p.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	n, err := io.CopyBuffer(p.tw, io.LimitReader(f, hdr.Size), p.buf)
+	p.read.Add(n)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", file, err)
+	}
+	if n != hdr.Size {
+		return fmt.Errorf("copy %s: file shrank from %d to %d bytes while archiving", file, hdr.Size, n)
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package archive
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/klauspost/compress/zstd"
+	"github.com/minio/minio-go/v7"
+)
+
+// maxMetaBytes bounds how much of a meta object is read.
+const maxMetaBytes = 64 << 10
+
+// Store keeps home archives in one S3 bucket.
+type Store struct {
+	logger hclog.Logger
+	client *minio.Client
+	core   minio.Core
+	bucket string
+}
+
+// NewStore returns a Store for bucket.
+func NewStore(logger hclog.Logger, client *minio.Client, bucket string) *Store {
+	return &Store{logger: logger, client: client, core: minio.Core{Client: client}, bucket: bucket}
+}
+
+// Stat reports the meta of the complete archive at key. A missing object is
+// ErrArchiveNotFound, a missing or unreadable meta ErrMetaNotFound, and an
+// object whose size disagrees with its meta ErrChecksumMismatch.
+func (s *Store) Stat(ctx context.Context, key string) (Meta, error) {
+	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return Meta{}, s3Error(fmt.Errorf("stat %s: %w", key, err), CodeArchiveNotFound)
+	}
+	meta, err := s.readMeta(ctx, key)
+	if err != nil {
+		return Meta{}, err
+	}
+	if info.Size != meta.Size {
+		return Meta{}, withCode(CodeChecksumMismatch, fmt.Errorf("%s has %d bytes, its meta says %d", key, info.Size, meta.Size))
+	}
+	return meta, nil
+}
+
+func (s *Store) readMeta(ctx context.Context, key string) (Meta, error) {
+	obj, err := s.client.GetObject(ctx, s.bucket, MetaKey(key), minio.GetObjectOptions{})
+	if err != nil {
+		return Meta{}, s3Error(fmt.Errorf("get meta of %s: %w", key, err), CodeMetaNotFound)
+	}
+	defer obj.Close()
+	b, err := io.ReadAll(io.LimitReader(obj, maxMetaBytes))
+	if err != nil {
+		return Meta{}, s3Error(fmt.Errorf("read meta of %s: %w", key, err), CodeMetaNotFound)
+	}
+	meta, err := parseMeta(b)
+	if err != nil {
+		return Meta{}, withCode(CodeMetaNotFound, fmt.Errorf("meta of %s: %w", key, err))
+	}
+	return meta, nil
+}
+
+func (s *Store) putMeta(ctx context.Context, key string, meta Meta) error {
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	_, err = s.client.PutObject(ctx, s.bucket, MetaKey(key), bytes.NewReader(b), int64(len(b)),
+		minio.PutObjectOptions{ContentType: "application/json"})
+	if err != nil {
+		return s3Error(fmt.Errorf("put meta of %s: %w", key, err), CodeS3Access)
+	}
+	return nil
+}
+
+// needsUpload tells a complete archive (false) from one to (re)write; any
+// other Stat failure is returned.
+func needsUpload(err error) (bool, error) {
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, ErrArchiveNotFound), errors.Is(err, ErrMetaNotFound), errors.Is(err, ErrChecksumMismatch):
+		return true, nil
+	default:
+		return false, err
+	}
+}
+
+// Archive streams the contents of srcDir to key as tar+zstd and writes its
+// meta afterwards. It is idempotent: an archive whose object and meta both
+// exist is left alone; an object without meta is an unfinished attempt and
+// is overwritten. Job log lines go to progress (nil for none).
+func (s *Store) Archive(ctx context.Context, srcDir, key string, progress io.Writer) (Meta, error) {
+	log := s.logger.With("key", key)
+	out := &lineWriter{w: progress}
+	existing, err := s.Stat(ctx, key)
+	upload, err := needsUpload(err)
+	if err != nil {
+		return Meta{}, err
+	}
+	if !upload {
+		log.Info("archive already complete, not uploading")
+		out.fields("STEP", "check", "RESULT", "EXISTS")
+		return existing, nil
+	}
+	out.fields("STEP", "check", "RESULT", "OK")
+	if fi, err := os.Stat(srcDir); err != nil || !fi.IsDir() {
+		return Meta{}, withCode(CodeUnknown, fmt.Errorf("source %s is not a directory: %w", srcDir, err))
+	}
+	// A stale meta must not vouch for the object about to be written.
+	if err := s.client.RemoveObject(ctx, s.bucket, MetaKey(key), minio.RemoveObjectOptions{}); err != nil {
+		return Meta{}, s3Error(fmt.Errorf("remove stale meta: %w", err), CodeS3Access)
+	}
+	meta, err := s.upload(ctx, log, out, srcDir, key)
+	if err != nil {
+		return Meta{}, err
+	}
+	if err := s.putMeta(ctx, key, meta); err != nil {
+		return Meta{}, err
+	}
+	out.fields("STEP", "meta", "RESULT", "OK", "SHA256", meta.SHA256, "SIZE", fmt.Sprint(meta.Size))
+	s.abortStaleUploads(ctx, log, key)
+	log.Info("archive complete", "bytes", meta.Size, "sha256", meta.SHA256)
+	return meta, nil
+}
+
+// upload runs walk -> tar -> zstd -> sha256 -> multipart upload and checks
+// the stored object's size.
+func (s *Store) upload(ctx context.Context, log hclog.Logger, out *lineWriter, srcDir, key string) (Meta, error) {
+	up, err := startUpload(ctx, log, s.core, s.bucket, key)
+	if err != nil {
+		return Meta{}, err
+	}
+	defer up.close()
+	prog := startProgress(out, "upload")
+	hash := sha256.New()
+	enc, err := zstd.NewWriter(io.MultiWriter(hash, countingWriter{w: up, n: &prog.wrote}),
+		zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(2))
+	if err == nil {
+		err = writeTree(ctx, log, srcDir, enc, &prog.in)
+		if closeErr := enc.Close(); err == nil {
+			err = closeErr
+		}
+	}
+	if err == nil {
+		err = up.complete()
+	}
+	if err != nil {
+		prog.stop("FAIL")
+		up.abort()
+		return Meta{}, classifyLocal(err)
+	}
+	prog.stop("OK")
+	meta := newMeta(hash.Sum(nil), up.size, time.Now())
+	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return Meta{}, s3Error(fmt.Errorf("stat uploaded %s: %w", key, err), CodeS3Access)
+	}
+	if info.Size != meta.Size {
+		return Meta{}, withCode(CodeChecksumMismatch, fmt.Errorf("uploaded %d bytes but %s has %d", meta.Size, key, info.Size))
+	}
+	return meta, nil
+}
+
+// classifyLocal gives an uncoded error its class by type.
+func classifyLocal(err error) error {
+	if _, coded := errors.AsType[*Error](err); coded {
+		return err
+	}
+	return withCode(CodeOf(err), err)
+}
+
+// abortStaleUploads discards parts left by killed attempts at key. It only
+// frees space, so failures are logged, not returned.
+func (s *Store) abortStaleUploads(ctx context.Context, log hclog.Logger, key string) {
+	keyMarker, idMarker := "", ""
+	for {
+		res, err := s.core.ListMultipartUploads(ctx, s.bucket, key, keyMarker, idMarker, "", 1000)
+		if err != nil {
+			log.Warn("list unfinished uploads", "error", err)
+			return
+		}
+		for _, u := range res.Uploads {
+			if u.Key != key {
+				continue
+			}
+			if err := s.core.AbortMultipartUpload(ctx, s.bucket, key, u.UploadID); err != nil {
+				log.Warn("abort unfinished upload", "upload_id", u.UploadID, "error", err)
+				continue
+			}
+			log.Info("aborted unfinished upload of an earlier attempt", "upload_id", u.UploadID)
+		}
+		if !res.IsTruncated {
+			return
+		}
+		keyMarker, idMarker = res.NextKeyMarker, res.NextUploadIDMarker
+	}
+}
+
+// CreateEmpty writes an archive of an empty home at key, in the same format
+// as Archive. It is idempotent.
+func (s *Store) CreateEmpty(ctx context.Context, key string) error {
+	_, err := s.Stat(ctx, key)
+	upload, err := needsUpload(err)
+	if err != nil || !upload {
+		return err
+	}
+	body, err := emptyArchive()
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(body)
+	if err := s.client.RemoveObject(ctx, s.bucket, MetaKey(key), minio.RemoveObjectOptions{}); err != nil {
+		return s3Error(fmt.Errorf("remove stale meta: %w", err), CodeS3Access)
+	}
+	_, err = s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(body), int64(len(body)),
+		minio.PutObjectOptions{ContentType: "application/zstd"})
+	if err != nil {
+		return s3Error(fmt.Errorf("put empty archive %s: %w", key, err), CodeS3Access)
+	}
+	return s.putMeta(ctx, key, newMeta(sum[:], int64(len(body)), time.Now()))
+}
+
+func emptyArchive() ([]byte, error) {
+	var buf bytes.Buffer
+	enc, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedDefault))
+	if err != nil {
+		return nil, err
+	}
+	if err := tar.NewWriter(enc).Close(); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// List returns the keys of the complete archives of a workspace, newest
+// first.
+func (s *Store) List(ctx context.Context, workspaceID string) ([]string, error) {
+	prefix := "archives/" + workspaceID + "/"
+	var names []string
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return nil, s3Error(fmt.Errorf("list %s: %w", prefix, obj.Err), CodeS3Access)
+		}
+		names = append(names, obj.Key)
+	}
+	return completeArchives(names), nil
+}
+
+// completeArchives picks the archive keys that have a meta beside them and
+// orders them newest first (op ids are ULIDs, so by key, descending).
+func completeArchives(names []string) []string {
+	present := make(map[string]bool, len(names))
+	for _, n := range names {
+		present[n] = true
+	}
+	var keys []string
+	for _, n := range names {
+		if strings.HasSuffix(n, "/home.tar.zst") && present[MetaKey(n)] {
+			keys = append(keys, n)
+		}
+	}
+	slices.Sort(keys)
+	slices.Reverse(keys)
+	return keys
+}
+
+// Delete removes the archive at key: meta first, so a crash in between
+// leaves an unfinished archive, never a meta without its object. Parts of
+// unfinished uploads go too.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	for _, k := range []string{MetaKey(key), key} {
+		if err := s.client.RemoveObject(ctx, s.bucket, k, minio.RemoveObjectOptions{}); err != nil {
+			return s3Error(fmt.Errorf("remove %s: %w", k, err), CodeS3Access)
+		}
+	}
+	s.abortStaleUploads(ctx, s.logger.With("key", key), key)
+	return nil
+}

@@ -1,0 +1,283 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/minio/minio-go/v7"
+)
+
+// Part sizing. S3 allows 10000 parts of at most 5 GiB, and the size of a
+// streamed archive is unknown until its end: parts start small so a small
+// home costs little memory, and double every partsPerStep parts so that
+// maxParts parts hold 7 TiB, beyond S3's 5 TiB object limit.
+const (
+	firstPartSize = 8 << 20
+	lastPartSize  = 1 << 30
+	partsPerStep  = 500
+	maxParts      = 10000
+
+	// memPartBytes of each part buffer live in memory; the rest of a larger
+	// part spills to a temporary file, so memory stays bounded for any home.
+	memPartBytes = 8 << 20
+)
+
+// partSize returns the size of part n (counting from 1).
+func partSize(n int) int64 {
+	size := int64(firstPartSize) << ((n - 1) / partsPerStep)
+	return min(size, lastPartSize)
+}
+
+// uploader is an io.Writer that cuts what it receives into parts of a
+// multipart upload. One part is filled while the previous one is sent, so
+// compression and upload overlap with two bounded buffers.
+type uploader struct {
+	ctx      context.Context
+	core     minio.Core
+	logger   hclog.Logger
+	bucket   string
+	key      string
+	uploadID string
+
+	cur    *spool
+	number int
+	size   int64 // bytes accepted so far
+
+	free    chan *spool
+	pending chan pendingPart
+	failed  chan struct{}
+	done    chan struct{}
+	err     error // set by the sender before failed is closed
+	parts   []minio.CompletePart
+	closed  bool
+}
+
+type pendingPart struct {
+	number int
+	buf    *spool
+}
+
+// startUpload opens a multipart upload of key and starts its sender.
+func startUpload(ctx context.Context, logger hclog.Logger, core minio.Core, bucket, key string) (*uploader, error) {
+	id, err := core.NewMultipartUpload(ctx, bucket, key, minio.PutObjectOptions{ContentType: "application/zstd"})
+	if err != nil {
+		return nil, s3Error(fmt.Errorf("start multipart upload: %w", err), CodeS3Access)
+	}
+	u := &uploader{
+		ctx: ctx, core: core, logger: logger, bucket: bucket, key: key, uploadID: id,
+		number:  1,
+		free:    make(chan *spool, 1),
+		pending: make(chan pendingPart, 1),
+		failed:  make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	u.cur = newSpool(memPartBytes)
+	u.free <- newSpool(memPartBytes)
+	go u.send()
+	return u, nil
+}
+
+// send uploads parts in order until pending is closed; after a failure it
+// only recycles buffers so the writer never blocks.
+func (u *uploader) send() {
+	defer close(u.done)
+	for p := range u.pending {
+		if u.err == nil {
+			if err := u.sendPart(p); err != nil {
+				u.err = err
+				close(u.failed)
+			}
+		}
+		p.buf.reset()
+		u.free <- p.buf
+	}
+}
+
+func (u *uploader) sendPart(p pendingPart) error {
+	start := time.Now()
+	r := io.NewSectionReader(p.buf, 0, p.buf.size)
+	part, err := u.core.PutObjectPart(u.ctx, u.bucket, u.key, u.uploadID, p.number, r, p.buf.size, minio.PutObjectPartOptions{})
+	if err != nil {
+		return s3Error(fmt.Errorf("upload part %d: %w", p.number, err), CodeS3Access)
+	}
+	u.parts = append(u.parts, minio.CompletePart{PartNumber: p.number, ETag: part.ETag})
+	u.logger.Debug("uploaded part", "part", p.number, "bytes", p.buf.size, "duration", time.Since(start))
+	return nil
+}
+
+func (u *uploader) failure() error {
+	select {
+	case <-u.failed:
+		return u.err
+	default:
+		return nil
+	}
+}
+
+func (u *uploader) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		if err := u.failure(); err != nil {
+			return written, err
+		}
+		room := partSize(u.number) - u.cur.size
+		chunk := p[:min(int64(len(p)), room)]
+		if _, err := u.cur.Write(chunk); err != nil {
+			return written, fmt.Errorf("buffer part %d: %w", u.number, err)
+		}
+		written += len(chunk)
+		u.size += int64(len(chunk))
+		p = p[len(chunk):]
+		if u.cur.size == partSize(u.number) {
+			if err := u.flush(); err != nil {
+				return written, err
+			}
+		}
+	}
+	return written, nil
+}
+
+// flush hands the current part to the sender and takes the other buffer.
+func (u *uploader) flush() error {
+	if u.number > maxParts {
+		return fmt.Errorf("archive exceeds %d parts", maxParts)
+	}
+	u.pending <- pendingPart{number: u.number, buf: u.cur}
+	u.number++
+	u.cur = <-u.free
+	return nil
+}
+
+// stop ends the sender and waits for it.
+func (u *uploader) stop() {
+	if u.closed {
+		return
+	}
+	u.closed = true
+	close(u.pending)
+	<-u.done
+}
+
+// complete sends the last part and commits the object.
+func (u *uploader) complete() error {
+	var err error
+	if u.cur.size > 0 || u.number == 1 {
+		err = u.flush()
+	}
+	u.stop()
+	if err != nil {
+		return err
+	}
+	if u.err != nil {
+		return u.err
+	}
+	if _, err := u.core.CompleteMultipartUpload(u.ctx, u.bucket, u.key, u.uploadID, u.parts, minio.PutObjectOptions{}); err != nil {
+		return s3Error(fmt.Errorf("complete multipart upload: %w", err), CodeS3Access)
+	}
+	return nil
+}
+
+// abort discards the upload's parts. It runs after a failure, when ctx may
+// already be cancelled, so it uses a context of its own.
+func (u *uploader) abort() {
+	u.stop()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), 30*time.Second)
+	defer cancel()
+	if err := u.core.AbortMultipartUpload(ctx, u.bucket, u.key, u.uploadID); err != nil {
+		u.logger.Warn("abort multipart upload", "upload_id", u.uploadID, "error", err)
+	}
+}
+
+// close releases the buffers' temporary files.
+func (u *uploader) close() {
+	u.cur.close()
+	for {
+		select {
+		case s := <-u.free:
+			s.close()
+		default:
+			return
+		}
+	}
+}
+
+// spool holds one part: the first bytes in memory, any excess in a
+// temporary file. It is an io.ReaderAt so a failed part request can be
+// retried from the start.
+type spool struct {
+	mem  []byte
+	file *os.File
+	size int64
+}
+
+func newSpool(memBytes int) *spool {
+	return &spool{mem: make([]byte, 0, memBytes)}
+}
+
+func (s *spool) Write(p []byte) (int, error) {
+	k := min(cap(s.mem)-len(s.mem), len(p))
+	s.mem = append(s.mem, p[:k]...)
+	s.size += int64(k)
+	if k == len(p) {
+		return k, nil
+	}
+	if s.file == nil {
+		f, err := os.CreateTemp("", "codehub-part-*")
+		if err != nil {
+			return k, err
+		}
+		// Unlinked at once: the space is freed even if the process dies.
+		if err := os.Remove(f.Name()); err != nil {
+			f.Close()
+			return k, err
+		}
+		s.file = f
+	}
+	n, err := s.file.WriteAt(p[k:], s.size-int64(len(s.mem)))
+	s.size += int64(n)
+	return k + n, err
+}
+
+func (s *spool) ReadAt(p []byte, off int64) (int, error) {
+	if off >= s.size {
+		return 0, io.EOF
+	}
+	n := 0
+	if off < int64(len(s.mem)) {
+		n = copy(p, s.mem[off:])
+	}
+	if n < len(p) && s.file != nil && off+int64(n) < s.size {
+		fileOff := off + int64(n) - int64(len(s.mem))
+		want := min(int64(len(p)-n), s.size-off-int64(n))
+		k, err := s.file.ReadAt(p[n:n+int(want)], fileOff)
+		n += k
+		if err != nil && !errors.Is(err, io.EOF) {
+			return n, err
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (s *spool) reset() {
+	s.mem = s.mem[:0]
+	s.size = 0
+	if s.file != nil {
+		// Give the disk space back between parts; a failure only delays that.
+		_ = s.file.Truncate(0)
+	}
+}
+
+func (s *spool) close() {
+	if s.file != nil {
+		s.file.Close()
+		s.file = nil
+	}
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/codehub-io/codehub/api"
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/events"
+	"github.com/codehub-io/codehub/jobspecs"
+	"github.com/codehub-io/codehub/local"
+	"github.com/codehub-io/codehub/nomad"
+	"github.com/codehub-io/codehub/web"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// loop is a goroutine the server owns for its whole life.
+type loop struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// app is everything a server replica runs besides the listener.
+type app struct {
+	handler http.Handler
+	loops   []loop
+	closers []func()
+}
+
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+}
+
+// backendParts is what the configured backend provides.
+type backendParts struct {
+	backend   controller.Backend
+	upstreams controller.Upstreams
+	close     func()
+}
+
+func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary) (backendParts, error) {
+	switch cfg.Backend.Kind {
+	case config.BackendLocal:
+		// workspace.command and args are for Nomad's exec and raw_exec
+		// drivers; on one machine the workspace program is code-server.
+		l := cfg.Backend.Local
+		b, err := local.New(logger.Named("local"), local.Options{
+			DataDir:    l.DataDir,
+			CodeServer: l.CodeServer,
+			S3: local.S3Options{
+				Endpoint:  cfg.S3.Endpoint,
+				Bucket:    cfg.S3.Bucket,
+				Region:    cfg.S3.Region,
+				UseSSL:    cfg.S3.UseSSL,
+				AccessKey: cfg.S3.AccessKey.Reveal(),
+				SecretKey: cfg.S3.SecretKey.Reveal(),
+			},
+		})
+		if err != nil {
+			return backendParts{}, err
+		}
+		return backendParts{backend: b, upstreams: b, close: func() {}}, nil
+	case config.BackendNomad:
+		client, err := nomad.NewClient(cfg.Backend.Nomad)
+		if err != nil {
+			return backendParts{}, err
+		}
+		opts, err := nomad.OptionsFromConfig(cfg, self.checksum)
+		if err != nil {
+			return backendParts{}, err
+		}
+		renderer, err := jobspecs.NewRenderer(cfg.Jobspecs.Dir)
+		if err != nil {
+			return backendParts{}, err
+		}
+		ups, stop, err := nomad.NewUpstreams(logger, cfg, client)
+		if err != nil {
+			return backendParts{}, err
+		}
+		b := nomad.New(logger.Named("nomad"), client, opts, renderer)
+		return backendParts{backend: b, upstreams: ups, close: stop}, nil
+	}
+	return backendParts{}, fmt.Errorf("unknown backend %q", cfg.Backend.Kind)
+}
+
+func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *deps) (*app, error) {
+	self, err := newSelfBinary()
+	if err != nil {
+		return nil, err
+	}
+	parts, err := newBackend(logger, cfg, self)
+	if err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	a := &app{closers: []func(){parts.close}}
+
+	svc := workspace.NewService(logger.Named("workspace"), d.pool, workspace.Options{
+		MaxRunningPerUser: cfg.Limits.MaxRunningPerUser,
+		MaxRunningGlobal:  cfg.Limits.MaxRunningGlobal,
+		DefaultImage:      cfg.Workspace.Image,
+		AllowedImages:     cfg.Workspace.AllowedImages,
+	})
+	if err := bootstrapAdmin(ctx, logger, cfg, d); err != nil {
+		a.close()
+		return nil, err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	srv, err := api.New(logger.Named("api"), api.Options{
+		PublicURL:      cfg.PublicURL,
+		SubdomainBase:  cfg.Proxy.SubdomainBase,
+		SessionTTL:     cfg.Auth.SessionTTL,
+		TrustedProxies: cfg.Proxy.TrustedProxyPrefixes,
+		Registry:       registry,
+		Dashboard:      web.Handler(),
+	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams})
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /dl/codehub", self)
+	mux.Handle("/", srv)
+	a.handler = mux
+	a.loops = append(a.loops, loop{"api", srv.Run})
+
+	archives := archive.NewStore(logger.Named("archive"), d.s3, d.bucket)
+	ctl := controller.NewWorkspaceController(logger.Named("controller"), d.pool, parts.backend, archives, controllerConfig(cfg))
+	host, _ := os.Hostname()
+	ccfg := controller.DefaultCoordinatorConfig(cfg.Database.URL.Reveal(), host+":"+strconv.Itoa(os.Getpid()))
+	ccfg.IdleInterval = cfg.Coordinator.IdleInterval
+	ccfg.ActiveInterval = cfg.Coordinator.ActiveInterval
+
+	// The listener and the backend watcher wake the coordinator that runs
+	// them, so they reach it through this indirection.
+	var coord *controller.Coordinator
+	wake := func() { coord.Wake() }
+	leaderLoops := []controller.Loop{
+		events.NewListener(logger.Named("events"), cfg.Database.URL.Reveal(), d.redis, wake),
+	}
+	if n, ok := parts.backend.(controller.Notifier); ok {
+		leaderLoops = append(leaderLoops, controller.LoopFunc(func(ctx context.Context) error { return n.Watch(ctx, wake) }))
+	}
+	coord = controller.NewCoordinator(logger.Named("coordinator"), ccfg, ctl, leaderLoops...)
+	a.loops = append(a.loops, loop{"coordinator", coord.Run})
+	return a, nil
+}
+
+func controllerConfig(cfg *config.Config) controller.Config {
+	c := controller.DefaultConfig()
+	co := cfg.Coordinator
+	c.Timeouts[workspace.OpProvisioning] = co.ProvisionTimeout
+	c.Timeouts[workspace.OpStarting] = co.StartTimeout
+	c.Timeouts[workspace.OpStopping] = co.StopTimeout
+	c.Timeouts[workspace.OpArchiving] = co.ArchiveTimeout
+	c.Timeouts[workspace.OpRestoring] = co.RestoreTimeout
+	c.Timeouts[workspace.OpDeleting] = co.DeleteTimeout
+	c.BackoffBase = co.BackoffBase
+	c.BackoffMax = co.BackoffMax
+	c.VolumeUID = cfg.Workspace.UID
+	c.VolumeGID = cfg.Workspace.GID
+	return c
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/codehub-io/codehub/archive"
+)
+
+// jobEnv is what `codehub job` reads from its environment; batch jobs get it
+// from their jobspec and a Nomad Variable, never from flags (flags show up
+// in process listings and the Nomad UI).
+type jobEnv struct {
+	url    string
+	client archive.ClientConfig
+}
+
+func readJobEnv(getenv func(string) string) (jobEnv, error) {
+	env := jobEnv{
+		url: getenv("ARCHIVE_URL"),
+		client: archive.ClientConfig{
+			Endpoint:  getenv("S3_ENDPOINT"),
+			AccessKey: getenv("S3_ACCESS_KEY"),
+			SecretKey: getenv("S3_SECRET_KEY"),
+			Region:    getenv("S3_REGION"),
+		},
+	}
+	if env.url == "" || env.client.Endpoint == "" {
+		return jobEnv{}, errors.New("ARCHIVE_URL and S3_ENDPOINT must be set")
+	}
+	if v := getenv("S3_USE_SSL"); v != "" {
+		ssl, err := strconv.ParseBool(v)
+		if err != nil {
+			return jobEnv{}, fmt.Errorf("S3_USE_SSL=%q: %w", v, err)
+		}
+		env.client.UseSSL = ssl
+	}
+	return env, nil
+}
+
+// runJob implements `codehub job archive --src DIR` and
+// `codehub job restore --dst DIR`. Stdout carries the key=value lines the
+// controller reads (the last one is RESULT=OK or RESULT=FAIL with
+// CODEHUB_ERROR); stderr carries diagnostic logs. Exit 0 on success, 1 on
+// any failure.
+func runJob(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "archive" && args[0] != "restore") {
+		fmt.Fprintln(stderr, "usage: codehub job archive --src DIR | codehub job restore --dst DIR")
+		return 1
+	}
+	kind := args[0]
+	flags := flag.NewFlagSet("job "+kind, flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	dirFlag, dirHelp := "src", "directory to archive"
+	if kind == "restore" {
+		dirFlag, dirHelp = "dst", "directory whose contents the archive replaces"
+	}
+	dir := flags.String(dirFlag, "", dirHelp)
+	if err := flags.Parse(args[1:]); err != nil {
+		return 1
+	}
+	env, err := readJobEnv(os.Getenv)
+	if err == nil && *dir == "" {
+		err = fmt.Errorf("--%s is required", dirFlag)
+	}
+	archive.WriteFields(stdout, "CODEHUB_JOB", kind, "ARCHIVE_URL", env.url)
+	if err != nil {
+		return jobFailed(stdout, err)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "job-" + kind, Output: stderr, Level: hclog.Info})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := moveArchive(ctx, logger, env, kind, *dir, stdout); err != nil {
+		return jobFailed(stdout, err)
+	}
+	archive.WriteFields(stdout, "RESULT", "OK")
+	return 0
+}
+
+func moveArchive(ctx context.Context, logger hclog.Logger, env jobEnv, kind, dir string, stdout io.Writer) error {
+	bucket, key, err := archive.ParseURL(env.url)
+	if err != nil {
+		return err
+	}
+	client, err := archive.NewClient(env.client)
+	if err != nil {
+		return &archive.Error{Code: archive.CodeS3Access, Err: err}
+	}
+	store := archive.NewStore(logger, client, bucket)
+	if kind == "archive" {
+		_, err = store.Archive(ctx, dir, key, stdout)
+	} else {
+		_, err = store.Restore(ctx, key, dir, stdout)
+	}
+	return err
+}
+
+func jobFailed(stdout io.Writer, err error) int {
+	archive.WriteFields(stdout, "RESULT", "FAIL", "CODEHUB_ERROR", string(archive.CodeOf(err)), "DETAIL", err.Error())
+	return 1
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/jobspecs"
+	"github.com/codehub-io/codehub/nomad"
+)
+
+// runJobspec implements `codehub jobspec render`: it prints the HCL the
+// Nomad backend would submit for a workspace, exactly as submitted (the
+// same renderer and values), which holds no secret.
+func runJobspec(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "render" {
+		fmt.Fprintln(stderr, "usage: codehub jobspec render -config FILE -kind workspace|archive|restore -workspace ID")
+		return 2
+	}
+	fs := flag.NewFlagSet("jobspec render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "codehub.hcl", "configuration file")
+	kindName := fs.String("kind", "workspace", "workspace, archive or restore")
+	wsID := fs.String("workspace", "", "workspace id (required)")
+	image := fs.String("image", "", "workspace image (default: the configured image)")
+	owner := fs.String("owner", "", "owner id shown in the job's meta")
+	opID := fs.String("op-id", "", "archive/restore operation id (default: a new one)")
+	attempt := fs.Int("attempt", 1, "archive/restore attempt")
+	home := fs.String("home", "", "home directory as the task sees it (raw_exec: the volume's host path; default: read from Nomad)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	kind, err := jobspecs.ParseKind(*kindName)
+	if err != nil || *wsID == "" {
+		if err == nil {
+			err = fmt.Errorf("-workspace is required")
+		}
+		fmt.Fprintf(stderr, "codehub jobspec render: %v\n", err)
+		return 2
+	}
+
+	hcl, err := renderJobspec(renderRequest{
+		configPath: *configPath, kind: kind, wsID: *wsID, image: *image, owner: *owner,
+		opID: *opID, attempt: *attempt, home: *home,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "codehub jobspec render: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, hcl)
+	return 0
+}
+
+type renderRequest struct {
+	configPath string
+	kind       jobspecs.Kind
+	wsID       string
+	image      string
+	owner      string
+	opID       string
+	attempt    int
+	home       string
+}
+
+func renderJobspec(req renderRequest) (string, error) {
+	cfg, err := config.Load(req.configPath)
+	if err != nil {
+		return "", err
+	}
+	if cfg.Backend == nil || cfg.Backend.Nomad == nil {
+		return "", fmt.Errorf("%s: jobspecs exist only for the nomad backend", req.configPath)
+	}
+	checksum, err := artifactChecksum(cfg)
+	if err != nil {
+		return "", err
+	}
+	opts, err := nomad.OptionsFromConfig(cfg, checksum)
+	if err != nil {
+		return "", err
+	}
+	renderer, err := jobspecs.NewRenderer(cfg.Jobspecs.Dir)
+	if err != nil {
+		return "", err
+	}
+	client, err := nomad.NewClient(cfg.Backend.Nomad)
+	if err != nil {
+		return "", err
+	}
+	backend := nomad.New(hclog.NewNullLogger(), client, opts, renderer)
+
+	home := req.home
+	if home == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		home, err = backend.HomeDir(ctx, req.wsID)
+		if err != nil {
+			return "", fmt.Errorf("%w (pass -home to render without Nomad)", err)
+		}
+	}
+
+	if req.kind == jobspecs.KindWorkspace {
+		return backend.RenderWorkspace(controller.WorkspaceSpec{WorkspaceID: req.wsID, OwnerID: req.owner, Image: req.image}, home)
+	}
+	opID := req.opID
+	if opID == "" {
+		opID = strings.ToLower(ulid.Make().String())
+	}
+	job := controller.JobSpec{
+		WorkspaceID: req.wsID,
+		OpID:        opID,
+		ArchiveKey:  fmt.Sprintf("archives/%s/%s/home.tar.zst", req.wsID, opID),
+		Attempt:     req.attempt,
+	}
+	return backend.RenderBatch(controller.JobKind(req.kind), job, home)
+}
+
+// artifactChecksum is the checksum of this binary when batch jobs fetch it
+// from the control plane, as the server announces it.
+func artifactChecksum(cfg *config.Config) (string, error) {
+	n := cfg.Backend.Nomad
+	if n.Driver == config.DriverDocker || n.CodehubPath != "" {
+		return "", nil
+	}
+	self, err := newSelfBinary()
+	if err != nil {
+		return "", err
+	}
+	return self.checksum, nil
+}

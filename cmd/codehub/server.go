@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/minio/minio-go/v7"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/store"
+)
+
+func runServer(args []string, _ io.Reader, _, stderr io.Writer) int {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "path of the HCL configuration file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := loadConfig(*path, stderr)
+	if err != nil {
+		return 1
+	}
+	logger := config.NewLogger(cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, logger, cfg); err != nil {
+		logger.Error("server stopped", "error", err)
+		return 1
+	}
+	return 0
+}
+
+// deps are the connections every part of the server shares.
+type deps struct {
+	pool   *pgxpool.Pool
+	redis  *redis.Client
+	s3     *minio.Client
+	bucket string
+}
+
+func connect(ctx context.Context, logger hclog.Logger, cfg *config.Config) (*deps, error) {
+	pool, err := store.Open(ctx, cfg.Database.URL.Reveal())
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Migrate(ctx, pool, logger.Named("migrate")); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	ropts, err := redis.ParseURL(cfg.Redis.URL.Reveal())
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("parse redis url: %w", err)
+	}
+	s3, err := archive.NewClient(archive.ClientConfig{
+		Endpoint:  cfg.S3.Endpoint,
+		AccessKey: cfg.S3.AccessKey.Reveal(),
+		SecretKey: cfg.S3.SecretKey.Reveal(),
+		Region:    cfg.S3.Region,
+		UseSSL:    cfg.S3.UseSSL,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	d := &deps{pool: pool, redis: redis.NewClient(ropts), s3: s3, bucket: cfg.S3.Bucket}
+	if err := ensureBucket(ctx, logger, d); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// ensureBucket creates the archive bucket when it is missing, so a fresh
+// installation works; an unreachable S3 server is not fatal at start (the
+// health endpoint reports it and archive operations retry).
+func ensureBucket(ctx context.Context, logger hclog.Logger, d *deps) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	exists, err := d.s3.BucketExists(ctx, d.bucket)
+	if err != nil {
+		logger.Warn("s3 not reachable at start", "bucket", d.bucket, "error", err)
+		return nil
+	}
+	if exists {
+		return nil
+	}
+	if err := d.s3.MakeBucket(ctx, d.bucket, minio.MakeBucketOptions{}); err != nil {
+		return fmt.Errorf("create bucket %q: %w", d.bucket, err)
+	}
+	logger.Info("created archive bucket", "bucket", d.bucket)
+	return nil
+}
+
+func (d *deps) close() {
+	_ = d.redis.Close()
+	d.pool.Close()
+}
+
+func (d *deps) healthChecks() []healthCheck {
+	return []healthCheck{
+		{"database", func(ctx context.Context) error { return d.pool.Ping(ctx) }},
+		{"redis", func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
+		{"s3", func(ctx context.Context) error {
+			ok, err := d.s3.BucketExists(ctx, d.bucket)
+			if err == nil && !ok {
+				err = fmt.Errorf("bucket %q does not exist", d.bucket)
+			}
+			return err
+		}},
+	}
+}
+
+// serve runs the HTTP server and the background loops until ctx ends, then
+// shuts them down in order: stop accepting, drain requests, stop loops.
+func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
+	d, err := connect(ctx, logger, cfg)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+
+	app, err := newApp(ctx, logger, cfg, d)
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /api/v1/health", healthHandler(d.healthChecks()))
+	mux.Handle("/", app.handler)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	logger.Info("codehub server listening", "address", ln.Addr().String(), "public_url", cfg.PublicURL, "version", version)
+
+	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	for _, loop := range app.loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := loop.run(loopCtx); err != nil && !errors.Is(err, context.Canceled) {
+				logger.Error("background loop stopped", "loop", loop.name, "error", err)
+			}
+		}()
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		stopLoops()
+		wg.Wait()
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	// SSE streams and WebSockets never finish by themselves: close them
+	// after the grace period rather than wait forever.
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+	}
+	stopLoops()
+	wg.Wait()
+	app.close()
+	logger.Info("stopped")
+	return nil
+}

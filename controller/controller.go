@@ -1,0 +1,282 @@
+// Package controller drives every workspace from what the backend observes
+// toward its desired state: a pure planner, the WorkspaceController that
+// observes, plans and acts in passes, the coordinator that elects one leader
+// among replicas and runs the background loops on it, and the TTL and GC
+// runners. It depends only on the small interfaces it declares (Backend,
+// ArchiveStore), never on Nomad or S3 directly, and it never writes
+// desired_state: that goes through the workspace service layer.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/store"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// ArchiveStore is what the controller needs of the archive bucket:
+// creating the empty archive of a new workspace, verifying a finished
+// archive, and (GC) listing and deleting archives.
+type ArchiveStore interface {
+	CreateEmpty(ctx context.Context, key string) error
+	// Stat returns the meta of the complete archive at key; a missing
+	// archive is archive.ErrArchiveNotFound or archive.ErrMetaNotFound.
+	Stat(ctx context.Context, key string) (archive.Meta, error)
+	// List returns the archive keys of a workspace.
+	List(ctx context.Context, workspaceID string) ([]string, error)
+	// Delete removes the archive at key and its meta.
+	Delete(ctx context.Context, key string) error
+}
+
+// ErrDeposed means a newer leader exists: this controller must stop.
+var ErrDeposed = errors.New("controller: deposed by a newer leader")
+
+// TickStats summarises one pass.
+type TickStats struct {
+	Workspaces int
+	// Writes counts committed row updates.
+	Writes int
+	// Steps counts actuator calls.
+	Steps int
+	// InFlight counts workspaces with an operation running after the pass.
+	InFlight int
+}
+
+// Active reports whether the next pass should come soon.
+func (s TickStats) Active() bool { return s.InFlight > 0 || s.Writes > 0 || s.Steps > 0 }
+
+// WorkspaceController observes every workspace once per pass, plans each
+// one with Plan and acts on the plan.
+type WorkspaceController struct {
+	logger   hclog.Logger
+	pool     *pgxpool.Pool
+	backend  Backend
+	archives ArchiveStore
+	cfg      Config
+	now      func() time.Time
+}
+
+// NewWorkspaceController returns a controller over the workspaces in pool.
+func NewWorkspaceController(logger hclog.Logger, pool *pgxpool.Pool, backend Backend, archives ArchiveStore, cfg Config) *WorkspaceController {
+	if cfg.NewOpID == nil {
+		cfg.NewOpID = workspace.NewID
+	}
+	return &WorkspaceController{logger: logger, pool: pool, backend: backend, archives: archives, cfg: cfg, now: time.Now}
+}
+
+// SetClock replaces the clock (tests drive timeouts and backoff with it).
+func (c *WorkspaceController) SetClock(now func() time.Time) { c.now = now }
+
+// Tick runs one pass under leader epoch: one bulk read of the workspaces,
+// one bulk observation, then judge and act per workspace. Writes of an
+// older epoch never commit; when that happens Tick returns ErrDeposed.
+func (c *WorkspaceController) Tick(ctx context.Context, epoch int64) (TickStats, error) {
+	var stats TickStats
+	ws, err := store.ListUnfinishedWorkspaces[workspace.Workspace](ctx, c.pool)
+	if err != nil {
+		return stats, fmt.Errorf("load workspaces: %w", err)
+	}
+	snap, err := c.backend.Observe(ctx)
+	if err != nil {
+		return stats, fmt.Errorf("observe backend: %w", err)
+	}
+	now := c.now()
+	stats.Workspaces = len(ws)
+	for _, w := range ws {
+		if err := ctx.Err(); err != nil {
+			return stats, err
+		}
+		obs := snap.Workspaces[w.ID]
+		a := Plan(w, obs, c.checkArchive(ctx, w, obs), now, c.cfg)
+		op, err := c.act(ctx, epoch, w, a, &stats)
+		if errors.Is(err, ErrDeposed) || ctx.Err() != nil {
+			return stats, err
+		}
+		switch {
+		case errors.Is(err, errRowChanged):
+			c.logger.Debug("workspace changed during the pass", "workspace_id", w.ID)
+		case err != nil:
+			c.logger.Warn("workspace pass failed", "workspace_id", w.ID, "error", err)
+		}
+		if op != workspace.OpNone {
+			stats.InFlight++
+		}
+	}
+	return stats, nil
+}
+
+func (c *WorkspaceController) checkArchive(ctx context.Context, w workspace.Workspace, obs Observed) ArchiveCheck {
+	key := needsArchiveCheck(w, obs)
+	if key == "" {
+		return ArchiveCheck{}
+	}
+	meta, err := c.archives.Stat(ctx, key)
+	return ArchiveCheck{Key: key, Meta: meta, Err: err}
+}
+
+// act carries out a plan and returns the operation the workspace is left in.
+func (c *WorkspaceController) act(ctx context.Context, epoch int64, w workspace.Workspace, a Action, stats *TickStats) (workspace.Operation, error) {
+	log := c.logger.With("workspace_id", w.ID)
+	if a.Write && !a.WriteLast {
+		v, err := c.write(ctx, epoch, w, a.Next, stats)
+		if err != nil {
+			return w.Operation, err
+		}
+		a.Next.Version = v
+		logTransition(log, w, a.Next)
+	}
+	for _, step := range a.Steps {
+		stats.Steps++
+		err := c.run(ctx, step, a.Next)
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, ErrVolumeInUse) || ctx.Err() != nil {
+			return a.Next.Operation, ctx.Err()
+		}
+		if !step.submits() {
+			log.Warn("step failed, retrying next pass", "step", step, "error", err)
+			return a.Next.Operation, nil
+		}
+		return c.recordFailure(ctx, epoch, log, a.Next, step, err, stats)
+	}
+	if a.Write && a.WriteLast {
+		if _, err := c.write(ctx, epoch, w, a.Next, stats); err != nil {
+			return w.Operation, err
+		}
+		logTransition(log, w, a.Next)
+	}
+	return a.Next.Operation, nil
+}
+
+// recordFailure stores a failed submission as a failed attempt.
+func (c *WorkspaceController) recordFailure(ctx context.Context, epoch int64, log hclog.Logger, w workspace.Workspace, step Step, stepErr error, stats *TickStats) (workspace.Operation, error) {
+	reason, terminal := stepFailureReason(step), false
+	var f *Failure
+	if errors.As(stepErr, &f) {
+		reason, terminal = f.Reason, f.Terminal
+	}
+	now := c.now()
+	next := failed(w, reason, stepErr.Error(), terminal || workspace.TerminalReason(reason), now, c.cfg)
+	next.Conditions = maps.Clone(w.Conditions)
+	derive(w.Conditions, &next, now)
+	log.Warn("operation attempt failed", "operation", w.Operation, "step", step, "reason", reason, "error_count", next.ErrorCount, "error", stepErr)
+	if _, err := c.write(ctx, epoch, w, next, stats); err != nil {
+		return w.Operation, err
+	}
+	return workspace.OpNone, nil
+}
+
+func stepFailureReason(step Step) string {
+	switch step {
+	case StepStartWorkspace:
+		return workspace.ReasonStartFailed
+	case StepSubmitArchive, StepCreateEmptyArchive:
+		return workspace.ReasonArchiveFailed
+	case StepSubmitRestore:
+		return workspace.ReasonRestoreFailed
+	}
+	return workspace.ReasonBackendError
+}
+
+func logTransition(log hclog.Logger, from, to workspace.Workspace) {
+	if from.Phase == to.Phase && from.Operation == to.Operation {
+		return
+	}
+	log.Info("workspace transition", "phase", to.Phase, "operation", to.Operation,
+		"previous_phase", from.Phase, "previous_operation", from.Operation, "desired", to.DesiredState)
+}
+
+// write stores the controller's columns of next over the row read as prev.
+func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next workspace.Workspace, stats *TickStats) (int64, error) {
+	conds, err := json.Marshal(next.Conditions)
+	if err != nil {
+		return 0, fmt.Errorf("encode conditions: %w", err)
+	}
+	v, err := store.WriteControllerState(ctx, c.pool, prev.ID, prev.Version, epoch, store.ControllerState{
+		Conditions:    conds,
+		Phase:         string(next.Phase),
+		Operation:     string(next.Operation),
+		OpID:          next.OpID,
+		OpStartedAt:   next.OpStartedAt,
+		OpAttempt:     next.OpAttempt,
+		ArchiveKey:    next.ArchiveKey,
+		RestoreMarker: next.RestoreMarker,
+		ErrorReason:   next.ErrorReason,
+		ErrorMessage:  next.ErrorMessage,
+		ErrorCount:    next.ErrorCount,
+		NextAttemptAt: next.NextAttemptAt,
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return 0, c.conflict(ctx, epoch)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write workspace %s: %w", prev.ID, err)
+	}
+	stats.Writes++
+	return v, nil
+}
+
+// conflict tells a lost race on the row (the API changed it; the next pass
+// sees the new row) from a lost leadership.
+func (c *WorkspaceController) conflict(ctx context.Context, epoch int64) error {
+	current, err := store.CurrentEpoch(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	if current != epoch {
+		return fmt.Errorf("%w: epoch %d, current %d", ErrDeposed, epoch, current)
+	}
+	return errRowChanged
+}
+
+var errRowChanged = errors.New("workspace changed during the pass")
+
+// run calls the actuator of step for w.
+func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Workspace) error {
+	switch step {
+	case StepProvisionVolume:
+		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID})
+	case StepStartWorkspace:
+		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, OwnerID: w.OwnerID, Image: w.Image})
+	case StepStopWorkspace:
+		return c.backend.StopWorkspace(ctx, w.ID)
+	case StepSubmitArchive:
+		return c.backend.SubmitArchive(ctx, JobSpec{WorkspaceID: w.ID, OpID: deref(w.OpID),
+			ArchiveKey: archive.Key(w.ID, deref(w.OpID)), Attempt: w.OpAttempt})
+	case StepSubmitRestore:
+		return c.backend.SubmitRestore(ctx, JobSpec{WorkspaceID: w.ID, OpID: archiveOpID(deref(w.ArchiveKey)),
+			ArchiveKey: deref(w.ArchiveKey), Attempt: w.OpAttempt})
+	case StepCreateEmptyArchive:
+		return c.archives.CreateEmpty(ctx, archive.Key(w.ID, deref(w.OpID)))
+	case StepDeleteVolume:
+		return c.backend.DeleteVolume(ctx, w.ID)
+	case StepPurgeArchiveJob:
+		return c.backend.PurgeJob(ctx, w.ID, JobArchive)
+	case StepPurgeRestoreJob:
+		return c.backend.PurgeJob(ctx, w.ID, JobRestore)
+	case StepPurgeWorkspaceJob:
+		return c.backend.PurgeJob(ctx, w.ID, JobWorkspace)
+	}
+	return fmt.Errorf("unknown step %q", step)
+}
+
+// archiveOpID is the op id inside an archive key
+// (archives/{workspace}/{op}/home.tar.zst): the operation that made it.
+func archiveOpID(key string) string {
+	parts := strings.Split(key, "/")
+	if len(parts) != 4 || parts[0] != "archives" {
+		return ""
+	}
+	return parts[2]
+}

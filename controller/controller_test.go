@@ -1,0 +1,523 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/codehub-io/codehub/internal/testenv"
+	"github.com/codehub-io/codehub/store"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// harness is one database, one fake backend and a clock the test moves.
+type harness struct {
+	t       testing.TB
+	pool    *pgxpool.Pool
+	svc     *workspace.Service
+	backend *fakeBackend
+	epoch   int64
+	owner   string
+
+	mu    sync.Mutex
+	clock time.Time
+}
+
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := store.Open(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.Migrate(ctx, pool, hclog.NewNullLogger()); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+func newHarness(t testing.TB) *harness {
+	t.Helper()
+	pool := newPool(t)
+	h := &harness{t: t, pool: pool, backend: newFakeBackend(), clock: time.Now()}
+	h.svc = workspace.NewService(hclog.NewNullLogger(), pool, workspace.Options{DefaultImage: "img:1"})
+	h.owner = addUser(t, pool, "alice")
+	epoch, err := store.BumpEpoch(context.Background(), pool, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.epoch = epoch
+	h.checkVolumeDeletions()
+	return h
+}
+
+func addUser(t testing.TB, pool *pgxpool.Pool, name string) string {
+	t.Helper()
+	id := workspace.NewID()
+	if _, err := pool.Exec(context.Background(),
+		`INSERT INTO users (id, username, password_hash) VALUES ($1, $2, 'x')`, id, name); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// checkVolumeDeletions fails the test if a live workspace's volume is
+// deleted before an archive holding exactly its contents is committed.
+func (h *harness) checkVolumeDeletions() {
+	h.backend.beforeDeleteVolume = func(wsID string) {
+		var deleted bool
+		var key *string
+		err := h.pool.QueryRow(context.Background(),
+			`SELECT deleted_at IS NOT NULL, archive_key FROM workspaces WHERE id = $1`, wsID).Scan(&deleted, &key)
+		if err != nil {
+			h.t.Errorf("read workspace before volume deletion: %v", err)
+			return
+		}
+		if deleted {
+			return
+		}
+		if key == nil {
+			h.t.Errorf("volume of %s deleted without a committed archive", wsID)
+			return
+		}
+		archived, ok := h.backend.store.data(*key)
+		if home := h.backend.volumes[wsID].data; !ok || archived != home {
+			h.t.Errorf("volume of %s (%q) deleted; committed archive %s holds %q (exists %v)", wsID, home, *key, archived, ok)
+		}
+	}
+}
+
+func (h *harness) now() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.clock
+}
+
+func (h *harness) advance(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clock = h.clock.Add(d)
+}
+
+func (h *harness) controller() *WorkspaceController {
+	cfg := DefaultConfig()
+	c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, h.backend, h.backend.store, cfg)
+	c.SetClock(h.now)
+	return c
+}
+
+func (h *harness) create(name string) workspace.Workspace {
+	h.t.Helper()
+	w, err := h.svc.Create(context.Background(), workspace.CreateRequest{OwnerID: h.owner, Name: name})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return w
+}
+
+// converge ticks a fresh controller until a pass finds nothing to do.
+func (h *harness) converge(c *WorkspaceController) {
+	h.t.Helper()
+	for range 60 {
+		stats, err := c.Tick(context.Background(), h.epoch)
+		if err != nil {
+			h.t.Fatalf("tick: %v", err)
+		}
+		if stats.Writes == 0 && stats.Steps == 0 && stats.InFlight == 0 {
+			return
+		}
+		h.advance(2 * time.Second)
+	}
+	h.t.Fatalf("no convergence after 60 passes")
+}
+
+func (h *harness) row(id string) workspace.Workspace {
+	h.t.Helper()
+	rows, err := h.pool.Query(context.Background(), `SELECT `+store.WorkspaceColumns+` FROM workspaces WHERE id = $1`, id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ws, err := collect(rows)
+	if err != nil || len(ws) != 1 {
+		h.t.Fatalf("read workspace %s: %v", id, err)
+	}
+	return ws[0]
+}
+
+func (h *harness) setDesired(id string, d workspace.DesiredState) {
+	h.t.Helper()
+	if _, err := h.svc.SetDesired(context.Background(), id, d); err != nil {
+		h.t.Fatalf("set desired %s: %v", d, err)
+	}
+}
+
+func (h *harness) expect(id string, phase workspace.Phase, resources ...string) workspace.Workspace {
+	h.t.Helper()
+	w := h.row(id)
+	if w.Phase != phase || w.Operation != workspace.OpNone || w.ErrorReason != nil {
+		h.t.Fatalf("workspace %s: phase %s op %s error %s (%s); want %s", id, w.Phase, w.Operation,
+			deref(w.ErrorReason), deref(w.ErrorMessage), phase)
+	}
+	if got := h.backend.resources(id); !slices.Equal(got, resources) {
+		h.t.Fatalf("resources of %s = %v, want %v", id, got, resources)
+	}
+	return w
+}
+
+func TestLifecycle(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+	h.backend.writeHome(w.ID, "v1")
+
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseStandby, "volume")
+
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.converge(c)
+	got := h.expect(w.ID, workspace.PhaseArchived)
+	if data, ok := h.backend.store.data(deref(got.ArchiveKey)); !ok || data != "v1" {
+		t.Fatalf("archive %s holds %q (exists %v)", deref(got.ArchiveKey), data, ok)
+	}
+
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	h.converge(c)
+	got = h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+	if home, _ := h.backend.home(w.ID); home != "v1" {
+		t.Fatalf("restored home = %q", home)
+	}
+	if deref(got.RestoreMarker) != deref(got.ArchiveKey) {
+		t.Fatalf("restore marker %q, archive key %q", deref(got.RestoreMarker), deref(got.ArchiveKey))
+	}
+
+	// A converged pass costs one observation and writes nothing.
+	calls := h.backend.actuatorCalls()
+	stats, err := c.Tick(context.Background(), h.epoch)
+	if err != nil || stats.Writes != 0 || stats.Steps != 0 || h.backend.actuatorCalls() != calls {
+		t.Fatalf("converged pass: %+v, %v, %d actuator calls", stats, err, h.backend.actuatorCalls()-calls)
+	}
+
+	if err := h.svc.Delete(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseDeleted)
+}
+
+func TestCreateArchivedMakesEmptyArchive(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.converge(c)
+	got := h.expect(w.ID, workspace.PhaseArchived)
+	if keys := h.backend.store.keys(w.ID); len(keys) != 1 || keys[0] != deref(got.ArchiveKey) {
+		t.Fatalf("archives %v, archive key %s", keys, deref(got.ArchiveKey))
+	}
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseStandby, "volume")
+}
+
+// scenario drives one workspace from a converged start to a target.
+type scenario struct {
+	name      string
+	setup     func(h *harness, c *WorkspaceController, id string)
+	change    func(h *harness, id string)
+	phase     workspace.Phase
+	resources []string
+	archives  int
+}
+
+func scenarios() []scenario {
+	toStandby := func(h *harness, c *WorkspaceController, id string) {
+		h.converge(c)
+		h.backend.writeHome(id, "data")
+		h.setDesired(id, workspace.DesiredStandby)
+		h.converge(c)
+	}
+	toArchived := func(h *harness, c *WorkspaceController, id string) {
+		toStandby(h, c, id)
+		h.setDesired(id, workspace.DesiredArchived)
+		h.converge(c)
+	}
+	desire := func(d workspace.DesiredState) func(h *harness, id string) {
+		return func(h *harness, id string) { h.setDesired(id, d) }
+	}
+	del := func(h *harness, id string) {
+		if err := h.svc.Delete(context.Background(), id); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	return []scenario{
+		{name: "create", setup: func(*harness, *WorkspaceController, string) {}, change: func(*harness, string) {},
+			phase: workspace.PhaseRunning, resources: []string{"volume", "container"}},
+		{name: "create archived", setup: func(*harness, *WorkspaceController, string) {}, change: desire(workspace.DesiredArchived),
+			phase: workspace.PhaseArchived, archives: 1},
+		{name: "stop", setup: func(h *harness, c *WorkspaceController, id string) { h.converge(c) },
+			change: desire(workspace.DesiredStandby), phase: workspace.PhaseStandby, resources: []string{"volume"}},
+		{name: "archive", setup: toStandby, change: desire(workspace.DesiredArchived),
+			phase: workspace.PhaseArchived, archives: 1},
+		{name: "restore and start", setup: toArchived, change: desire(workspace.DesiredRunning),
+			phase: workspace.PhaseRunning, resources: []string{"volume", "container"}, archives: 1},
+		{name: "delete running", setup: func(h *harness, c *WorkspaceController, id string) { h.converge(c) },
+			change: del, phase: workspace.PhaseDeleted},
+		{name: "delete archived", setup: toArchived, change: del, phase: workspace.PhaseDeleted, archives: 1},
+	}
+}
+
+// TestCrashSafety stops the controller right before and right after each
+// actuator call of each operation, then lets a fresh controller on the same
+// database and backend finish: it must converge with no orphan resource,
+// no duplicate archive, and no volume deleted before its archive committed
+// (checked on every deletion by the harness).
+func TestCrashSafety(t *testing.T) {
+	for _, sc := range scenarios() {
+		for _, after := range []bool{false, true} {
+			for k := 1; ; k++ {
+				name := fmt.Sprintf("%s/crash-before-call-%d", sc.name, k)
+				if after {
+					name = fmt.Sprintf("%s/crash-after-call-%d", sc.name, k)
+				}
+				crashed := false
+				t.Run(name, func(t *testing.T) { crashed = crashRun(t, sc, k, after) })
+				if !crashed || t.Failed() {
+					break
+				}
+			}
+		}
+	}
+}
+
+// crashRun returns whether the k-th actuator call happened (and so the
+// controller was stopped there).
+func crashRun(t *testing.T, sc scenario, k int, after bool) bool {
+	h := newHarness(t)
+	w := h.create("dev")
+	sc.setup(h, h.controller(), w.ID)
+	sc.change(h, w.ID)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls, crashed := 0, false
+	h.backend.afterActuator = func(string) {
+		calls++
+		if calls == k && after {
+			crashed = true
+			cancel()
+		}
+	}
+	if !after {
+		h.backend.crashBefore = func() bool {
+			if calls+1 == k {
+				crashed = true
+				cancel()
+				return true
+			}
+			return false
+		}
+	}
+	first := h.controller()
+	for range 60 {
+		if _, err := first.Tick(ctx, h.epoch); err != nil {
+			break
+		}
+		h.advance(2 * time.Second)
+	}
+	h.backend.afterActuator, h.backend.crashBefore = nil, nil
+	if !crashed {
+		return false
+	}
+	h.converge(h.controller())
+	h.expect(w.ID, sc.phase, sc.resources...)
+	keys := h.backend.store.keys(w.ID)
+	if len(keys) != sc.archives {
+		t.Fatalf("archives %v, want %d", keys, sc.archives)
+	}
+	for _, key := range keys {
+		if n := h.backend.store.puts[key]; n != 1 {
+			t.Fatalf("archive %s uploaded %d times", key, n)
+		}
+	}
+	return true
+}
+
+func TestArchiveRetryReusesOpID(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.backend.writeHome(w.ID, "data")
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.backend.jobFail[JobArchive] = "S3_ACCESS_ERROR"
+	for range 5 {
+		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failedRow := h.row(w.ID)
+	if deref(failedRow.ErrorReason) != workspace.ReasonUnreachable || failedRow.ErrorCount != 1 || failedRow.Operation != workspace.OpNone {
+		t.Fatalf("after a failed archive job: reason %s count %d op %s", deref(failedRow.ErrorReason), failedRow.ErrorCount, failedRow.Operation)
+	}
+	h.advance(time.Minute) // past the backoff
+	h.converge(c)
+	got := h.expect(w.ID, workspace.PhaseArchived)
+	if deref(got.OpID) != deref(failedRow.OpID) || got.ErrorCount != 0 {
+		t.Fatalf("retry used op id %s, first attempt %s; error count %d", deref(got.OpID), deref(failedRow.OpID), got.ErrorCount)
+	}
+	if h.backend.count("SubmitArchive") != 2 {
+		t.Fatalf("%d archive submissions, want 2", h.backend.count("SubmitArchive"))
+	}
+}
+
+func TestRetriesExhaustedThenRecover(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	for range MaxTestAttempts {
+		h.backend.fail["ProvisionVolume"] = errors.New("nomad unavailable")
+		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
+			t.Fatal(err)
+		}
+		h.advance(10 * time.Minute)
+	}
+	got := h.row(w.ID)
+	if got.Phase != workspace.PhaseError || got.ErrorCount != workspace.MaxErrorCount || deref(got.ErrorReason) != workspace.ReasonBackendError {
+		t.Fatalf("phase %s count %d reason %s", got.Phase, got.ErrorCount, deref(got.ErrorReason))
+	}
+	// ERROR stays put: a pass changes nothing.
+	if stats, err := c.Tick(context.Background(), h.epoch); err != nil || stats.Writes != 0 || stats.Steps != 0 {
+		t.Fatalf("pass over ERROR: %+v %v", stats, err)
+	}
+	if _, err := h.svc.Recover(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+}
+
+// MaxTestAttempts is how many failing passes reach ERROR.
+const MaxTestAttempts = workspace.MaxErrorCount
+
+func TestContainerWithoutVolumeThenDelete(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.backend.mu.Lock()
+	delete(h.backend.volumes, w.ID)
+	h.backend.mu.Unlock()
+	if _, err := c.Tick(context.Background(), h.epoch); err != nil {
+		t.Fatal(err)
+	}
+	got := h.row(w.ID)
+	if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonContainerWithoutVolume {
+		t.Fatalf("phase %s reason %s", got.Phase, deref(got.ErrorReason))
+	}
+	if _, err := h.svc.SetDesired(context.Background(), w.ID, workspace.DesiredStandby); !errors.Is(err, workspace.ErrInvalidState) {
+		t.Fatalf("set desired in ERROR: %v", err)
+	}
+	if err := h.svc.Delete(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseDeleted)
+}
+
+func TestOperationTimeout(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.backend.hold = true
+	for range 3 {
+		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.advance(time.Hour)
+	if _, err := c.Tick(context.Background(), h.epoch); err != nil {
+		t.Fatal(err)
+	}
+	got := h.row(w.ID)
+	if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonTimeout || got.Operation != workspace.OpNone {
+		t.Fatalf("phase %s reason %s op %s", got.Phase, deref(got.ErrorReason), got.Operation)
+	}
+	if got.OpID == nil {
+		t.Fatalf("op id dropped on ERROR; GC needs it")
+	}
+	if _, ok := h.backend.home(w.ID); !ok {
+		t.Fatalf("volume deleted although the archive never finished")
+	}
+}
+
+func TestDeposedControllerCannotWrite(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	if _, err := store.BumpEpoch(context.Background(), h.pool, "newer"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Tick(context.Background(), h.epoch)
+	if !errors.Is(err, ErrDeposed) {
+		t.Fatalf("tick with an old epoch: %v", err)
+	}
+	got := h.row(w.ID)
+	if got.Version != w.Version || got.Operation != workspace.OpNone {
+		t.Fatalf("deposed controller wrote: version %d -> %d, op %s", w.Version, got.Version, got.Operation)
+	}
+	if h.backend.actuatorCalls() != 0 {
+		t.Fatalf("deposed controller called the backend %d times", h.backend.actuatorCalls())
+	}
+}
+
+func TestClaimLosesToConcurrentDesiredChange(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	// The controller reads the row and plans STOPPING; meanwhile the API
+	// asks for RUNNING again. The claim must lose, nothing may be stopped,
+	// and the next pass must follow the new desired state.
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	stale := h.row(w.ID)
+	snap, err := h.backend.Observe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := Plan(stale, snap.Workspaces[w.ID], ArchiveCheck{}, h.now(), DefaultConfig())
+	if a.Next.Operation != workspace.OpStopping {
+		t.Fatalf("planned %s, want STOPPING", a.Next.Operation)
+	}
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	var stats TickStats
+	if _, err := c.act(context.Background(), h.epoch, stale, a, &stats); !errors.Is(err, errRowChanged) {
+		t.Fatalf("claim on a changed row: %v", err)
+	}
+	if h.backend.count("StopWorkspace") != 0 {
+		t.Fatalf("stopped after a lost claim")
+	}
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+}
+
+func collect(rows pgx.Rows) ([]workspace.Workspace, error) {
+	return pgx.CollectRows(rows, pgx.RowToStructByName[workspace.Workspace])
+}

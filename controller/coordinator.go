@@ -1,0 +1,267 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/codehub-io/codehub/store"
+)
+
+// Loop is a background loop that runs only on the elected leader. Run
+// blocks until ctx ends (leadership lost or shutdown) and then returns; an
+// error before that ends the leadership term, as a leader that cannot do
+// its work should let another replica try.
+type Loop interface {
+	Run(ctx context.Context) error
+}
+
+// LoopFunc adapts a function to Loop.
+type LoopFunc func(ctx context.Context) error
+
+// Run calls f.
+func (f LoopFunc) Run(ctx context.Context) error { return f(ctx) }
+
+// NotifyChannel is the channel the workspaces trigger notifies.
+const NotifyChannel = "codehub_workspace"
+
+// CoordinatorConfig configures leader election and the controller loop.
+type CoordinatorConfig struct {
+	// DatabaseURL opens the dedicated leader connection; the session holds
+	// the leader lock and LISTENs for workspace changes.
+	DatabaseURL string
+	// Holder names this replica in coordinator_epoch (e.g. host:pid).
+	Holder string
+	// IdleInterval and ActiveInterval pace the controller: active while
+	// any operation runs or the last pass changed something.
+	IdleInterval   time.Duration
+	ActiveInterval time.Duration
+	// RetryInterval paces a follower's attempts to take the lock.
+	RetryInterval time.Duration
+	// KeepAlive is the TCP keepalive idle time and probe interval of the
+	// leader connection; UserTimeout bounds unacknowledged data on it
+	// (Linux). Together they end a silently broken session within seconds.
+	KeepAlive   time.Duration
+	UserTimeout time.Duration
+}
+
+// DefaultCoordinatorConfig returns the production intervals.
+func DefaultCoordinatorConfig(databaseURL, holder string) CoordinatorConfig {
+	return CoordinatorConfig{
+		DatabaseURL:    databaseURL,
+		Holder:         holder,
+		IdleInterval:   15 * time.Second,
+		ActiveInterval: time.Second,
+		RetryInterval:  time.Second,
+		KeepAlive:      2 * time.Second,
+		UserTimeout:    5 * time.Second,
+	}
+}
+
+// Coordinator elects one leader among the replicas with a session advisory
+// lock and runs the WorkspaceController and the extra loops only while it
+// leads. Leadership, and every loop, ends the moment the leader connection
+// is lost; a follower then takes the lock and bumps the epoch, which fences
+// out any write the old leader still has in flight.
+type Coordinator struct {
+	logger     hclog.Logger
+	cfg        CoordinatorConfig
+	controller *WorkspaceController
+	loops      []Loop
+
+	wake    chan struct{}
+	leading atomic.Bool
+	epoch   atomic.Int64
+}
+
+// NewCoordinator returns a coordinator that, while leading, runs controller
+// and loops (TTL runner, GC runner, event listener, backend watcher).
+func NewCoordinator(logger hclog.Logger, cfg CoordinatorConfig, controller *WorkspaceController, loops ...Loop) *Coordinator {
+	return &Coordinator{
+		logger:     logger,
+		cfg:        cfg,
+		controller: controller,
+		loops:      loops,
+		wake:       make(chan struct{}, 1),
+	}
+}
+
+// Wake asks for a controller pass as soon as possible. Bursts coalesce into
+// one pass; it never blocks.
+func (c *Coordinator) Wake() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// WatchLoop runs a backend's event watcher as a leader loop that wakes
+// the controller.
+func (c *Coordinator) WatchLoop(n Notifier) Loop {
+	return LoopFunc(func(ctx context.Context) error { return n.Watch(ctx, c.Wake) })
+}
+
+// Leading reports whether this replica currently leads.
+func (c *Coordinator) Leading() bool { return c.leading.Load() }
+
+// Epoch returns the epoch of the current (or last) leadership term.
+func (c *Coordinator) Epoch() int64 { return c.epoch.Load() }
+
+// Run campaigns for leadership and leads until ctx ends, campaigning again
+// whenever a term ends.
+func (c *Coordinator) Run(ctx context.Context) error {
+	for {
+		err := c.campaign(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			c.logger.Warn("leader election", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.cfg.RetryInterval):
+		}
+	}
+}
+
+// campaign connects, waits for the lock, and leads for one term.
+func (c *Coordinator) campaign(ctx context.Context) error {
+	conn, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	// Closing the session releases the lock at once.
+	defer conn.Close(context.WithoutCancel(ctx))
+	for {
+		ok, err := store.TryLeaderLock(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.cfg.RetryInterval):
+		}
+	}
+	epoch, err := store.BumpEpoch(ctx, conn, c.cfg.Holder)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listen %s: %w", NotifyChannel, err)
+	}
+	return c.lead(ctx, conn, epoch)
+}
+
+func (c *Coordinator) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(c.cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	dialer := &net.Dialer{
+		Timeout: 10 * time.Second,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: c.cfg.KeepAlive, Interval: c.cfg.KeepAlive, Count: 3,
+		},
+		Control: userTimeoutControl(c.cfg.UserTimeout),
+	}
+	cfg.DialFunc = dialer.DialContext
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect leader session: %w", err)
+	}
+	return conn, nil
+}
+
+// lead runs every loop until ctx ends, the session is lost, a loop fails,
+// or the controller finds itself deposed.
+func (c *Coordinator) lead(ctx context.Context, conn *pgx.Conn, epoch int64) error {
+	termCtx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	c.epoch.Store(epoch)
+	c.leading.Store(true)
+	defer c.leading.Store(false)
+	log := c.logger.With("epoch", epoch)
+	log.Info("leadership acquired", "holder", c.cfg.Holder)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { end(c.listen(termCtx, conn)) })
+	wg.Go(func() { end(c.runController(termCtx, epoch)) })
+	for _, l := range c.loops {
+		wg.Go(func() {
+			if err := l.Run(termCtx); err != nil && termCtx.Err() == nil {
+				end(fmt.Errorf("leader loop: %w", err))
+			}
+		})
+	}
+	<-termCtx.Done()
+	cause := context.Cause(termCtx)
+	wg.Wait()
+	if ctx.Err() != nil {
+		log.Info("leadership released on shutdown")
+		return nil
+	}
+	log.Warn("leadership lost", "error", cause)
+	return cause
+}
+
+// listen waits on the leader session: a notification of a desired-state
+// change wakes the controller; an error means the session, and with it the
+// lock, is gone.
+func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("leader session lost: %w", err)
+		}
+		var payload struct {
+			Kind string `json:"kind"`
+		}
+		if json.Unmarshal([]byte(n.Payload), &payload) == nil && payload.Kind == "desired" {
+			c.Wake()
+		}
+	}
+}
+
+// runController ticks the controller: at once, then every active or idle
+// interval, or sooner when woken.
+func (c *Coordinator) runController(ctx context.Context, epoch int64) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.wake:
+		case <-timer.C:
+		}
+		stats, err := c.controller.Tick(ctx, epoch)
+		if errors.Is(err, ErrDeposed) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			c.logger.Warn("controller pass failed", "error", err)
+		}
+		next := c.cfg.IdleInterval
+		if stats.Active() {
+			next = c.cfg.ActiveInterval
+		}
+		timer.Reset(next)
+	}
+}

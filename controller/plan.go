@@ -1,0 +1,625 @@
+package controller
+
+import (
+	"errors"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// Step is one actuator call of a plan. Steps are submissions: they return
+// at once, and what they caused is judged from a later observation.
+type Step string
+
+const (
+	StepProvisionVolume    Step = "provision-volume"
+	StepStartWorkspace     Step = "start-workspace"
+	StepStopWorkspace      Step = "stop-workspace"
+	StepSubmitArchive      Step = "submit-archive"
+	StepSubmitRestore      Step = "submit-restore"
+	StepCreateEmptyArchive Step = "create-empty-archive"
+	StepDeleteVolume       Step = "delete-volume"
+	StepPurgeArchiveJob    Step = "purge-archive-job"
+	StepPurgeRestoreJob    Step = "purge-restore-job"
+	StepPurgeWorkspaceJob  Step = "purge-workspace-job"
+)
+
+// submits reports whether a failure of the step fails the operation (it is
+// the operation's own submission). Other steps (stop, delete, purge) are
+// retried on the next pass, bounded by the operation timeout.
+func (s Step) submits() bool {
+	switch s {
+	case StepProvisionVolume, StepStartWorkspace, StepSubmitArchive, StepSubmitRestore, StepCreateEmptyArchive:
+		return true
+	}
+	return false
+}
+
+// Action is the plan for one workspace in one pass.
+type Action struct {
+	// Next is the row as the controller wants it stored: conditions,
+	// phase, operation and error fields, all written in one statement.
+	Next workspace.Workspace
+	// Write is set when Next differs from the stored row.
+	Write bool
+	// Steps run in order after the write, or before it when WriteLast is
+	// set (the write records what the steps finished).
+	Steps     []Step
+	WriteLast bool
+}
+
+// ArchiveCheck is the result of looking at one archive object in S3 (Key
+// empty: not looked). The controller looks only where a plan depends on
+// it: after an archive job succeeded, and while creating an empty archive.
+type ArchiveCheck struct {
+	Key  string
+	Meta archive.Meta
+	Err  error
+}
+
+// needsArchiveCheck names the archive object the plan for w needs to see,
+// or returns "".
+func needsArchiveCheck(w workspace.Workspace, obs Observed) string {
+	if w.OpID == nil || committed(w) {
+		return ""
+	}
+	key := archive.Key(w.ID, *w.OpID)
+	switch w.Operation {
+	case workspace.OpCreateEmptyArchive:
+		return key
+	case workspace.OpArchiving:
+		if job := currentArchiveJob(w, obs); job != nil && job.Status == JobSucceeded {
+			return key
+		}
+	}
+	return ""
+}
+
+// Config tunes the controller.
+type Config struct {
+	// Timeouts bound each operation, from op_started_at.
+	Timeouts map[workspace.Operation]time.Duration
+	// A failed attempt waits BackoffBase * 2^(error_count-1), at most
+	// BackoffMax, before the next one.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// VolumeUID and VolumeGID own a new home volume.
+	VolumeUID, VolumeGID int
+	// NewOpID returns a fresh operation id (default workspace.NewID).
+	NewOpID func() string
+}
+
+// DefaultConfig returns the timeouts and backoff used in production.
+func DefaultConfig() Config {
+	return Config{
+		Timeouts: map[workspace.Operation]time.Duration{
+			workspace.OpProvisioning:       2 * time.Minute,
+			workspace.OpRestoring:          30 * time.Minute,
+			workspace.OpStarting:           5 * time.Minute,
+			workspace.OpStopping:           2 * time.Minute,
+			workspace.OpArchiving:          30 * time.Minute,
+			workspace.OpCreateEmptyArchive: time.Minute,
+			workspace.OpDeleting:           10 * time.Minute,
+		},
+		BackoffBase: 5 * time.Second,
+		BackoffMax:  5 * time.Minute,
+		VolumeUID:   1000,
+		VolumeGID:   1000,
+		NewOpID:     workspace.NewID,
+	}
+}
+
+func (c Config) backoff(errorCount int) time.Duration {
+	d := c.BackoffBase
+	for i := 1; i < errorCount && d < c.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, c.BackoffMax)
+}
+
+// Plan decides, without I/O, what to do with workspace w given what the
+// backend observed and the archive check. It re-derives everything from
+// the observation every time (level-triggered): a pass that finds the
+// workspace where it should be returns an Action without Write or Steps.
+func Plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time, cfg Config) Action {
+	if w.Phase == workspace.PhaseDeleted {
+		return Action{Next: w}
+	}
+	p := planner{w: w, obs: obs, check: check, now: now, cfg: cfg}
+	p.next = w
+	p.next.Conditions = observeConditions(w, obs, now)
+	if reason, msg := p.broken(); reason != "" {
+		return p.fail(reason, msg, true)
+	}
+	if w.Operation != workspace.OpNone {
+		return p.inFlight()
+	}
+	return p.idle()
+}
+
+type planner struct {
+	w     workspace.Workspace
+	next  workspace.Workspace
+	obs   Observed
+	check ArchiveCheck
+	now   time.Time
+	cfg   Config
+	// finishArchive: the claimed ARCHIVING completes a committed archive.
+	finishArchive bool
+}
+
+// broken finds what must stop the workspace at once: a container without
+// its volume, or a home volume that vanished behind our back.
+func (p *planner) broken() (reason, message string) {
+	if p.w.DeletedAt != nil || p.w.Operation == workspace.OpDeleting {
+		return "", ""
+	}
+	if r := workspace.InvariantViolated(p.next); r != "" {
+		if p.w.ErrorReason != nil && *p.w.ErrorReason == r && workspace.ErrorFinal(p.w) {
+			return "", ""
+		}
+		return r, "a container is running without the workspace volume"
+	}
+	if workspace.VolumeHoldsHome(p.w) && !p.obs.VolumeExists && !workspace.ErrorFinal(p.w) {
+		return workspace.ReasonDataLost, "the home volume disappeared"
+	}
+	return "", ""
+}
+
+// settle derives phase and the derived conditions of next and returns the
+// action that stores it (if it changed) and then runs steps.
+func (p *planner) settle(steps ...Step) Action {
+	derive(p.w.Conditions, &p.next, p.now)
+	return Action{Next: p.next, Write: changed(p.w, p.next), Steps: steps}
+}
+
+// derive sets the phase of n and the conditions that follow from its
+// columns rather than from the backend: archive_ready and policy.healthy.
+func derive(prev workspace.Conditions, n *workspace.Workspace, now time.Time) {
+	n.Phase = workspace.DerivePhase(*n)
+	archiveReady := condition(n.ArchiveKey != nil, "Verified", "NoArchive", "")
+	healthy := condition(true, "Healthy", "", "")
+	if n.Phase == workspace.PhaseError {
+		reason := workspace.InvariantViolated(*n)
+		if reason == "" && n.ErrorReason != nil {
+			reason = *n.ErrorReason
+		}
+		healthy = workspace.Condition{Status: workspace.ConditionFalse, Reason: reason, Message: deref(n.ErrorMessage)}
+	}
+	setCondition(n.Conditions, prev, workspace.CondArchiveReady, archiveReady, now)
+	setCondition(n.Conditions, prev, workspace.CondHealthy, healthy, now)
+}
+
+// claim starts operation op: the CAS on the stored operation NONE is the
+// write of this action, and steps run only once it is committed.
+func (p *planner) claim(op workspace.Operation, steps ...Step) Action {
+	n := &p.next
+	n.Operation = op
+	n.OpStartedAt = &p.now
+	n.OpAttempt = p.w.OpAttempt + 1
+	switch op {
+	case workspace.OpArchiving, workspace.OpCreateEmptyArchive:
+		// A retry reuses the op id of an archive not yet committed, so
+		// the data mover finds and skips a finished upload; finishing a
+		// committed archive keeps its op id too.
+		if p.w.OpID == nil || (committed(p.w) && !p.finishArchive) {
+			id := p.cfg.NewOpID()
+			n.OpID = &id
+		}
+	case workspace.OpDeleting:
+		// Keep the op id: it protects an unfinished archive from GC.
+	default:
+		n.OpID = nil
+	}
+	return p.settle(steps...)
+}
+
+// complete ends the operation successfully: error fields reset.
+func (p *planner) complete(steps ...Step) Action {
+	n := &p.next
+	n.Operation = workspace.OpNone
+	n.OpStartedAt = nil
+	n.ErrorReason, n.ErrorMessage, n.ErrorCount, n.NextAttemptAt = nil, nil, 0, nil
+	return p.settle(steps...)
+}
+
+// fail ends the operation unsuccessfully. The phase stays what the
+// observation says unless the reason is terminal or retries are used up:
+// then it is ERROR, in the same write.
+func (p *planner) fail(reason, message string, terminal bool, steps ...Step) Action {
+	p.next = failed(p.next, reason, message, terminal, p.now, p.cfg)
+	return p.settle(steps...)
+}
+
+// failed records a failed attempt on w (also used after a step fails);
+// the caller derives the phase.
+func failed(w workspace.Workspace, reason, message string, terminal bool, now time.Time, cfg Config) workspace.Workspace {
+	w.Operation = workspace.OpNone
+	w.OpStartedAt = nil
+	w.ErrorReason = &reason
+	w.ErrorMessage = &message
+	w.ErrorCount++
+	if terminal && !workspace.TerminalReason(reason) {
+		// A backend-classified terminal failure with a retryable reason:
+		// use up the retries so the phase is ERROR.
+		w.ErrorCount = max(w.ErrorCount, workspace.MaxErrorCount)
+	}
+	at := now.Add(cfg.backoff(w.ErrorCount))
+	w.NextAttemptAt = &at
+	return w
+}
+
+func (p *planner) idle() Action {
+	w := p.w
+	if w.NextAttemptAt != nil && p.now.Before(*w.NextAttemptAt) {
+		return p.settle(p.purgeStale()...)
+	}
+	if w.DeletedAt != nil {
+		return p.claim(workspace.OpDeleting, p.deletingSteps()...)
+	}
+	phase := workspace.DerivePhase(p.next)
+	if phase == workspace.PhaseError {
+		return p.settle(p.purgeStale()...)
+	}
+	target := workspace.TargetPhase(w.DesiredState)
+	switch {
+	case workspace.Level(phase) < workspace.Level(target):
+		return p.stepUp(phase)
+	case workspace.Level(phase) > workspace.Level(target):
+		return p.stepDown(phase)
+	case phase == workspace.PhaseArchived && p.obs.VolumeExists && !p.obs.ContainerLive && committed(w):
+		// An archive was committed but its volume outlived the operation
+		// (it timed out deleting it): finish that archiving.
+		p.finishArchive = true
+		return p.claim(workspace.OpArchiving, StepDeleteVolume)
+	}
+	return p.settle(p.purgeStale()...)
+}
+
+func (p *planner) stepUp(phase workspace.Phase) Action {
+	switch phase {
+	case workspace.PhasePending:
+		if p.w.DesiredState == workspace.DesiredArchived {
+			return p.claim(workspace.OpCreateEmptyArchive, StepCreateEmptyArchive)
+		}
+		return p.claim(workspace.OpProvisioning, p.provisionSteps()...)
+	case workspace.PhaseArchived:
+		return p.claim(workspace.OpRestoring, p.restoreSteps()...)
+	}
+	return p.claim(workspace.OpStarting, StepStartWorkspace)
+}
+
+func (p *planner) stepDown(phase workspace.Phase) Action {
+	if phase == workspace.PhaseRunning {
+		return p.claim(workspace.OpStopping, StepStopWorkspace)
+	}
+	var steps []Step
+	if p.obs.VolumeReady && !p.obs.ContainerLive {
+		steps = append(steps, StepSubmitArchive)
+	}
+	return p.claim(workspace.OpArchiving, steps...)
+}
+
+// purgeStale forgets terminal batch jobs no operation waits for: their
+// results are recorded (or belong to an attempt given up).
+func (p *planner) purgeStale() []Step {
+	var steps []Step
+	if j := p.obs.Archive; j != nil && terminalJob(j) && p.w.Operation != workspace.OpArchiving {
+		steps = append(steps, StepPurgeArchiveJob)
+	}
+	if j := p.obs.Restore; j != nil && terminalJob(j) && p.w.Operation != workspace.OpRestoring {
+		steps = append(steps, StepPurgeRestoreJob)
+	}
+	return steps
+}
+
+func (p *planner) inFlight() Action {
+	w := p.w
+	if limit := p.cfg.Timeouts[w.Operation]; limit > 0 && w.OpStartedAt != nil && p.now.Sub(*w.OpStartedAt) > limit {
+		return p.fail(workspace.ReasonTimeout, string(w.Operation)+" did not finish in time", true)
+	}
+	switch w.Operation {
+	case workspace.OpProvisioning:
+		if p.obs.VolumeReady {
+			return p.complete()
+		}
+		return p.settle(p.provisionSteps()...)
+	case workspace.OpStarting:
+		return p.starting()
+	case workspace.OpStopping:
+		if !p.obs.ContainerLive {
+			return p.complete()
+		}
+		return p.settle(StepStopWorkspace)
+	case workspace.OpRestoring:
+		return p.restoring()
+	case workspace.OpArchiving:
+		return p.archiving()
+	case workspace.OpCreateEmptyArchive:
+		return p.creatingEmptyArchive()
+	case workspace.OpDeleting:
+		return p.deleting()
+	}
+	return p.settle()
+}
+
+func (p *planner) provisionSteps() []Step {
+	if p.obs.VolumeExists {
+		return nil
+	}
+	return []Step{StepProvisionVolume}
+}
+
+func (p *planner) starting() Action {
+	switch {
+	case p.obs.ContainerLive && p.obs.UpstreamReady:
+		return p.complete()
+	case p.obs.Failure != nil:
+		f := p.obs.Failure
+		return p.fail(f.Reason, f.Message, f.Terminal)
+	case !p.obs.ContainerLive:
+		return p.settle(StepStartWorkspace)
+	}
+	return p.settle()
+}
+
+// currentRestoreJob is the restore job of the running attempt, if observed.
+func currentRestoreJob(w workspace.Workspace, obs Observed) *JobResult {
+	j := obs.Restore
+	if j == nil || w.ArchiveKey == nil || j.ArchiveKey != *w.ArchiveKey || j.Attempt != w.OpAttempt {
+		return nil
+	}
+	return j
+}
+
+func (p *planner) restoreSteps() []Step {
+	switch {
+	case !p.obs.VolumeExists:
+		return []Step{StepProvisionVolume}
+	case p.obs.VolumeReady && !p.obs.ContainerLive:
+		return []Step{StepSubmitRestore}
+	}
+	return nil
+}
+
+func (p *planner) restoring() Action {
+	if p.w.ArchiveKey == nil {
+		// Nothing to restore from: the idle plan provisions instead.
+		return p.complete()
+	}
+	job := currentRestoreJob(p.w, p.obs)
+	if job == nil {
+		return p.settle(p.restoreSteps()...)
+	}
+	switch job.Status {
+	case JobSucceeded:
+		if !p.obs.VolumeReady {
+			return p.settle()
+		}
+		p.next.RestoreMarker = p.w.ArchiveKey
+		return p.complete(StepPurgeRestoreJob)
+	case JobFailed:
+		reason := restoreFailureReason(job.ErrorCode)
+		return p.fail(reason, jobMessage(job), workspace.TerminalReason(reason), StepPurgeRestoreJob)
+	}
+	return p.settle()
+}
+
+// committed reports whether the archive of w's op id is its archive_key.
+func committed(w workspace.Workspace) bool {
+	return w.OpID != nil && w.ArchiveKey != nil && *w.ArchiveKey == archive.Key(w.ID, *w.OpID)
+}
+
+// currentArchiveJob is the archive job of the running attempt, if observed.
+func currentArchiveJob(w workspace.Workspace, obs Observed) *JobResult {
+	j := obs.Archive
+	if j == nil || w.OpID == nil || j.OpID != *w.OpID || j.Attempt != w.OpAttempt {
+		return nil
+	}
+	return j
+}
+
+// archiving: job -> verified -> archive_key committed -> volume deleted.
+func (p *planner) archiving() Action {
+	if committed(p.w) {
+		var steps []Step
+		if j := p.obs.Archive; j != nil && terminalJob(j) {
+			steps = append(steps, StepPurgeArchiveJob)
+		}
+		if !p.obs.VolumeExists {
+			return p.complete(steps...)
+		}
+		if !p.obs.ContainerLive {
+			steps = append(steps, StepDeleteVolume)
+		}
+		return p.settle(steps...)
+	}
+	job := currentArchiveJob(p.w, p.obs)
+	if job == nil {
+		if p.obs.VolumeReady && !p.obs.ContainerLive {
+			return p.settle(StepSubmitArchive)
+		}
+		return p.settle()
+	}
+	switch job.Status {
+	case JobSucceeded:
+		return p.verified(StepPurgeArchiveJob)
+	case JobFailed:
+		reason := archiveFailureReason(job.ErrorCode)
+		return p.fail(reason, jobMessage(job), workspace.TerminalReason(reason), StepPurgeArchiveJob)
+	}
+	return p.settle()
+}
+
+// verified commits the archive of the op id once S3 shows it complete.
+// Only then may the volume be deleted (next pass).
+func (p *planner) verified(steps ...Step) Action {
+	key := archive.Key(p.w.ID, *p.w.OpID)
+	switch err := p.check.Err; {
+	case p.check.Key != key:
+		return p.settle()
+	case err == nil:
+		p.next.ArchiveKey = &key
+		return p.settle(steps...)
+	case errors.Is(err, archive.ErrChecksumMismatch):
+		return p.fail(workspace.ReasonArchiveCorrupted, err.Error(), true, steps...)
+	case missing(err):
+		return p.fail(workspace.ReasonArchiveFailed, "archive job succeeded but "+err.Error(), false, steps...)
+	}
+	// S3 unreachable: look again next pass.
+	return p.settle()
+}
+
+func missing(err error) bool {
+	return errors.Is(err, archive.ErrArchiveNotFound) || errors.Is(err, archive.ErrMetaNotFound)
+}
+
+func (p *planner) creatingEmptyArchive() Action {
+	key := archive.Key(p.w.ID, *p.w.OpID)
+	if p.check.Key == key && p.check.Err == nil {
+		p.next.ArchiveKey = &key
+		return p.complete()
+	}
+	if p.check.Key == key && (missing(p.check.Err) || errors.Is(p.check.Err, archive.ErrChecksumMismatch)) {
+		return p.settle(StepCreateEmptyArchive)
+	}
+	return p.settle()
+}
+
+// deletingSteps removes, in order, the container, the batch jobs that may
+// hold the volume, then the volume.
+func (p *planner) deletingSteps() []Step {
+	var steps []Step
+	if p.obs.ContainerLive {
+		return []Step{StepStopWorkspace}
+	}
+	if p.obs.Archive != nil {
+		steps = append(steps, StepPurgeArchiveJob)
+	}
+	if p.obs.Restore != nil {
+		steps = append(steps, StepPurgeRestoreJob)
+	}
+	if p.obs.VolumeExists {
+		steps = append(steps, StepDeleteVolume)
+	}
+	return steps
+}
+
+func (p *planner) deleting() Action {
+	if steps := p.deletingSteps(); len(steps) > 0 {
+		return p.settle(steps...)
+	}
+	// Everything is gone: forget the stopped job, then record DELETED.
+	p.next.Phase = workspace.PhaseDeleted
+	a := p.complete(StepPurgeWorkspaceJob)
+	a.WriteLast = true
+	return a
+}
+
+func terminalJob(j *JobResult) bool {
+	return j.Status == JobSucceeded || j.Status == JobFailed
+}
+
+func jobMessage(j *JobResult) string {
+	msg := "exit code " + strconv.Itoa(j.ExitCode)
+	if j.ErrorCode != "" {
+		msg += ", " + j.ErrorCode
+	}
+	if j.Message != "" {
+		msg += ": " + j.Message
+	}
+	return msg
+}
+
+func archiveFailureReason(code string) string {
+	switch archive.Code(code) {
+	case archive.CodeS3Access:
+		return workspace.ReasonUnreachable
+	case archive.CodeChecksumMismatch:
+		return workspace.ReasonArchiveCorrupted
+	}
+	return workspace.ReasonArchiveFailed
+}
+
+func restoreFailureReason(code string) string {
+	switch archive.Code(code) {
+	case archive.CodeS3Access:
+		return workspace.ReasonUnreachable
+	case archive.CodeArchiveNotFound, archive.CodeMetaNotFound:
+		return workspace.ReasonDataLost
+	case archive.CodeChecksumMismatch, archive.CodeTarExtractFailed:
+		return workspace.ReasonArchiveCorrupted
+	}
+	return workspace.ReasonRestoreFailed
+}
+
+// observeConditions turns an observation into the conditions of w, keeping
+// a condition's transition time while its status holds. archive_ready and
+// policy.healthy are derived in settle.
+func observeConditions(w workspace.Workspace, obs Observed, now time.Time) workspace.Conditions {
+	next := make(workspace.Conditions, 5)
+	maps.Copy(next, w.Conditions)
+	volume := condition(obs.VolumeReady, "Ready", "NotFound", "")
+	if !obs.VolumeReady && obs.VolumeExists {
+		volume.Reason = workspace.ReasonVolumeCreating
+	}
+	container := condition(obs.ContainerLive, "Live", "NotRunning", "")
+	if f := obs.Failure; f != nil {
+		container.Reason, container.Message = f.Reason, f.Message
+	}
+	upstream := condition(obs.UpstreamReady, "Passing", "NotPassing", "")
+	setCondition(next, w.Conditions, workspace.CondVolumeReady, volume, now)
+	setCondition(next, w.Conditions, workspace.CondContainerReady, container, now)
+	setCondition(next, w.Conditions, workspace.CondUpstreamReady, upstream, now)
+	return next
+}
+
+func condition(ok bool, trueReason, falseReason, message string) workspace.Condition {
+	if ok {
+		return workspace.Condition{Status: workspace.ConditionTrue, Reason: trueReason, Message: message}
+	}
+	return workspace.Condition{Status: workspace.ConditionFalse, Reason: falseReason, Message: message}
+}
+
+func setCondition(next, prev workspace.Conditions, name string, c workspace.Condition, now time.Time) {
+	c.LastTransitionTime = now.UTC().Truncate(time.Second)
+	if old, ok := prev[name]; ok && old.Status == c.Status {
+		c.LastTransitionTime = old.LastTransitionTime
+	}
+	next[name] = c
+}
+
+// changed reports whether the controller's columns differ.
+func changed(a, b workspace.Workspace) bool {
+	return a.Phase != b.Phase || a.Operation != b.Operation || a.OpAttempt != b.OpAttempt ||
+		a.ErrorCount != b.ErrorCount || !eqPtr(a.OpID, b.OpID) ||
+		!eqPtr(a.ArchiveKey, b.ArchiveKey) || !eqPtr(a.RestoreMarker, b.RestoreMarker) ||
+		!eqPtr(a.ErrorReason, b.ErrorReason) || !eqPtr(a.ErrorMessage, b.ErrorMessage) ||
+		!eqTime(a.NextAttemptAt, b.NextAttemptAt) || !eqTime(a.OpStartedAt, b.OpStartedAt) ||
+		!sameConditions(a.Conditions, b.Conditions)
+}
+
+func sameConditions(a, b workspace.Conditions) bool {
+	return maps.EqualFunc(a, b, func(x, y workspace.Condition) bool {
+		return x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message &&
+			x.LastTransitionTime.Equal(y.LastTransitionTime)
+	})
+}
+
+func eqPtr[T comparable](a, b *T) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+func eqTime(a, b *time.Time) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Equal(*b))
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,449 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+const wsID = "01jb3x7k9q2m5n8p4r6s0t1v2w"
+
+var (
+	t0      = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	opOld   = "01jb3x7k9q2m5n8p4r6s0t1v20"
+	opNew   = "01jb3x7k9q2m5n8p4r6s0t1v21"
+	keyOld  = archive.Key(wsID, opOld)
+	keyNew  = archive.Key(wsID, opNew)
+	testCfg = func() Config {
+		c := DefaultConfig()
+		c.NewOpID = func() string { return opNew }
+		return c
+	}()
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// observed returns the observation that matches a steady phase.
+func observed(phase workspace.Phase) Observed {
+	switch phase {
+	case workspace.PhaseStandby, workspace.PhaseError, workspace.PhaseDeleting:
+		return Observed{VolumeExists: true, VolumeReady: true}
+	case workspace.PhaseRunning:
+		return Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true}
+	}
+	return Observed{}
+}
+
+// stored returns a workspace row whose last observation is obs, as a
+// converged controller would have written it.
+func stored(phase workspace.Phase, desired workspace.DesiredState, obs Observed) workspace.Workspace {
+	w := workspace.Workspace{ID: wsID, OwnerID: "u", Image: "img", Phase: phase, DesiredState: desired,
+		Operation: workspace.OpNone, OpAttempt: 1}
+	w.Conditions = observeConditions(w, obs, t0.Add(-time.Hour))
+	if phase == workspace.PhaseArchived {
+		w.ArchiveKey = ptr(keyOld)
+	}
+	if phase == workspace.PhaseError {
+		w.ErrorReason, w.ErrorCount = ptr(workspace.ReasonImagePullFailed), 1
+	}
+	derive(w.Conditions, &w, t0.Add(-time.Hour))
+	return w
+}
+
+func TestPlanIdle(t *testing.T) {
+	cases := []struct {
+		phase   workspace.Phase
+		desired workspace.DesiredState
+		op      workspace.Operation
+		steps   []Step
+	}{
+		{workspace.PhasePending, workspace.DesiredRunning, workspace.OpProvisioning, []Step{StepProvisionVolume}},
+		{workspace.PhasePending, workspace.DesiredStandby, workspace.OpProvisioning, []Step{StepProvisionVolume}},
+		{workspace.PhasePending, workspace.DesiredArchived, workspace.OpCreateEmptyArchive, []Step{StepCreateEmptyArchive}},
+		{workspace.PhaseArchived, workspace.DesiredRunning, workspace.OpRestoring, []Step{StepProvisionVolume}},
+		{workspace.PhaseArchived, workspace.DesiredStandby, workspace.OpRestoring, []Step{StepProvisionVolume}},
+		{workspace.PhaseArchived, workspace.DesiredArchived, workspace.OpNone, nil},
+		{workspace.PhaseStandby, workspace.DesiredRunning, workspace.OpStarting, []Step{StepStartWorkspace}},
+		{workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone, nil},
+		{workspace.PhaseStandby, workspace.DesiredArchived, workspace.OpArchiving, []Step{StepSubmitArchive}},
+		{workspace.PhaseRunning, workspace.DesiredRunning, workspace.OpNone, nil},
+		{workspace.PhaseRunning, workspace.DesiredStandby, workspace.OpStopping, []Step{StepStopWorkspace}},
+		{workspace.PhaseRunning, workspace.DesiredArchived, workspace.OpStopping, []Step{StepStopWorkspace}},
+		{workspace.PhaseError, workspace.DesiredRunning, workspace.OpNone, nil},
+		{workspace.PhaseError, workspace.DesiredStandby, workspace.OpNone, nil},
+		{workspace.PhaseError, workspace.DesiredArchived, workspace.OpNone, nil},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s to %s", c.phase, c.desired), func(t *testing.T) {
+			obs := observed(c.phase)
+			a := Plan(stored(c.phase, c.desired, obs), obs, ArchiveCheck{}, t0, testCfg)
+			if a.Next.Operation != c.op || !slices.Equal(a.Steps, c.steps) {
+				t.Fatalf("plan = op %s steps %v, want op %s steps %v", a.Next.Operation, a.Steps, c.op, c.steps)
+			}
+			if c.op == workspace.OpNone && a.Write {
+				t.Errorf("converged workspace planned a write")
+			}
+			if c.op != workspace.OpNone {
+				if !a.Write || a.WriteLast || a.Next.OpStartedAt == nil || !a.Next.OpStartedAt.Equal(t0) || a.Next.OpAttempt != 2 {
+					t.Errorf("claim must be written first with op_started_at and a new attempt: %+v", a)
+				}
+				if a.Next.Phase != c.phase {
+					t.Errorf("claim changed phase %s -> %s", c.phase, a.Next.Phase)
+				}
+			}
+		})
+	}
+}
+
+// TestPlanEveryCombination walks phase x desired x operation x archive_key x
+// deleted with observations matching the phase and checks the rules every
+// plan must keep.
+func TestPlanEveryCombination(t *testing.T) {
+	phases := []workspace.Phase{workspace.PhasePending, workspace.PhaseArchived, workspace.PhaseStandby,
+		workspace.PhaseRunning, workspace.PhaseError, workspace.PhaseDeleting, workspace.PhaseDeleted}
+	desireds := []workspace.DesiredState{workspace.DesiredRunning, workspace.DesiredStandby,
+		workspace.DesiredArchived, workspace.DesiredDeleted}
+	ops := []workspace.Operation{workspace.OpNone, workspace.OpProvisioning, workspace.OpRestoring,
+		workspace.OpStarting, workspace.OpStopping, workspace.OpArchiving, workspace.OpCreateEmptyArchive, workspace.OpDeleting}
+	n := 0
+	for _, phase := range phases {
+		for _, desired := range desireds {
+			for _, op := range ops {
+				for _, hasArchive := range []bool{false, true} {
+					for _, deleted := range []bool{false, true} {
+						obs := observed(phase)
+						w := stored(phase, desired, obs)
+						w.Phase = phase
+						w.Operation = op
+						if op != workspace.OpNone {
+							w.OpStartedAt = ptr(t0.Add(-time.Second))
+							w.OpID = ptr(opOld)
+						}
+						w.ArchiveKey = nil
+						if hasArchive {
+							w.ArchiveKey = ptr(keyOld)
+						}
+						if deleted {
+							w.DeletedAt = ptr(t0.Add(-time.Minute))
+						}
+						name := fmt.Sprintf("%s/%s/%s/archive=%v/deleted=%v", phase, desired, op, hasArchive, deleted)
+						checkPlanRules(t, name, w, obs, Plan(w, obs, ArchiveCheck{}, t0, testCfg))
+						n++
+					}
+				}
+			}
+		}
+	}
+	if n != 7*4*8*2*2 {
+		t.Fatalf("walked %d combinations", n)
+	}
+}
+
+func checkPlanRules(t *testing.T, name string, w workspace.Workspace, obs Observed, a Action) {
+	t.Helper()
+	next := a.Next
+	if w.Phase == workspace.PhaseDeleted {
+		if a.Write || len(a.Steps) > 0 {
+			t.Errorf("%s: a DELETED workspace was acted on", name)
+		}
+		return
+	}
+	// Non-preemptive: an operation in flight is never swapped for another.
+	if w.Operation != workspace.OpNone && next.Operation != workspace.OpNone && next.Operation != w.Operation {
+		t.Errorf("%s: operation %s replaced by %s", name, w.Operation, next.Operation)
+	}
+	// ERROR is atomic: never with an operation.
+	if next.Phase == workspace.PhaseError && next.Operation != workspace.OpNone {
+		t.Errorf("%s: ERROR with operation %s", name, next.Operation)
+	}
+	// A claim is a write of the stored operation NONE.
+	if w.Operation == workspace.OpNone && next.Operation != workspace.OpNone && (!a.Write || a.WriteLast) {
+		t.Errorf("%s: claim of %s not written before its steps", name, next.Operation)
+	}
+	// ERROR only allows deletion.
+	if w.Phase == workspace.PhaseError && workspace.ErrorFinal(w) && w.Operation == workspace.OpNone &&
+		next.Operation != workspace.OpNone && next.Operation != workspace.OpDeleting {
+		t.Errorf("%s: ERROR workspace claimed %s", name, next.Operation)
+	}
+	// A deleted workspace without an operation heads for DELETING.
+	if w.DeletedAt != nil && w.Operation == workspace.OpNone && next.Operation != workspace.OpDeleting {
+		t.Errorf("%s: deleted workspace claimed %s", name, next.Operation)
+	}
+	for _, s := range a.Steps {
+		// Ordering: a volume is deleted only after its archive is
+		// committed, or when the workspace is being deleted.
+		if s == StepDeleteVolume && next.Operation != workspace.OpDeleting && !committed(next) {
+			t.Errorf("%s: volume deletion planned without a committed archive", name)
+		}
+		if s == StepDeleteVolume && obs.ContainerLive {
+			t.Errorf("%s: volume deletion planned with a live container", name)
+		}
+		if (s == StepSubmitArchive || s == StepSubmitRestore) && obs.ContainerLive {
+			t.Errorf("%s: %s with a live container", name, s)
+		}
+		if s == StepSubmitArchive && (next.OpID == nil || next.Operation != workspace.OpArchiving) {
+			t.Errorf("%s: archive submitted without a committed op id", name)
+		}
+	}
+	// Planning twice on the planned row is stable (judging is a function).
+	if b := Plan(w, obs, ArchiveCheck{}, t0, testCfg); b.Write != a.Write || !slices.Equal(b.Steps, a.Steps) {
+		t.Errorf("%s: plan not deterministic", name)
+	}
+}
+
+type inflight struct {
+	name    string
+	op      workspace.Operation
+	prep    func(w *workspace.Workspace)
+	obs     Observed
+	check   ArchiveCheck
+	wantOp  workspace.Operation
+	phase   workspace.Phase
+	steps   []Step
+	write   bool
+	verify  func(t *testing.T, n workspace.Workspace)
+	started time.Duration // before t0; default 1s
+}
+
+func TestPlanInFlight(t *testing.T) {
+	volume := Observed{VolumeExists: true, VolumeReady: true}
+	live := Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true}
+	running := Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true}
+	restoreJob := func(status JobStatus, code string) Observed {
+		o := volume
+		o.Restore = &JobResult{ArchiveKey: keyOld, Attempt: 2, Status: status, ErrorCode: code}
+		return o
+	}
+	archiveJob := func(status JobStatus, code string) Observed {
+		o := volume
+		o.Archive = &JobResult{OpID: opOld, ArchiveKey: keyOld, Attempt: 2, Status: status, ErrorCode: code}
+		return o
+	}
+	withArchive := func(w *workspace.Workspace) { w.ArchiveKey = ptr(keyOld) }
+	committedArchive := func(w *workspace.Workspace) { w.ArchiveKey = ptr(keyOld); w.OpID = ptr(opOld) }
+	retry := func(reason string) func(t *testing.T, n workspace.Workspace) {
+		return func(t *testing.T, n workspace.Workspace) {
+			if deref(n.ErrorReason) != reason || n.ErrorCount != 1 || n.NextAttemptAt == nil || !n.NextAttemptAt.After(t0) {
+				t.Errorf("want retry with %s: reason %s count %d next %v", reason, deref(n.ErrorReason), n.ErrorCount, n.NextAttemptAt)
+			}
+		}
+	}
+	terminal := func(reason string) func(t *testing.T, n workspace.Workspace) {
+		return func(t *testing.T, n workspace.Workspace) {
+			if deref(n.ErrorReason) != reason || n.Conditions[workspace.CondHealthy].Status != workspace.ConditionFalse {
+				t.Errorf("want ERROR %s: reason %s healthy %+v", reason, deref(n.ErrorReason), n.Conditions[workspace.CondHealthy])
+			}
+		}
+	}
+	cases := []inflight{
+		{name: "provisioning done", op: workspace.OpProvisioning, obs: volume, wantOp: workspace.OpNone, phase: workspace.PhaseStandby, write: true},
+		{name: "provisioning resubmits", op: workspace.OpProvisioning, obs: Observed{}, wantOp: workspace.OpProvisioning, phase: workspace.PhasePending, steps: []Step{StepProvisionVolume}},
+		{name: "provisioning waits", op: workspace.OpProvisioning, obs: Observed{VolumeExists: true}, wantOp: workspace.OpProvisioning, phase: workspace.PhasePending, write: true},
+		{name: "starting done", op: workspace.OpStarting, obs: running, wantOp: workspace.OpNone, phase: workspace.PhaseRunning, write: true},
+		{name: "starting waits for health", op: workspace.OpStarting, obs: live, wantOp: workspace.OpStarting, phase: workspace.PhaseRunning, write: true},
+		{name: "starting resubmits", op: workspace.OpStarting, obs: volume, wantOp: workspace.OpStarting, phase: workspace.PhaseStandby, steps: []Step{StepStartWorkspace}},
+		{name: "image pull failed", op: workspace.OpStarting,
+			obs:    Observed{VolumeExists: true, VolumeReady: true, Failure: &Failure{Reason: workspace.ReasonImagePullFailed, Terminal: true}},
+			wantOp: workspace.OpNone, phase: workspace.PhaseError, write: true, verify: terminal(workspace.ReasonImagePullFailed)},
+		{name: "unschedulable retries", op: workspace.OpStarting,
+			obs:    Observed{VolumeExists: true, VolumeReady: true, Failure: &Failure{Reason: workspace.ReasonUnschedulable}},
+			wantOp: workspace.OpNone, phase: workspace.PhaseStandby, write: true, verify: retry(workspace.ReasonUnschedulable)},
+		{name: "starting timeout", op: workspace.OpStarting, obs: volume, started: time.Hour,
+			wantOp: workspace.OpNone, phase: workspace.PhaseError, write: true, verify: terminal(workspace.ReasonTimeout)},
+		{name: "stopping resubmits", op: workspace.OpStopping, obs: running, wantOp: workspace.OpStopping, phase: workspace.PhaseRunning, steps: []Step{StepStopWorkspace}},
+		{name: "stopping done when no allocation is live", op: workspace.OpStopping, obs: volume, wantOp: workspace.OpNone, phase: workspace.PhaseStandby, write: true},
+		{name: "restoring provisions", op: workspace.OpRestoring, prep: withArchive, obs: Observed{}, wantOp: workspace.OpRestoring, phase: workspace.PhaseArchived, steps: []Step{StepProvisionVolume}},
+		{name: "restoring submits", op: workspace.OpRestoring, prep: withArchive, obs: volume, wantOp: workspace.OpRestoring, phase: workspace.PhaseArchived, steps: []Step{StepSubmitRestore}, write: true},
+		{name: "restoring waits for job", op: workspace.OpRestoring, prep: withArchive, obs: restoreJob(JobRunning, ""), wantOp: workspace.OpRestoring, phase: workspace.PhaseArchived, write: true},
+		{name: "restore done sets marker", op: workspace.OpRestoring, prep: withArchive, obs: restoreJob(JobSucceeded, ""),
+			wantOp: workspace.OpNone, phase: workspace.PhaseStandby, steps: []Step{StepPurgeRestoreJob}, write: true,
+			verify: func(t *testing.T, n workspace.Workspace) {
+				if deref(n.RestoreMarker) != keyOld {
+					t.Errorf("restore marker = %q", deref(n.RestoreMarker))
+				}
+			}},
+		{name: "restore of missing archive is data loss", op: workspace.OpRestoring, prep: withArchive, obs: restoreJob(JobFailed, "ARCHIVE_NOT_FOUND"),
+			wantOp: workspace.OpNone, phase: workspace.PhaseError, steps: []Step{StepPurgeRestoreJob}, write: true, verify: terminal(workspace.ReasonDataLost)},
+		{name: "restore S3 failure retries", op: workspace.OpRestoring, prep: withArchive, obs: restoreJob(JobFailed, "S3_ACCESS_ERROR"),
+			wantOp: workspace.OpNone, phase: workspace.PhaseArchived, steps: []Step{StepPurgeRestoreJob}, write: true, verify: retry(workspace.ReasonUnreachable)},
+		{name: "restore of an older attempt is resubmitted", op: workspace.OpRestoring, prep: func(w *workspace.Workspace) { withArchive(w); w.OpAttempt = 3 },
+			obs: restoreJob(JobFailed, "UNKNOWN"), wantOp: workspace.OpRestoring, phase: workspace.PhaseArchived, steps: []Step{StepSubmitRestore}, write: true},
+		{name: "archiving submits", op: workspace.OpArchiving, obs: volume, wantOp: workspace.OpArchiving, phase: workspace.PhaseStandby, steps: []Step{StepSubmitArchive}},
+		{name: "archiving waits for job", op: workspace.OpArchiving, obs: archiveJob(JobRunning, ""), wantOp: workspace.OpArchiving, phase: workspace.PhaseStandby},
+		{name: "archive verified is committed before the volume goes", op: workspace.OpArchiving, obs: archiveJob(JobSucceeded, ""),
+			check:  ArchiveCheck{Key: keyOld, Meta: archive.Meta{Format: archive.Format}},
+			wantOp: workspace.OpArchiving, phase: workspace.PhaseArchived, steps: []Step{StepPurgeArchiveJob}, write: true,
+			verify: func(t *testing.T, n workspace.Workspace) {
+				if deref(n.ArchiveKey) != keyOld || n.Conditions[workspace.CondArchiveReady].Status != workspace.ConditionTrue {
+					t.Errorf("archive key %q, archive_ready %+v", deref(n.ArchiveKey), n.Conditions[workspace.CondArchiveReady])
+				}
+			}},
+		{name: "archive unverifiable waits", op: workspace.OpArchiving, obs: archiveJob(JobSucceeded, ""),
+			check:  ArchiveCheck{Key: keyOld, Err: fmt.Errorf("stat: %w", &archive.Error{Code: archive.CodeS3Access})},
+			wantOp: workspace.OpArchiving, phase: workspace.PhaseStandby},
+		{name: "archive missing after success retries", op: workspace.OpArchiving, obs: archiveJob(JobSucceeded, ""),
+			check:  ArchiveCheck{Key: keyOld, Err: fmt.Errorf("stat: %w", archive.ErrMetaNotFound)},
+			wantOp: workspace.OpNone, phase: workspace.PhaseStandby, steps: []Step{StepPurgeArchiveJob}, write: true, verify: retry(workspace.ReasonArchiveFailed)},
+		{name: "archive corrupt is terminal", op: workspace.OpArchiving, obs: archiveJob(JobSucceeded, ""),
+			check:  ArchiveCheck{Key: keyOld, Err: fmt.Errorf("stat: %w", archive.ErrChecksumMismatch)},
+			wantOp: workspace.OpNone, phase: workspace.PhaseError, steps: []Step{StepPurgeArchiveJob}, write: true, verify: terminal(workspace.ReasonArchiveCorrupted)},
+		{name: "archive job failed", op: workspace.OpArchiving, obs: archiveJob(JobFailed, "DISK_FULL"),
+			wantOp: workspace.OpNone, phase: workspace.PhaseStandby, steps: []Step{StepPurgeArchiveJob}, write: true, verify: retry(workspace.ReasonArchiveFailed)},
+		{name: "committed archive deletes volume", op: workspace.OpArchiving, prep: committedArchive, obs: volume,
+			wantOp: workspace.OpArchiving, phase: workspace.PhaseArchived, steps: []Step{StepDeleteVolume}},
+		{name: "committed archive waits for the container", op: workspace.OpArchiving, prep: committedArchive, obs: live,
+			wantOp: workspace.OpArchiving, phase: workspace.PhaseArchived, write: true},
+		{name: "archiving done when volume gone", op: workspace.OpArchiving, prep: committedArchive, obs: Observed{},
+			wantOp: workspace.OpNone, phase: workspace.PhaseArchived, write: true},
+		{name: "volume lost before commit", op: workspace.OpArchiving, obs: Observed{},
+			wantOp: workspace.OpNone, phase: workspace.PhaseError, write: true, verify: terminal(workspace.ReasonDataLost)},
+		{name: "empty archive created", op: workspace.OpCreateEmptyArchive, obs: Observed{},
+			check:  ArchiveCheck{Key: keyOld, Err: archive.ErrArchiveNotFound},
+			wantOp: workspace.OpCreateEmptyArchive, phase: workspace.PhasePending, steps: []Step{StepCreateEmptyArchive}},
+		{name: "empty archive committed", op: workspace.OpCreateEmptyArchive, obs: Observed{},
+			check:  ArchiveCheck{Key: keyOld},
+			wantOp: workspace.OpNone, phase: workspace.PhaseArchived, write: true},
+		{name: "deleting stops the container first", op: workspace.OpDeleting, obs: running,
+			wantOp: workspace.OpDeleting, phase: workspace.PhaseDeleting, steps: []Step{StepStopWorkspace}, write: true},
+		{name: "deleting then the jobs and the volume", op: workspace.OpDeleting, obs: archiveJob(JobSucceeded, ""),
+			wantOp: workspace.OpDeleting, phase: workspace.PhaseDeleting, steps: []Step{StepPurgeArchiveJob, StepDeleteVolume}},
+		{name: "deleting finishes", op: workspace.OpDeleting, obs: Observed{},
+			wantOp: workspace.OpNone, phase: workspace.PhaseDeleted, steps: []Step{StepPurgeWorkspaceJob}, write: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := workspace.Workspace{ID: wsID, OwnerID: "u", DesiredState: workspace.DesiredRunning,
+				Operation: c.op, OpID: ptr(opOld), OpAttempt: 2}
+			started := c.started
+			if started == 0 {
+				started = time.Second
+			}
+			w.OpStartedAt = ptr(t0.Add(-started))
+			// The stored conditions are those of the steady state before
+			// the operation: a volume unless the operation creates one.
+			before := Observed{VolumeExists: true, VolumeReady: true}
+			switch c.op {
+			case workspace.OpProvisioning, workspace.OpCreateEmptyArchive, workspace.OpRestoring:
+				before = Observed{}
+			case workspace.OpStopping:
+				before = running
+			case workspace.OpDeleting:
+				w.DeletedAt = ptr(t0.Add(-time.Minute))
+			}
+			if c.prep != nil {
+				c.prep(&w)
+			}
+			w.Conditions = observeConditions(w, before, t0.Add(-time.Hour))
+			derive(w.Conditions, &w, t0.Add(-time.Hour))
+			if c.op == workspace.OpDeleting {
+				w.Phase = workspace.PhaseDeleting
+			}
+			a := Plan(w, c.obs, c.check, t0, testCfg)
+			if a.Next.Operation != c.wantOp || a.Next.Phase != c.phase || !slices.Equal(a.Steps, c.steps) {
+				t.Fatalf("plan = op %s phase %s steps %v; want op %s phase %s steps %v",
+					a.Next.Operation, a.Next.Phase, a.Steps, c.wantOp, c.phase, c.steps)
+			}
+			if a.Write != c.write {
+				t.Errorf("write = %v, want %v", a.Write, c.write)
+			}
+			if c.verify != nil {
+				c.verify(t, a.Next)
+			}
+		})
+	}
+}
+
+func TestPlanRules(t *testing.T) {
+	t.Run("backoff delays the next attempt", func(t *testing.T) {
+		w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+		w.ErrorReason, w.ErrorCount, w.NextAttemptAt = ptr(workspace.ReasonStartFailed), 1, ptr(t0.Add(time.Second))
+		if a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg); a.Next.Operation != workspace.OpNone || a.Write {
+			t.Errorf("claimed %s during backoff", a.Next.Operation)
+		}
+		a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0.Add(2*time.Second), testCfg)
+		if a.Next.Operation != workspace.OpStarting || deref(a.Next.ErrorReason) != workspace.ReasonStartFailed {
+			t.Errorf("after backoff: op %s, error kept %v", a.Next.Operation, a.Next.ErrorReason)
+		}
+	})
+	t.Run("third failure is ERROR", func(t *testing.T) {
+		w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+		w.Operation, w.OpStartedAt, w.ErrorReason, w.ErrorCount = workspace.OpStarting, ptr(t0), ptr(workspace.ReasonUnschedulable), 2
+		obs := observed(workspace.PhaseStandby)
+		obs.Failure = &Failure{Reason: workspace.ReasonUnschedulable}
+		a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+		if a.Next.Phase != workspace.PhaseError || a.Next.ErrorCount != 3 || a.Next.Operation != workspace.OpNone {
+			t.Errorf("phase %s count %d op %s", a.Next.Phase, a.Next.ErrorCount, a.Next.Operation)
+		}
+	})
+	t.Run("container without volume", func(t *testing.T) {
+		w := stored(workspace.PhaseRunning, workspace.DesiredRunning, observed(workspace.PhaseRunning))
+		obs := Observed{ContainerLive: true}
+		a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+		if a.Next.Phase != workspace.PhaseError || deref(a.Next.ErrorReason) != workspace.ReasonContainerWithoutVolume {
+			t.Fatalf("phase %s reason %s", a.Next.Phase, deref(a.Next.ErrorReason))
+		}
+		if b := Plan(a.Next, obs, ArchiveCheck{}, t0.Add(time.Minute), testCfg); b.Write || len(b.Steps) > 0 {
+			t.Errorf("recorded violation planned again: %+v", b)
+		}
+	})
+	t.Run("home volume vanished", func(t *testing.T) {
+		w := stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby))
+		a := Plan(w, Observed{}, ArchiveCheck{}, t0, testCfg)
+		if a.Next.Phase != workspace.PhaseError || deref(a.Next.ErrorReason) != workspace.ReasonDataLost {
+			t.Fatalf("phase %s reason %s", a.Next.Phase, deref(a.Next.ErrorReason))
+		}
+	})
+	t.Run("archive retry reuses an uncommitted op id", func(t *testing.T) {
+		w := stored(workspace.PhaseStandby, workspace.DesiredArchived, observed(workspace.PhaseStandby))
+		w.OpID = ptr(opOld)
+		if a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg); deref(a.Next.OpID) != opOld {
+			t.Errorf("op id %s, want reused %s", deref(a.Next.OpID), opOld)
+		}
+		w.ArchiveKey, w.RestoreMarker = ptr(keyOld), ptr(keyOld)
+		if a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg); deref(a.Next.OpID) != opNew {
+			t.Errorf("op id %s, want a new one after a committed archive", deref(a.Next.OpID))
+		}
+	})
+	t.Run("other operations drop the op id", func(t *testing.T) {
+		w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+		w.OpID = ptr(opOld)
+		if a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg); a.Next.OpID != nil {
+			t.Errorf("STARTING kept op id %s", deref(a.Next.OpID))
+		}
+	})
+	t.Run("deleted workspace finishes its operation first", func(t *testing.T) {
+		w := stored(workspace.PhaseStandby, workspace.DesiredDeleted, observed(workspace.PhaseStandby))
+		w.Operation, w.OpStartedAt, w.DeletedAt = workspace.OpStarting, ptr(t0), ptr(t0)
+		if a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg); a.Next.Operation != workspace.OpStarting {
+			t.Errorf("operation %s", a.Next.Operation)
+		}
+	})
+	t.Run("stale batch jobs are purged when converged", func(t *testing.T) {
+		w := stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby))
+		obs := observed(workspace.PhaseStandby)
+		obs.Restore = &JobResult{Status: JobSucceeded}
+		obs.Archive = &JobResult{Status: JobRunning}
+		if a := Plan(w, obs, ArchiveCheck{}, t0, testCfg); a.Write || !slices.Equal(a.Steps, []Step{StepPurgeRestoreJob}) {
+			t.Errorf("write %v steps %v", a.Write, a.Steps)
+		}
+	})
+	t.Run("interrupted archive deletes the leftover volume", func(t *testing.T) {
+		w := stored(workspace.PhaseArchived, workspace.DesiredArchived, observed(workspace.PhaseStandby))
+		w.OpID = ptr(opOld)
+		a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg)
+		if a.Next.Operation != workspace.OpArchiving || deref(a.Next.OpID) != opOld || !slices.Equal(a.Steps, []Step{StepDeleteVolume}) {
+			t.Errorf("op %s op id %s steps %v", a.Next.Operation, deref(a.Next.OpID), a.Steps)
+		}
+	})
+	t.Run("backoff doubles up to the cap", func(t *testing.T) {
+		got := []time.Duration{testCfg.backoff(1), testCfg.backoff(2), testCfg.backoff(3), testCfg.backoff(30)}
+		want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 5 * time.Minute}
+		if !slices.Equal(got, want) {
+			t.Errorf("backoff = %v, want %v", got, want)
+		}
+	})
+}

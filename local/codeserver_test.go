@@ -1,0 +1,120 @@
+package local
+
+import (
+	"context"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/codehub-io/codehub/controller"
+)
+
+// envCodeServer names the code-server executable for tests that run the
+// real one (scripts/test.sh sets it after scripts/install-code-server.sh).
+const envCodeServer = "CODEHUB_TEST_CODE_SERVER"
+
+func codeServerBackend(tb testing.TB) *Backend {
+	tb.Helper()
+	path := os.Getenv(envCodeServer)
+	if path == "" {
+		tb.Skipf("real code-server not available: set %s (scripts/install-code-server.sh installs it)", envCodeServer)
+	}
+	b, err := New(hclog.NewNullLogger(), Options{DataDir: tb.TempDir(), CodeServer: path})
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+// untilReady observes until the workspace answers its health check and
+// returns how long that took from start.
+func untilReady(tb testing.TB, b *Backend, start time.Time) time.Duration {
+	tb.Helper()
+	deadline := start.Add(2 * time.Minute)
+	for {
+		snap, err := b.Observe(context.Background())
+		if err != nil {
+			tb.Fatalf("Observe: %v", err)
+		}
+		o := snap.Workspaces[testID]
+		if o.UpstreamReady {
+			return time.Since(start)
+		}
+		if o.Failure != nil {
+			tb.Fatalf("code-server failed: %v", o.Failure)
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("code-server never became ready; last observed %+v", o)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func TestCodeServerServesWorkbench(t *testing.T) {
+	b := codeServerBackend(t)
+	ctx := context.Background()
+	stopOnCleanup(t, b)
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
+		t.Fatalf("ProvisionVolume: %v", err)
+	}
+	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
+		t.Fatalf("StartWorkspace: %v", err)
+	}
+	untilReady(t, b, time.Now())
+	addr, err := b.Resolve(ctx, testID)
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("code-server bound to %s, want loopback", addr)
+	}
+	// With --auth none the root serves the workbench page itself.
+	if page := get(t, "http://"+addr+"/"); !strings.Contains(page, "workbench") {
+		t.Fatalf("GET / did not return the workbench page:\n%.500s", page)
+	}
+	// Settings live in the home, so they travel with archives.
+	if _, err := os.Stat(b.HomeDir(testID) + "/.local/share/code-server"); err != nil {
+		t.Fatalf("user data dir not in the home: %v", err)
+	}
+}
+
+// BenchmarkCodeServerWake measures STANDBY -> ready at the backend: start
+// code-server on an existing home until /healthz answers, then stop it.
+// Reports p50 and p90 besides the mean.
+func BenchmarkCodeServerWake(b *testing.B) {
+	be := codeServerBackend(b)
+	ctx := context.Background()
+	if err := be.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
+		b.Fatalf("ProvisionVolume: %v", err)
+	}
+	var samples []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := be.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
+			b.Fatalf("StartWorkspace: %v", err)
+		}
+		samples = append(samples, untilReady(b, be, start))
+		b.StopTimer()
+		if err := be.StopWorkspace(ctx, testID); err != nil {
+			b.Fatalf("StopWorkspace: %v", err)
+		}
+		for {
+			snap, err := be.Observe(ctx)
+			if err != nil {
+				b.Fatalf("Observe: %v", err)
+			}
+			if !snap.Workspaces[testID].ContainerLive {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.StartTimer()
+	}
+	sort.Slice(samples, func(i, k int) bool { return samples[i] < samples[k] })
+	b.ReportMetric(samples[len(samples)/2].Seconds(), "p50-s")
+	b.ReportMetric(samples[len(samples)*9/10].Seconds(), "p90-s")
+}

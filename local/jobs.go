@@ -1,0 +1,192 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/codehub-io/codehub/controller"
+)
+
+// jobRecord is jobs/ws-{id}-{kind}/job.json: one archive or restore attempt.
+type jobRecord struct {
+	OpID       string    `json:"op_id"`
+	ArchiveKey string    `json:"archive_key"`
+	Attempt    int       `json:"attempt"`
+	Process    identity  `json:"process"`
+	StartedAt  time.Time `json:"started_at"`
+}
+
+const jobFile = "job.json"
+
+// UnknownError is the CODEHUB_ERROR of a failed job that printed none.
+const UnknownError = "UNKNOWN"
+
+// SubmitArchive runs `codehub job archive --src HOME` for this attempt.
+func (b *Backend) SubmitArchive(ctx context.Context, job controller.JobSpec) error {
+	return b.submit(ctx, controller.JobArchive, job)
+}
+
+// SubmitRestore runs `codehub job restore --dst HOME` for this attempt.
+func (b *Backend) SubmitRestore(ctx context.Context, job controller.JobSpec) error {
+	return b.submit(ctx, controller.JobRestore, job)
+}
+
+// submit starts the job unless this very attempt was already started
+// (running or finished): like an identical Nomad registration, resubmitting
+// never reruns a finished job. A different attempt replaces the old one.
+func (b *Backend) submit(_ context.Context, kind controller.JobKind, job controller.JobSpec) error {
+	wsID := job.WorkspaceID
+	if err := checkID(wsID); err != nil {
+		return err
+	}
+	if job.ArchiveKey == "" {
+		return fmt.Errorf("%s job of %s: no archive key", kind, wsID)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dir := b.batchDir(wsID, kind)
+	var prev jobRecord
+	found, err := readJSON(filepath.Join(dir, jobFile), &prev)
+	if err != nil {
+		return err
+	}
+	if found && prev.OpID == job.OpID && prev.ArchiveKey == job.ArchiveKey && prev.Attempt == job.Attempt {
+		return nil
+	}
+	if found {
+		if err := b.kill(prev.Process); err != nil {
+			return fmt.Errorf("replace %s: %w", batchName(wsID, kind), err)
+		}
+	}
+	// Second guard behind the controller's: the job must not read or write
+	// a home the workspace is using.
+	var ws workspaceState
+	if ok, _ := readJSON(filepath.Join(b.workspaceDir(wsID), stateFile), &ws); ok && b.alive(ws.Process) {
+		return fmt.Errorf("%w: workspace %s is still running", controller.ErrVolumeInUse, wsID)
+	}
+	home := b.HomeDir(wsID)
+	if _, err := os.Stat(home); err != nil {
+		return fmt.Errorf("%s job of %s: home: %w", kind, wsID, err)
+	}
+	if err := resetDir(dir); err != nil {
+		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
+	}
+	rec := jobRecord{OpID: job.OpID, ArchiveKey: job.ArchiveKey, Attempt: job.Attempt, StartedAt: time.Now().UTC()}
+	// Recorded before the start: a crash in between leaves a pending record
+	// whose exit file still reports the outcome.
+	if err := writeJSON(filepath.Join(dir, jobFile), rec); err != nil {
+		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
+	}
+	id, err := b.start(b.jobLaunch(kind, dir, home, job.ArchiveKey))
+	if err != nil {
+		return err
+	}
+	rec.Process = id
+	if err := writeJSON(filepath.Join(dir, jobFile), rec); err != nil {
+		_ = b.kill(id)
+		return fmt.Errorf("%s job of %s: record process: %w", kind, wsID, err)
+	}
+	b.logger.Info("started job", "job", batchName(wsID, kind), "op_id", job.OpID, "attempt", job.Attempt, "pid", id.PID)
+	return nil
+}
+
+// jobLaunch is the command line and environment of an archive or restore
+// job, the same contract as the Nomad batch jobs.
+func (b *Backend) jobLaunch(kind controller.JobKind, dir, home, key string) launch {
+	s3 := b.opts.S3
+	flag := "--src"
+	if kind == controller.JobRestore {
+		flag = "--dst"
+	}
+	return launch{
+		program: b.opts.CodehubBinary,
+		args:    []string{"job", string(kind), flag, home},
+		env: childEnv(
+			"HOME="+dir,
+			"ARCHIVE_URL="+archiveURL(s3.Bucket, key),
+			"S3_ENDPOINT="+s3.Endpoint,
+			"S3_REGION="+s3.Region,
+			"S3_USE_SSL="+strconv.FormatBool(s3.UseSSL),
+			"S3_ACCESS_KEY="+s3.AccessKey,
+			"S3_SECRET_KEY="+s3.SecretKey,
+		),
+		dir:      dir,
+		logPath:  filepath.Join(dir, logFile),
+		exitPath: filepath.Join(dir, exitFile),
+	}
+}
+
+// archiveURL is the ARCHIVE_URL a job gets: s3://bucket/key.
+func archiveURL(bucket, key string) string {
+	return (&url.URL{Scheme: "s3", Host: bucket, Path: "/" + key}).String()
+}
+
+// PurgeJob forgets the state of a finished job or a stopped workspace. It
+// refuses while the process still lives.
+func (b *Backend) PurgeJob(_ context.Context, wsID string, kind controller.JobKind) error {
+	if err := checkID(wsID); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dir := b.batchDir(wsID, kind)
+	var proc identity
+	switch kind {
+	case controller.JobWorkspace:
+		dir = b.workspaceDir(wsID)
+		var st workspaceState
+		if _, err := readJSON(filepath.Join(dir, stateFile), &st); err != nil {
+			return err
+		}
+		proc = st.Process
+	case controller.JobArchive, controller.JobRestore:
+		var rec jobRecord
+		if _, err := readJSON(filepath.Join(dir, jobFile), &rec); err != nil {
+			return err
+		}
+		proc = rec.Process
+	default:
+		return fmt.Errorf("purge %s: unknown job kind %q", wsID, kind)
+	}
+	if b.alive(proc) {
+		return fmt.Errorf("refusing to purge %s: process %d is alive", filepath.Base(dir), proc.PID)
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("purge %s: %w", filepath.Base(dir), err)
+	}
+	return nil
+}
+
+// parseErrorCode returns the CODEHUB_ERROR of the last
+// "RESULT=FAIL CODEHUB_ERROR=<CODE>" line of a job's output, or UNKNOWN.
+func parseErrorCode(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return UnknownError
+	}
+	defer f.Close()
+	code := UnknownError
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[0] != "RESULT=FAIL" {
+			continue
+		}
+		for _, fld := range fields[1:] {
+			if v, ok := strings.CutPrefix(fld, "CODEHUB_ERROR="); ok && v != "" {
+				code = v
+			}
+		}
+	}
+	return code
+}

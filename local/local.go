@@ -1,0 +1,217 @@
+// Package local runs workspaces on the machine codehub runs on, for trying
+// CodeHub without a Nomad fleet: a home volume is a directory under the data
+// dir, a running workspace is a code-server process bound to loopback, and
+// archive and restore are `codehub job archive|restore` child processes with
+// the same contract as the Nomad batch jobs.
+//
+// Every process is detached from codehub (its own process group, reparented
+// away from codehub at once) and described by files under the data dir, so a
+// restarted codehub observes and stops what an earlier one started.
+// Workspaces keep running while codehub is down. The package never touches a
+// process it has no state file for, and never deletes a home a live
+// process of its workspace may still be using.
+package local
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/codehub-io/codehub/controller"
+)
+
+var (
+	_ controller.Backend   = (*Backend)(nil)
+	_ controller.Upstreams = (*Backend)(nil)
+)
+
+// Options configures the local backend.
+type Options struct {
+	// DataDir holds homes, process state and logs.
+	DataDir string
+	// CodeServer is the code-server executable run for each workspace
+	// (a path, or a name looked up on PATH) when Command is empty.
+	CodeServer string
+	// Command, when set, is run instead of code-server, with Args; the
+	// placeholders config.PlaceholderPort and config.PlaceholderHome in
+	// Args are replaced by the port to listen on (127.0.0.1) and the home.
+	Command string
+	Args    []string
+	// CodehubBinary runs `job archive|restore`; empty is this executable.
+	CodehubBinary string
+	S3            S3Options
+	// HealthTimeout bounds one readiness probe; zero means 2 s.
+	HealthTimeout time.Duration
+}
+
+// S3Options is where archives live; the job processes get them as the
+// ARCHIVE_URL and S3_* environment of the Nomad batch jobs.
+type S3Options struct {
+	Endpoint  string
+	Bucket    string
+	Region    string
+	UseSSL    bool
+	AccessKey string
+	SecretKey string
+}
+
+// Backend is the single-machine backend. It is safe for concurrent use.
+type Backend struct {
+	logger hclog.Logger
+	opts   Options
+	client *http.Client
+	bootID string
+
+	// mu serialises actuators so two calls for one workspace never race on
+	// its state files. Observe only reads.
+	mu sync.Mutex
+
+	// ready remembers, per workspace, the process that last passed its
+	// health check, so Resolve need not probe on every request.
+	readyMu sync.Mutex
+	ready   map[string]identity
+}
+
+// New checks the options, creates the data dir layout and returns the
+// backend. It does not start or stop anything.
+func New(logger hclog.Logger, opts Options) (*Backend, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("local backend: data dir is required")
+	}
+	dir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("local backend: data dir: %w", err)
+	}
+	opts.DataDir = dir
+	if opts.Command == "" {
+		if opts.CodeServer == "" {
+			return nil, errors.New("local backend: code-server path or a command is required")
+		}
+		if opts.CodeServer, err = lookPath(opts.CodeServer); err != nil {
+			return nil, fmt.Errorf("local backend: code-server: %w", err)
+		}
+	} else if opts.Command, err = lookPath(opts.Command); err != nil {
+		return nil, fmt.Errorf("local backend: command: %w", err)
+	}
+	if opts.CodehubBinary == "" {
+		if opts.CodehubBinary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("local backend: codehub binary: %w", err)
+		}
+	}
+	if opts.HealthTimeout <= 0 {
+		opts.HealthTimeout = 2 * time.Second
+	}
+	for _, d := range []string{volumesDir(dir), runDir(dir), jobsDir(dir), trashDir(dir)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("local backend: %w", err)
+		}
+	}
+	boot, err := readBootID()
+	if err != nil {
+		return nil, fmt.Errorf("local backend: %w", err)
+	}
+	return &Backend{
+		logger: logger,
+		opts:   opts,
+		client: &http.Client{Timeout: opts.HealthTimeout},
+		bootID: boot,
+		ready:  make(map[string]identity),
+	}, nil
+}
+
+// lookPath resolves a program name on PATH and makes a path absolute, so the
+// recorded command line means the same after a restart from another dir.
+func lookPath(name string) (string, error) {
+	if !strings.ContainsRune(name, os.PathSeparator) {
+		return execLookPath(name)
+	}
+	abs, err := filepath.Abs(name)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", err
+	}
+	return abs, nil
+}
+
+// Names derived from the workspace id (DESIGN.md §7).
+func volumeName(wsID string) string { return "ws-" + wsID + "-home" }
+func jobName(wsID string) string    { return "ws-" + wsID }
+
+func batchName(wsID string, kind controller.JobKind) string {
+	return "ws-" + wsID + "-" + string(kind)
+}
+
+// workspaceIDLen is the length of a lowercase ULID.
+const workspaceIDLen = 26
+
+// parseName splits a state entry name into workspace id and what it names.
+func parseName(name string) (wsID string, kind string, ok bool) {
+	rest, found := strings.CutPrefix(name, "ws-")
+	if !found || len(rest) < workspaceIDLen {
+		return "", "", false
+	}
+	wsID, suffix := rest[:workspaceIDLen], rest[workspaceIDLen:]
+	if !validID(wsID) {
+		return "", "", false
+	}
+	switch suffix {
+	case "":
+		return wsID, string(controller.JobWorkspace), true
+	case "-home":
+		return wsID, "volume", true
+	case "-archive":
+		return wsID, string(controller.JobArchive), true
+	case "-restore":
+		return wsID, string(controller.JobRestore), true
+	}
+	return "", "", false
+}
+
+// validID accepts lowercase Crockford base32 of ULID length, so an id can
+// never walk out of the data dir.
+func validID(id string) bool {
+	if len(id) != workspaceIDLen {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') || c == 'i' || c == 'l' || c == 'o' || c == 'u' {
+			return false
+		}
+	}
+	return true
+}
+
+func checkID(wsID string) error {
+	if !validID(wsID) {
+		return fmt.Errorf("invalid workspace id %q", wsID)
+	}
+	return nil
+}
+
+// Layout of the data dir.
+func volumesDir(dataDir string) string { return filepath.Join(dataDir, "volumes") }
+func runDir(dataDir string) string     { return filepath.Join(dataDir, "run") }
+func jobsDir(dataDir string) string    { return filepath.Join(dataDir, "jobs") }
+func trashDir(dataDir string) string   { return filepath.Join(dataDir, "trash") }
+
+// HomeDir is the home directory (the volume) of a workspace.
+func (b *Backend) HomeDir(wsID string) string {
+	return filepath.Join(volumesDir(b.opts.DataDir), volumeName(wsID))
+}
+
+func (b *Backend) workspaceDir(wsID string) string {
+	return filepath.Join(runDir(b.opts.DataDir), jobName(wsID))
+}
+
+func (b *Backend) batchDir(wsID string, kind controller.JobKind) string {
+	return filepath.Join(jobsDir(b.opts.DataDir), batchName(wsID, kind))
+}

@@ -1,0 +1,291 @@
+package local
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+var execLookPath = exec.LookPath
+
+// identity names one process for good: a pid alone may be reused, a pid with
+// its start time (in clock ticks since boot) within one boot may not.
+type identity struct {
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"start_ticks"`
+	BootID     string `json:"boot_id"`
+	// PGID is the process group (and session) the launcher created.
+	PGID int `json:"pgid"`
+}
+
+func readBootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("read boot id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// procStat is what we read from /proc/PID/stat.
+type procStat struct {
+	state      byte
+	ppid       int
+	pgid       int
+	startTicks uint64
+}
+
+// parseStat parses the contents of /proc/PID/stat. The command name may hold
+// spaces and parentheses, so fields are counted from its last ')'.
+func parseStat(b []byte) (procStat, error) {
+	end := bytes.LastIndexByte(b, ')')
+	if end < 0 {
+		return procStat{}, errors.New("stat: no command name")
+	}
+	f := strings.Fields(string(b[end+1:]))
+	// f[0] is field 3 (state); start time is field 22.
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, errors.New("stat: too few fields")
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	start, err3 := strconv.ParseUint(f[19], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return procStat{}, fmt.Errorf("stat: %w", err)
+	}
+	return procStat{state: f[0][0], ppid: ppid, pgid: pgid, startTicks: start}, nil
+}
+
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseStat(b)
+}
+
+// alive reports whether the process id names is still running. A zombie
+// has finished; nobody but its parent can tell its exit status, which is
+// why the launcher records it in a file.
+func (b *Backend) alive(id identity) bool {
+	if id.PID <= 0 || id.BootID != b.bootID {
+		return false
+	}
+	st, err := readStat(id.PID)
+	if err != nil {
+		return false
+	}
+	return st.startTicks == id.StartTicks && st.state != 'Z' && st.state != 'X'
+}
+
+// launch is one program to start detached from codehub.
+type launch struct {
+	program string
+	args    []string
+	env     []string
+	dir     string
+	// logPath receives the program's stdout and stderr; exitPath its exit
+	// status, written when it ends.
+	logPath  string
+	exitPath string
+}
+
+// launcherScript runs the program in a background subshell that records its
+// exit status, prints the subshell's pid and exits at once. The subshell is
+// then orphaned: codehub is not its parent, so it behaves the same whether
+// or not the codehub that started it still runs.
+const launcherScript = `log=$1 exitf=$2
+shift 2
+( "$@" </dev/null >>"$log" 2>&1; echo $? >"$exitf.tmp" && mv "$exitf.tmp" "$exitf" ) </dev/null >/dev/null 2>&1 &
+echo $!`
+
+// start launches l in its own session and returns the identity of the
+// process that lives exactly as long as the program (plus the moment it
+// takes to write the exit status).
+func (b *Backend) start(l launch) (identity, error) {
+	args := append([]string{"-c", launcherScript, "sh", l.logPath, l.exitPath, l.program}, l.args...)
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.Env = l.env
+	cmd.Dir = l.dir
+	// A session of its own: no signal aimed at codehub's terminal or process
+	// group (Ctrl-C on `make run`) reaches the workspace.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return identity{}, fmt.Errorf("start %s: %w: %s", l.program, err, strings.TrimSpace(stderr.String()))
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return identity{}, fmt.Errorf("start %s: launcher printed %q: %w", l.program, out, err)
+	}
+	id := identity{PID: pid, BootID: b.bootID, PGID: cmd.Process.Pid}
+	st, err := readStat(pid)
+	if err != nil {
+		// Already gone (it failed at once): the exit file tells the rest.
+		return id, nil
+	}
+	id.StartTicks = st.startTicks
+	return id, nil
+}
+
+// kill sends SIGKILL to the process, every descendant of it (code-server's
+// terminals run in sessions of their own) and its process group. Stopping is
+// immediate by design: the home is on disk, nothing is lost but the editor's
+// unsaved buffers, which live in the browser.
+func (b *Backend) kill(id identity) error {
+	var victims []int
+	if b.alive(id) {
+		victims = append(descendants(id.PID), id.PID)
+	}
+	var errs []error
+	for _, pid := range victims {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill %d: %w", pid, err))
+		}
+	}
+	if id.PGID > 0 && id.BootID == b.bootID {
+		if err := syscall.Kill(-id.PGID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill group %d: %w", id.PGID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// descendants lists every process below pid, read from /proc in one pass.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := make(map[int][]int)
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := readStat(p)
+		if err != nil {
+			continue
+		}
+		children[st.ppid] = append(children[st.ppid], p)
+	}
+	return collectTree(children, pid)
+}
+
+// collectTree walks a parent -> children map below root, breadth first.
+func collectTree(children map[int][]int, root int) []int {
+	var out []int
+	queue := []int{root}
+	seen := map[int]bool{root: true}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			if seen[c] {
+				continue
+			}
+			seen[c] = true
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// readExit returns the recorded exit status, or ok=false when none exists.
+func readExit(path string) (code int, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	code, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, false
+	}
+	return code, true
+}
+
+// freePort asks the kernel for a loopback port nobody uses right now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// writeJSON replaces path atomically, so a reader never sees half a file
+// and a crash leaves the old or the new content.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readJSON reads a state file; found=false when it does not exist.
+func readJSON(path string, v any) (found bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("decode %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// lastLine is the last non-empty line of a log, bounded, for messages.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const tail = 4 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > tail {
+		_, _ = f.Seek(-tail, 2)
+	}
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(f)
+	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+// childEnv is the environment of a workspace or job: codehub's own, without
+// codehub's settings (which hold secrets), with extra appended.
+func childEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "CODEHUB_") || k == "HOME" || k == "PWD" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}

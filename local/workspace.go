@@ -1,0 +1,298 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/controller"
+)
+
+// workspaceState is run/ws-{id}/state.json: the running (or last) process
+// of a workspace.
+type workspaceState struct {
+	Process   identity  `json:"process"`
+	Port      int       `json:"port"`
+	StartedAt time.Time `json:"started_at"`
+	// Stopped is set by StopWorkspace: the process ending is then expected,
+	// not a failure.
+	Stopped bool `json:"stopped"`
+}
+
+// Files of a workspace's run dir.
+const (
+	stateFile = "state.json"
+	logFile   = "output.log"
+	exitFile  = "exit"
+)
+
+// ProvisionVolume creates the home directory. It appears under its final
+// name only once complete, so an existing directory is a ready volume.
+func (b *Backend) ProvisionVolume(_ context.Context, spec controller.VolumeSpec) error {
+	if err := checkID(spec.WorkspaceID); err != nil {
+		return err
+	}
+	home := b.HomeDir(spec.WorkspaceID)
+	if _, err := os.Stat(home); err == nil {
+		return nil
+	}
+	tmp, err := os.MkdirTemp(volumesDir(b.opts.DataDir), ".new-")
+	if err != nil {
+		return fmt.Errorf("create home of %s: %w", spec.WorkspaceID, err)
+	}
+	if err := os.Rename(tmp, home); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("create home of %s: %w", spec.WorkspaceID, err)
+	}
+	b.logger.Debug("created home", "workspace_id", spec.WorkspaceID, "path", home)
+	return nil
+}
+
+// DeleteVolume deletes the home and everything in it. While the workspace
+// process or an archive/restore job of the workspace lives it returns
+// controller.ErrVolumeInUse.
+func (b *Backend) DeleteVolume(_ context.Context, wsID string) error {
+	if err := checkID(wsID); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if user := b.liveUser(wsID); user != "" {
+		return fmt.Errorf("%w: %s used by its %s", controller.ErrVolumeInUse, volumeName(wsID), user)
+	}
+	home := b.HomeDir(wsID)
+	// Renaming is atomic: the volume is gone at once even if removing a big
+	// tree takes a while or fails half way.
+	trash, err := os.MkdirTemp(trashDir(b.opts.DataDir), volumeName(wsID)+"-")
+	if err != nil {
+		return fmt.Errorf("delete home of %s: %w", wsID, err)
+	}
+	if err := os.Rename(home, filepath.Join(trash, "home")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		_ = os.Remove(trash)
+		return fmt.Errorf("delete home of %s: %w", wsID, err)
+	}
+	if err := os.RemoveAll(trash); err != nil {
+		return fmt.Errorf("remove deleted home of %s: %w", wsID, err)
+	}
+	b.logger.Debug("deleted home", "workspace_id", wsID)
+	return nil
+}
+
+// liveUser names what of the workspace still runs and may use its home.
+func (b *Backend) liveUser(wsID string) string {
+	var st workspaceState
+	if found, _ := readJSON(filepath.Join(b.workspaceDir(wsID), stateFile), &st); found && b.alive(st.Process) {
+		return "workspace process"
+	}
+	for _, kind := range []controller.JobKind{controller.JobArchive, controller.JobRestore} {
+		var rec jobRecord
+		if found, _ := readJSON(filepath.Join(b.batchDir(wsID, kind), jobFile), &rec); found && b.alive(rec.Process) {
+			return string(kind) + " job"
+		}
+	}
+	return ""
+}
+
+// StartWorkspace starts the workspace program on a free loopback port with
+// its home as HOME. A live process of the workspace is left alone.
+func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpec) error {
+	wsID := spec.WorkspaceID
+	if err := checkID(wsID); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dir := b.workspaceDir(wsID)
+	var st workspaceState
+	found, err := readJSON(filepath.Join(dir, stateFile), &st)
+	if err != nil {
+		return err
+	}
+	if found && b.alive(st.Process) {
+		if !st.Stopped {
+			return nil
+		}
+		return fmt.Errorf("workspace %s is still stopping", wsID)
+	}
+	home := b.HomeDir(wsID)
+	if _, err := os.Stat(home); err != nil {
+		return fmt.Errorf("start %s: home: %w", wsID, err)
+	}
+	if err := resetDir(dir); err != nil {
+		return fmt.Errorf("start %s: %w", wsID, err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	l := b.workspaceLaunch(wsID, port, home)
+	id, err := b.start(l)
+	if err != nil {
+		return err
+	}
+	st = workspaceState{Process: id, Port: port, StartedAt: time.Now().UTC()}
+	if err := writeJSON(filepath.Join(dir, stateFile), st); err != nil {
+		// Untracked, the process would never be stopped: stop it now.
+		_ = b.kill(id)
+		return fmt.Errorf("start %s: record process: %w", wsID, err)
+	}
+	b.logger.Info("started workspace", "workspace_id", wsID, "pid", id.PID, "port", port)
+	return nil
+}
+
+// workspaceLaunch is the program line of a workspace: code-server bound to
+// loopback without auth of its own (only the proxy reaches it), or the
+// configured command with its placeholders filled in.
+func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
+	dir := b.workspaceDir(wsID)
+	l := launch{
+		env:      childEnv("HOME=" + home),
+		dir:      home,
+		logPath:  filepath.Join(dir, logFile),
+		exitPath: filepath.Join(dir, exitFile),
+	}
+	if b.opts.Command != "" {
+		l.program = b.opts.Command
+		l.args = (&config.Workspace{Args: b.opts.Args}).ExpandArgs(port, home)
+		return l
+	}
+	l.program = b.opts.CodeServer
+	l.args = codeServerArgs(port, home)
+	return l
+}
+
+// codeServerArgs starts code-server for one workspace. Its settings and
+// extensions live in the home, so they survive archive and restore.
+func codeServerArgs(port int, home string) []string {
+	return []string{
+		"--auth", "none",
+		"--bind-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--disable-telemetry",
+		"--disable-update-check",
+		"--disable-workspace-trust",
+		"--user-data-dir", filepath.Join(home, ".local", "share", "code-server"),
+		"--extensions-dir", filepath.Join(home, ".local", "share", "code-server", "extensions"),
+		home,
+	}
+}
+
+// resetDir empties dir (state of a previous run) and recreates it.
+func resetDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.MkdirAll(dir, 0o700)
+}
+
+// StopWorkspace kills the workspace process and its descendants at once. Its
+// state stays until PurgeJob, so Observe keeps reporting it until it is gone.
+func (b *Backend) StopWorkspace(_ context.Context, wsID string) error {
+	if err := checkID(wsID); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	path := filepath.Join(b.workspaceDir(wsID), stateFile)
+	var st workspaceState
+	found, err := readJSON(path, &st)
+	if err != nil || !found {
+		return err
+	}
+	if !st.Stopped {
+		st.Stopped = true
+		if err := writeJSON(path, st); err != nil {
+			return fmt.Errorf("stop %s: %w", wsID, err)
+		}
+	}
+	b.forgetReady(wsID)
+	if err := b.kill(st.Process); err != nil {
+		return fmt.Errorf("stop %s: %w", wsID, err)
+	}
+	b.logger.Info("stopped workspace", "workspace_id", wsID, "pid", st.Process.PID)
+	return nil
+}
+
+// Resolve returns the loopback address of a live workspace that passed its
+// health check, probing it when no observation has yet.
+func (b *Backend) Resolve(ctx context.Context, wsID string) (string, error) {
+	if err := checkID(wsID); err != nil {
+		return "", err
+	}
+	var st workspaceState
+	found, err := readJSON(filepath.Join(b.workspaceDir(wsID), stateFile), &st)
+	if err != nil {
+		return "", err
+	}
+	if !found || st.Stopped || !b.alive(st.Process) {
+		return "", controller.ErrNoUpstream
+	}
+	if !b.isReady(wsID, st.Process) {
+		if !b.healthy(ctx, st.Port) {
+			return "", controller.ErrNoUpstream
+		}
+		b.setReady(wsID, st.Process, true)
+	}
+	return hostPort(st.Port), nil
+}
+
+func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// healthy reports whether GET /healthz on the port answers 200.
+func (b *Backend) healthy(ctx context.Context, port int) bool {
+	ctx, cancel := context.WithTimeout(ctx, b.opts.HealthTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+hostPort(port)+"/healthz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (b *Backend) isReady(wsID string, id identity) bool {
+	b.readyMu.Lock()
+	defer b.readyMu.Unlock()
+	got, ok := b.ready[wsID]
+	return ok && got == id
+}
+
+func (b *Backend) setReady(wsID string, id identity, ready bool) {
+	b.readyMu.Lock()
+	defer b.readyMu.Unlock()
+	if ready {
+		b.ready[wsID] = id
+		return
+	}
+	delete(b.ready, wsID)
+}
+
+func (b *Backend) forgetReady(wsID string) { b.setReady(wsID, identity{}, false) }
+
+// StopAll stops every workspace process this data dir knows, for tearing a
+// single-machine installation down while codehub is not running (workspaces
+// outlive codehub by design).
+func (b *Backend) StopAll(ctx context.Context) error {
+	names, err := readNames(runDir(b.opts.DataDir))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range names {
+		if wsID, kind, ok := parseName(name); ok && kind == string(controller.JobWorkspace) {
+			errs = append(errs, b.StopWorkspace(ctx, wsID))
+		}
+	}
+	return errors.Join(errs...)
+}

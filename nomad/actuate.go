@@ -1,0 +1,316 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/jobspecs"
+)
+
+// findVolume returns the home volume of wsID, or nil when there is none.
+func (b *Backend) findVolume(ctx context.Context, wsID string) (*api.HostVolumeStub, error) {
+	q := b.query(ctx)
+	q.Prefix = volumeName(wsID)
+	vols, _, err := b.client.HostVolumes().List(nil, q)
+	if err != nil {
+		return nil, classify("list host volumes", err)
+	}
+	for _, v := range vols {
+		if v.Name == volumeName(wsID) {
+			return v, nil
+		}
+	}
+	return nil, nil
+}
+
+// ProvisionVolume creates ws-{id}-home owned by the workspace uid/gid. An
+// existing volume of that name (ready or still being created) is kept.
+func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpec) error {
+	existing, err := b.findVolume(ctx, spec.WorkspaceID)
+	if err != nil || existing != nil {
+		return err
+	}
+	vol := &api.HostVolume{
+		Namespace: b.opts.Namespace,
+		Name:      volumeName(spec.WorkspaceID),
+		PluginID:  b.opts.VolumePlugin,
+		NodePool:  b.opts.NodePool,
+		// The workspace writes; the archive job only reads.
+		RequestedCapabilities: []*api.HostVolumeCapability{
+			{AttachmentMode: api.HostVolumeAttachmentModeFilesystem, AccessMode: api.HostVolumeAccessModeSingleNodeWriter},
+			{AttachmentMode: api.HostVolumeAttachmentModeFilesystem, AccessMode: api.HostVolumeAccessModeSingleNodeReader},
+		},
+		Parameters: map[string]string{
+			"uid":  strconv.Itoa(spec.UID),
+			"gid":  strconv.Itoa(spec.GID),
+			"mode": "0700",
+		},
+	}
+	if _, _, err := b.client.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, b.write(ctx)); err != nil {
+		return classify("create host volume "+vol.Name, err)
+	}
+	b.logger.Debug("created host volume", "workspace_id", spec.WorkspaceID, "volume", vol.Name)
+	return nil
+}
+
+// DeleteVolume deletes the home volume and its data. While an allocation
+// that is not client-terminal claims it, it returns ErrVolumeInUse.
+func (b *Backend) DeleteVolume(ctx context.Context, wsID string) error {
+	stub, err := b.findVolume(ctx, wsID)
+	if err != nil || stub == nil {
+		return err
+	}
+	vol, _, err := b.client.HostVolumes().Get(stub.ID, b.query(ctx))
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return classify("read host volume "+stub.Name, err)
+	}
+	if len(vol.Allocations) > 0 {
+		return fmt.Errorf("%w: %s claimed by %d allocation(s)", controller.ErrVolumeInUse, vol.Name, len(vol.Allocations))
+	}
+	_, _, err = b.client.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: vol.ID}, b.write(ctx))
+	if err != nil && !isNotFound(err) {
+		return classify("delete host volume "+vol.Name, err)
+	}
+	b.logger.Debug("deleted host volume", "workspace_id", wsID, "volume", vol.Name)
+	return nil
+}
+
+// hostPath is the directory of the home volume on its node, which raw_exec
+// tasks get as their home because raw_exec cannot mount volumes.
+func (b *Backend) hostPath(ctx context.Context, wsID string) (string, error) {
+	stub, err := b.findVolume(ctx, wsID)
+	if err != nil {
+		return "", err
+	}
+	if stub == nil {
+		return "", fmt.Errorf("home volume %s does not exist", volumeName(wsID))
+	}
+	vol, _, err := b.client.HostVolumes().Get(stub.ID, b.query(ctx))
+	if err != nil {
+		return "", classify("read host volume "+stub.Name, err)
+	}
+	if vol.HostPath == "" {
+		return "", fmt.Errorf("home volume %s has no host path yet (state %s)", vol.Name, vol.State)
+	}
+	return vol.HostPath, nil
+}
+
+// HomeDir is the home directory as the workspace's tasks see it: the mount
+// point, or for raw_exec the volume's host path read from Nomad.
+func (b *Backend) HomeDir(ctx context.Context, wsID string) (string, error) {
+	if b.opts.Driver != DriverRawExec {
+		return b.opts.Workspace.HomeDir, nil
+	}
+	return b.hostPath(ctx, wsID)
+}
+
+// StartWorkspace renders and registers ws-{id}. Registering the spec that
+// is already running is skipped.
+func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceSpec) error {
+	home, err := b.HomeDir(ctx, spec.WorkspaceID)
+	if err != nil {
+		return err
+	}
+	hcl, err := b.RenderWorkspace(spec, home)
+	if err != nil {
+		return err
+	}
+	return b.register(ctx, jobID(spec.WorkspaceID), hcl)
+}
+
+// StopWorkspace deregisters ws-{id} without purging it, so its allocations
+// stay visible until the client reports them terminal.
+func (b *Backend) StopWorkspace(ctx context.Context, wsID string) error {
+	_, _, err := b.client.Jobs().Deregister(jobID(wsID), false, b.write(ctx))
+	if err != nil && !isNotFound(err) {
+		return classify("stop job "+jobID(wsID), err)
+	}
+	return nil
+}
+
+// SubmitArchive writes the S3 credentials variable and registers the
+// archive batch job for this attempt.
+func (b *Backend) SubmitArchive(ctx context.Context, job controller.JobSpec) error {
+	return b.submitBatch(ctx, controller.JobArchive, job)
+}
+
+// SubmitRestore is SubmitArchive for the restore job.
+func (b *Backend) SubmitRestore(ctx context.Context, job controller.JobSpec) error {
+	return b.submitBatch(ctx, controller.JobRestore, job)
+}
+
+func (b *Backend) submitBatch(ctx context.Context, kind controller.JobKind, job controller.JobSpec) error {
+	home, err := b.HomeDir(ctx, job.WorkspaceID)
+	if err != nil {
+		return err
+	}
+	hcl, err := b.RenderBatch(kind, job, home)
+	if err != nil {
+		return err
+	}
+	id := batchJobID(job.WorkspaceID, kind)
+	if err := b.writeCredentials(ctx, id); err != nil {
+		return err
+	}
+	return b.register(ctx, id, hcl)
+}
+
+// writeCredentials stores the S3 keys where only the job's workload
+// identity can read them (nomad/jobs/<job id>).
+func (b *Backend) writeCredentials(ctx context.Context, id string) error {
+	v := &api.Variable{
+		Namespace: b.opts.Namespace,
+		Path:      variablePath(id),
+		Items: api.VariableItems{
+			"access_key": b.opts.S3.AccessKey,
+			"secret_key": b.opts.S3.SecretKey,
+		},
+	}
+	if _, _, err := b.client.Variables().Create(v, b.write(ctx)); err != nil {
+		return classify("write variable "+v.Path, err)
+	}
+	return nil
+}
+
+// register lets the server parse the HCL and registers it with the HCL as
+// the job's submission. A job already registered from the same source and
+// not stopped is left alone: resubmitting an actuator is a no-op, and a
+// finished batch job is never rerun by accident.
+func (b *Backend) register(ctx context.Context, id, hcl string) error {
+	same, err := b.sameSubmission(ctx, id, hcl)
+	if err != nil || same {
+		return err
+	}
+	// The parse endpoint through Raw, so the request carries the namespace
+	// (ACL checks) and the context, which ParseHCLOpts does not pass.
+	var job api.Job
+	if _, err := b.client.Raw().Write("/v1/jobs/parse", &api.JobsParseRequest{JobHCL: hcl}, &job, b.write(ctx)); err != nil {
+		return classify("parse jobspec "+id, err)
+	}
+	opts := &api.RegisterOptions{Submission: &api.JobSubmission{Source: hcl, Format: "hcl2"}}
+	if _, _, err := b.client.Jobs().RegisterOpts(&job, opts, b.write(ctx)); err != nil {
+		return classify("register job "+id, err)
+	}
+	b.logger.Debug("registered job", "job_id", id)
+	return nil
+}
+
+func (b *Backend) sameSubmission(ctx context.Context, id, hcl string) (bool, error) {
+	current, _, err := b.client.Jobs().Info(id, b.query(ctx))
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, classify("read job "+id, err)
+	}
+	if current.Stop != nil && *current.Stop || current.Version == nil {
+		return false, nil
+	}
+	sub, _, err := b.client.Jobs().Submission(id, int(*current.Version), b.query(ctx))
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, classify("read job submission "+id, err)
+	}
+	return sub != nil && sub.Source == hcl, nil
+}
+
+// PurgeJob forgets a job. A workspace job is only purged once none of its
+// allocations is live: a purged job would hide a running container.
+func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.JobKind) error {
+	id := batchJobID(wsID, kind)
+	allocs, _, err := b.client.Jobs().Allocations(id, true, b.query(ctx))
+	if err != nil && !isNotFound(err) {
+		return classify("list allocations of "+id, err)
+	}
+	for _, a := range allocs {
+		if !clientTerminal(a.ClientStatus) {
+			return fmt.Errorf("refusing to purge %s: allocation %s is %s", id, a.ID, a.ClientStatus)
+		}
+	}
+	if _, _, err := b.client.Jobs().Deregister(id, true, b.write(ctx)); err != nil && !isNotFound(err) {
+		return classify("purge job "+id, err)
+	}
+	for _, a := range allocs {
+		b.errorCodes.forget(a.ID)
+	}
+	if kind == controller.JobWorkspace {
+		return nil
+	}
+	if _, err := b.client.Variables().Delete(variablePath(id), b.write(ctx)); err != nil && !isNotFound(err) {
+		return classify("delete variable "+variablePath(id), err)
+	}
+	return nil
+}
+
+// RenderWorkspace returns the HCL StartWorkspace would submit; home is the
+// home directory the task sees (the host path for raw_exec).
+func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (string, error) {
+	w := b.opts.Workspace
+	image := spec.Image
+	if image == "" {
+		image = w.Image
+	}
+	v := b.commonValues(spec.WorkspaceID, jobID(spec.WorkspaceID), home)
+	v.OwnerID = spec.OwnerID
+	v.Image = image
+	v.Command = w.Command
+	v.Args = w.Args
+	v.Port = w.Port
+	v.UID, v.GID = w.UID, w.GID
+	v.CPU, v.Memory = w.CPU, w.Memory
+	v.Service = serviceName(spec.WorkspaceID)
+	v.Provider = b.opts.ServiceProvider
+	v.CheckInterval = b.opts.CheckInterval.String()
+	return b.renderer.Render(jobspecs.KindWorkspace, v)
+}
+
+// RenderBatch returns the HCL of an archive or restore job attempt.
+func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, home string) (string, error) {
+	id := batchJobID(job.WorkspaceID, kind)
+	v := b.commonValues(job.WorkspaceID, id, home)
+	v.OpID = job.OpID
+	v.ArchiveKey = job.ArchiveKey
+	v.Attempt = job.Attempt
+	v.ArchiveURL = archiveURL(b.opts.S3.Bucket, job.ArchiveKey)
+	v.JobImage = b.opts.JobImage
+	v.CodehubPath = b.opts.CodehubPath
+	v.ArtifactURL = b.opts.ArtifactURL
+	v.ArtifactChecksum = b.opts.ArtifactChecksum
+	v.S3Endpoint = b.opts.S3.Endpoint
+	v.S3Region = b.opts.S3.Region
+	v.S3UseSSL = b.opts.S3.UseSSL
+	v.VariablePath = variablePath(id)
+	var k jobspecs.Kind
+	switch kind {
+	case controller.JobArchive:
+		k = jobspecs.KindArchive
+	case controller.JobRestore:
+		k = jobspecs.KindRestore
+	default:
+		return "", fmt.Errorf("not a batch job kind: %q", kind)
+	}
+	return b.renderer.Render(k, v)
+}
+
+func (b *Backend) commonValues(wsID, id, home string) jobspecs.Values {
+	return jobspecs.Values{
+		JobID:       id,
+		WorkspaceID: wsID,
+		Namespace:   b.opts.Namespace,
+		Region:      b.opts.Region,
+		NodePool:    b.opts.NodePool,
+		Datacenters: b.opts.Datacenters,
+		Driver:      b.opts.Driver,
+		VolumeName:  volumeName(wsID),
+		HomeDir:     home,
+	}
+}

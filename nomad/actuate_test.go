@@ -1,0 +1,318 @@
+package nomad
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+const testWS = "01jb3x7k9q2m5n8p4r6s0t1v2w"
+
+// volumeFixture serves one ready volume for testWS with the given claims.
+func volumeFixture(f *fakeNomad, claims []*api.AllocationListStub) {
+	f.json("GET /v1/volumes", []*api.HostVolumeStub{{ID: "vol-1", Name: volumeName(testWS), State: api.HostVolumeStateReady}})
+	f.json("GET /v1/volume/host/vol-1", &api.HostVolume{
+		ID: "vol-1", Name: volumeName(testWS), State: api.HostVolumeStateReady,
+		HostPath: "/var/nomad/host_volumes/vol-1", Allocations: claims,
+	})
+}
+
+var jobName = regexp.MustCompile(`(?m)^job "([^"]+)"`)
+
+// parseFixture answers /v1/jobs/parse like the server: a job named as in the HCL.
+func parseFixture(f *fakeNomad) {
+	f.handle("PUT /v1/jobs/parse", func(w http.ResponseWriter, r *http.Request) {
+		var req api.JobsParseRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		m := jobName.FindStringSubmatch(req.JobHCL)
+		if m == nil {
+			http.Error(w, "no job block", http.StatusBadRequest)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(&api.Job{ID: &m[1], Name: &m[1]})
+	})
+	f.json("PUT /v1/jobs", &api.JobRegisterResponse{EvalID: "eval-1"})
+}
+
+func TestProvisionVolume(t *testing.T) {
+	f := newFakeNomad(t)
+	f.json("GET /v1/volumes", []*api.HostVolumeStub{})
+	f.json("PUT /v1/volume/host/create", &api.HostVolumeCreateResponse{Volume: &api.HostVolume{ID: "vol-1"}})
+	b := newTestBackend(t, f, testOptions())
+
+	if err := b.ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: testWS, UID: 1000, GID: 1001}); err != nil {
+		t.Fatal(err)
+	}
+	creates := f.calls("PUT /v1/volume/host/create")
+	if len(creates) != 1 {
+		t.Fatalf("%d create calls, want 1", len(creates))
+	}
+	var req api.HostVolumeCreateRequest
+	if err := json.Unmarshal([]byte(creates[0].Body), &req); err != nil {
+		t.Fatal(err)
+	}
+	v := req.Volume
+	if v.Name != volumeName(testWS) || v.PluginID != "mkdir" || v.NodePool != "default" || v.Namespace != "default" {
+		t.Errorf("volume = %+v", v)
+	}
+	if v.Parameters["uid"] != "1000" || v.Parameters["gid"] != "1001" {
+		t.Errorf("parameters = %v, want the workspace uid/gid", v.Parameters)
+	}
+	if len(v.RequestedCapabilities) == 0 || v.RequestedCapabilities[0].AccessMode != api.HostVolumeAccessModeSingleNodeWriter {
+		t.Errorf("capabilities = %+v", v.RequestedCapabilities)
+	}
+
+	// An existing volume of that name is kept: no second create.
+	volumeFixture(f, nil)
+	if err := b.ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: testWS, UID: 1000, GID: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("PUT /v1/volume/host/create")); n != 1 {
+		t.Errorf("%d create calls after the volume existed, want 1", n)
+	}
+}
+
+func TestDeleteVolume(t *testing.T) {
+	t.Run("claimed volume is in use", func(t *testing.T) {
+		f := newFakeNomad(t)
+		volumeFixture(f, []*api.AllocationListStub{{ID: "a1", ClientStatus: "running"}})
+		err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS)
+		if !errors.Is(err, controller.ErrVolumeInUse) {
+			t.Fatalf("err = %v, want ErrVolumeInUse", err)
+		}
+		if n := len(f.calls("DELETE /v1/volume/host/vol-1")); n != 0 {
+			t.Fatalf("%d delete calls on a claimed volume", n)
+		}
+	})
+	t.Run("unclaimed volume is deleted", func(t *testing.T) {
+		f := newFakeNomad(t)
+		volumeFixture(f, nil)
+		f.json("DELETE /v1/volume/host/vol-1", struct{}{})
+		if err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.calls("DELETE /v1/volume/host/vol-1")); n != 1 {
+			t.Fatalf("%d delete calls, want 1", n)
+		}
+	})
+	t.Run("missing volume is done", func(t *testing.T) {
+		f := newFakeNomad(t)
+		f.json("GET /v1/volumes", []*api.HostVolumeStub{})
+		if err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestStartWorkspace(t *testing.T) {
+	f := newFakeNomad(t)
+	volumeFixture(f, nil)
+	parseFixture(f)
+	b := newTestBackend(t, f, testOptions())
+	spec := controller.WorkspaceSpec{WorkspaceID: testWS, OwnerID: "01owner0000000000000000000"}
+
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	parses := f.calls("PUT /v1/jobs/parse")
+	regs := f.calls("PUT /v1/jobs")
+	if len(parses) != 1 || len(regs) != 1 {
+		t.Fatalf("%d parse and %d register calls, want 1 each", len(parses), len(regs))
+	}
+	var parse api.JobsParseRequest
+	if err := json.Unmarshal([]byte(parses[0].Body), &parse); err != nil {
+		t.Fatal(err)
+	}
+	var reg api.JobRegisterRequest
+	if err := json.Unmarshal([]byte(regs[0].Body), &reg); err != nil {
+		t.Fatal(err)
+	}
+	if reg.Submission == nil || reg.Submission.Source != parse.JobHCL || reg.Submission.Format != "hcl2" {
+		t.Fatalf("submission = %+v, want the parsed HCL as hcl2", reg.Submission)
+	}
+	for _, want := range []string{
+		`job "ws-` + testWS + `"`,
+		`HOME = "/var/nomad/host_volumes/vol-1"`,
+		`"-listen", "127.0.0.1:${NOMAD_PORT_http}", "-home", "/var/nomad/host_volumes/vol-1"`,
+		`"codehub.io/managed"      = "true"`,
+		`kill_signal  = "SIGKILL"`,
+		`path     = "/healthz"`,
+	} {
+		if !strings.Contains(parse.JobHCL, want) {
+			t.Errorf("rendered HCL lacks %q", want)
+		}
+	}
+
+	// The same spec registered and running: starting again is a no-op.
+	version := uint64(3)
+	stop := false
+	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
+	f.json("GET /v1/job/ws-"+testWS+"/submission", &api.JobSubmission{Source: parse.JobHCL, Format: "hcl2"})
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("PUT /v1/jobs")); n != 1 {
+		t.Errorf("%d register calls after an unchanged start, want 1", n)
+	}
+	if got := f.calls("GET /v1/job/ws-" + testWS + "/submission")[0].Query["version"]; len(got) != 1 || got[0] != "3" {
+		t.Errorf("submission version query = %v, want 3", got)
+	}
+
+	// A stopped job is registered again even from the same source.
+	stop = true
+	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("PUT /v1/jobs")); n != 2 {
+		t.Errorf("%d register calls after starting a stopped job, want 2", n)
+	}
+}
+
+func TestStopWorkspaceDoesNotPurge(t *testing.T) {
+	f := newFakeNomad(t)
+	f.json("DELETE /v1/job/ws-"+testWS, &api.JobDeregisterResponse{})
+	if err := newTestBackend(t, f, testOptions()).StopWorkspace(t.Context(), testWS); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.calls("DELETE /v1/job/ws-" + testWS)
+	if len(calls) != 1 || calls[0].Query.Get("purge") == "true" {
+		t.Fatalf("stop calls = %+v, want one deregister without purge", calls)
+	}
+
+	// Stopping a job that does not exist is done.
+	f2 := newFakeNomad(t)
+	if err := newTestBackend(t, f2, testOptions()).StopWorkspace(t.Context(), testWS); err != nil {
+		t.Fatalf("stop of a missing job: %v", err)
+	}
+}
+
+func TestPurgeJob(t *testing.T) {
+	t.Run("refuses while an allocation is live", func(t *testing.T) {
+		f := newFakeNomad(t)
+		f.json("GET /v1/job/ws-"+testWS+"/allocations", []*api.AllocationListStub{{ID: "a1", ClientStatus: "complete"}, {ID: "a2", ClientStatus: "running"}})
+		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobWorkspace); err == nil {
+			t.Fatal("purge of a job with a running allocation succeeded")
+		}
+		if n := len(f.calls("DELETE /v1/job/ws-" + testWS)); n != 0 {
+			t.Fatalf("%d deregister calls", n)
+		}
+	})
+	t.Run("purges a finished batch job and its credentials", func(t *testing.T) {
+		f := newFakeNomad(t)
+		id := "ws-" + testWS + "-archive"
+		f.json("GET /v1/job/"+id+"/allocations", []*api.AllocationListStub{{ID: "a1", ClientStatus: "failed"}})
+		f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+		f.json("DELETE /v1/var/nomad/jobs/"+id, struct{}{})
+		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobArchive); err != nil {
+			t.Fatal(err)
+		}
+		calls := f.calls("DELETE /v1/job/" + id)
+		if len(calls) != 1 || calls[0].Query.Get("purge") != "true" {
+			t.Fatalf("purge calls = %+v", calls)
+		}
+		if n := len(f.calls("DELETE /v1/var/nomad/jobs/" + id)); n != 1 {
+			t.Fatalf("%d variable deletes, want 1", n)
+		}
+	})
+}
+
+func TestSubmitArchiveKeepsSecretsOutOfHCL(t *testing.T) {
+	f := newFakeNomad(t)
+	volumeFixture(f, nil)
+	parseFixture(f)
+	id := "ws-" + testWS + "-archive"
+	f.json("PUT /v1/var/nomad/jobs/"+id, &api.Variable{})
+	opts := testOptions()
+	b := newTestBackend(t, f, opts)
+	job := controller.JobSpec{WorkspaceID: testWS, OpID: "01op0000000000000000000000", ArchiveKey: "archives/" + testWS + "/01op0000000000000000000000/home.tar.zst", Attempt: 2}
+
+	if err := b.SubmitArchive(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	vars := f.calls("PUT /v1/var/nomad/jobs/" + id)
+	if len(vars) != 1 {
+		t.Fatalf("%d variable writes, want 1", len(vars))
+	}
+	var v api.Variable
+	if err := json.Unmarshal([]byte(vars[0].Body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Items["access_key"] != opts.S3.AccessKey || v.Items["secret_key"] != opts.S3.SecretKey {
+		t.Fatalf("variable items = %v, want the S3 keys", v.Items)
+	}
+	// The variable is written before the job that reads it is submitted.
+	if order := f.routesInOrder(); indexOf(order, "PUT /v1/var/nomad/jobs/"+id) > indexOf(order, "PUT /v1/jobs") {
+		t.Fatalf("job registered before its credentials were written: %v", order)
+	}
+
+	for _, route := range []string{"PUT /v1/jobs/parse", "PUT /v1/jobs"} {
+		for _, c := range f.calls(route) {
+			for _, secret := range []string{opts.S3.AccessKey, opts.S3.SecretKey} {
+				if strings.Contains(c.Body, secret) {
+					t.Errorf("%s body contains a secret", route)
+				}
+			}
+		}
+	}
+	var parse api.JobsParseRequest
+	if err := json.Unmarshal([]byte(f.calls("PUT /v1/jobs/parse")[0].Body), &parse); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"codehub.io/attempt"      = "2"`,
+		`"codehub.io/op-id"        = "01op0000000000000000000000"`,
+		`ARCHIVE_URL = "s3://codehub/archives/` + testWS + `/01op0000000000000000000000/home.tar.zst"`,
+		`args    = ["job", "archive", "--src", "/var/nomad/host_volumes/vol-1"]`,
+		`nomadVar "nomad/jobs/` + id + `"`,
+	} {
+		if !strings.Contains(parse.JobHCL, want) {
+			t.Errorf("archive HCL lacks %q", want)
+		}
+	}
+}
+
+func (f *fakeNomad) routesInOrder() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, len(f.requests))
+	for i, r := range f.requests {
+		out[i] = r.Method + " " + r.Path
+	}
+	return out
+}
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestActuatorFailures(t *testing.T) {
+	f := newFakeNomad(t)
+	volumeFixture(f, nil)
+	f.status("PUT /v1/jobs/parse", http.StatusBadRequest, "1:1: invalid HCL")
+	f.status("PUT /v1/volume/host/create", http.StatusServiceUnavailable, "no leader")
+	b := newTestBackend(t, f, testOptions())
+
+	err := b.StartWorkspace(t.Context(), controller.WorkspaceSpec{WorkspaceID: testWS})
+	assertFailure(t, err, workspace.ReasonBackendError)
+
+	f.json("GET /v1/volumes", []*api.HostVolumeStub{})
+	err = b.ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: testWS, UID: 1, GID: 1})
+	assertFailure(t, err, workspace.ReasonUnreachable)
+}

@@ -1,0 +1,168 @@
+package nomad
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// testAgent is a real `nomad agent -dev` on loopback, started from the
+// nomad binary on PATH, with raw_exec enabled and its state in a temp dir.
+type testAgent struct {
+	addr           string
+	hostVolumesDir string
+	client         *api.Client
+	log            *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// nomadBinary returns the nomad binary on PATH or skips the test.
+func nomadBinary(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH: the Nomad end-to-end tests need one (see docs/nomad.md)")
+	}
+	return path
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startAgent starts the agent and waits until its client node is ready
+// with raw_exec healthy. The agent is stopped when the test ends.
+func startAgent(t testing.TB) *testAgent {
+	t.Helper()
+	bin := nomadBinary(t)
+	dir := t.TempDir()
+	httpPort, rpcPort, serfPort := freePort(t), freePort(t), freePort(t)
+	a := &testAgent{
+		addr:           fmt.Sprintf("http://127.0.0.1:%d", httpPort),
+		hostVolumesDir: filepath.Join(dir, "host_volumes"),
+		log:            &lockedBuffer{},
+	}
+	cfg := fmt.Sprintf(`
+bind_addr = "127.0.0.1"
+data_dir  = %q
+log_level = "INFO"
+
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+
+client {
+  enabled           = true
+  network_interface = "lo"
+  host_volumes_dir  = %q
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`, filepath.Join(dir, "data"), httpPort, rpcPort, serfPort, a.hostVolumesDir)
+	cfgPath := filepath.Join(dir, "agent.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "agent", "-dev", "-config", cfgPath)
+	cmd.Stdout, cmd.Stderr = a.log, a.log
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 20 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("nomad agent log:\n%s", a.log.String())
+		}
+	})
+
+	client, err := api.NewClient(&api.Config{Address: a.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.client = client
+	eventually(t, 60*time.Second, "nomad client node ready with raw_exec", func() bool {
+		nodes, _, err := client.Nodes().List(nil)
+		if err != nil || len(nodes) == 0 || nodes[0].Status != "ready" {
+			return false
+		}
+		d := nodes[0].Drivers["raw_exec"]
+		return d != nil && d.Healthy
+	})
+	return a
+}
+
+// eventually polls cond until it holds; limit only bounds a hung system
+// (the assertion is the condition, never the time it took).
+func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s after %s", what, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// buildProgram builds a main package into dir and returns the binary path.
+func buildProgram(t testing.TB, dir, pkg, name string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}

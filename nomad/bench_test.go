@@ -1,0 +1,70 @@
+package nomad
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// benchFixture serves n running, healthy workspaces with volumes and
+// service registrations, plus one workspace per 100 still starting (its
+// deployment health unknown), which costs one check read each.
+func benchFixture(f *fakeNomad, n int) {
+	jobs := make([]*api.JobListStub, 0, n)
+	allocs := make([]*api.AllocationListStub, 0, n)
+	vols := make([]*api.HostVolumeStub, 0, n)
+	svcs := make([]*api.ServiceRegistrationStub, 0, n)
+	for i := range n {
+		wsID := fmt.Sprintf("01bench%019d", i)
+		jobs = append(jobs, &api.JobListStub{ID: "ws-" + wsID, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsID)})
+		a := &api.AllocationListStub{ID: fmt.Sprintf("alloc-%d", i), JobID: "ws-" + wsID, CreateIndex: 11,
+			ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: healthy(true),
+			TaskStates: map[string]*api.TaskState{"workspace": {State: "running", Events: []*api.TaskEvent{
+				{Type: api.TaskReceived}, {Type: api.TaskSetup}, {Type: api.TaskStarted},
+			}}}}
+		if i%100 == 0 {
+			a.DeploymentStatus = nil
+			f.json("GET /v1/client/allocation/"+a.ID+"/checks", api.AllocCheckStatuses{"c": {Status: "success"}})
+		}
+		allocs = append(allocs, a)
+		vols = append(vols, &api.HostVolumeStub{ID: fmt.Sprintf("vol-%d", i), Name: volumeName(wsID), State: api.HostVolumeStateReady})
+		svcs = append(svcs, &api.ServiceRegistrationStub{ServiceName: serviceName(wsID)})
+	}
+	f.json("GET /v1/jobs", jobs)
+	f.json("GET /v1/allocations", allocs)
+	f.json("GET /v1/volumes", vols)
+	f.json("GET /v1/services", []*api.ServiceRegistrationListStub{{Namespace: "default", Services: svcs}})
+}
+
+func BenchmarkObserve(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			f := newFakeNomad(b)
+			benchFixture(f, n)
+			backend := newTestBackend(b, f, testOptions())
+			for b.Loop() {
+				snap, err := backend.Observe(b.Context())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(snap.Workspaces) != n {
+					b.Fatalf("observed %d workspaces, want %d", len(snap.Workspaces), n)
+				}
+			}
+			f.mu.Lock()
+			lists, checks := 0, 0
+			for _, r := range f.requests {
+				if strings.HasSuffix(r.Path, "/checks") {
+					checks++
+				} else {
+					lists++
+				}
+			}
+			f.mu.Unlock()
+			b.ReportMetric(float64(lists)/float64(b.N), "list-calls/op")
+			b.ReportMetric(float64(checks)/float64(b.N), "check-calls/op")
+		})
+	}
+}

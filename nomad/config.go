@@ -1,0 +1,121 @@
+package nomad
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/controller"
+)
+
+// errNotNomad is returned when the configuration selects another backend.
+var errNotNomad = errors.New(`configuration has no backend "nomad" block`)
+
+// OptionsFromConfig maps codehub's configuration onto backend options.
+// Without codehub_path, exec and raw_exec batch jobs fetch the binary from
+// the control plane's /dl/codehub; artifactChecksum ("sha256:<hex>") is the
+// checksum of the binary served there.
+func OptionsFromConfig(cfg *config.Config, artifactChecksum string) (Options, error) {
+	if cfg.Backend == nil || cfg.Backend.Nomad == nil {
+		return Options{}, errNotNomad
+	}
+	n := cfg.Backend.Nomad
+	w := cfg.Workspace
+	opts := Options{
+		Namespace:       n.Namespace,
+		Region:          n.Region,
+		NodePool:        n.NodePool,
+		Datacenters:     n.Datacenters,
+		Driver:          n.Driver,
+		VolumePlugin:    n.VolumePlugin,
+		ServiceProvider: ProviderNomad,
+		CheckInterval:   n.CheckInterval,
+		JobImage:        n.JobImage,
+		CodehubPath:     n.CodehubPath,
+		Workspace: WorkspaceOptions{
+			Image:   w.Image,
+			Command: w.Command,
+			Args:    w.Args,
+			Port:    w.Port,
+			UID:     w.UID,
+			GID:     w.GID,
+			CPU:     w.CPU,
+			Memory:  w.Memory,
+		},
+		S3: S3Options{
+			Endpoint:  cfg.S3.Endpoint,
+			Bucket:    cfg.S3.Bucket,
+			Region:    cfg.S3.Region,
+			UseSSL:    cfg.S3.UseSSL,
+			AccessKey: cfg.S3.AccessKey.Reveal(),
+			SecretKey: cfg.S3.SecretKey.Reveal(),
+		},
+	}
+	if cfg.Consul != nil {
+		opts.ServiceProvider = ProviderConsul
+	}
+	if n.Driver != config.DriverDocker && n.CodehubPath == "" {
+		opts.ArtifactURL = strings.TrimSuffix(cfg.PublicURL, "/") + "/dl/codehub"
+		opts.ArtifactChecksum = artifactChecksum
+	}
+	return opts, nil
+}
+
+// NewClient returns a Nomad API client: the standard NOMAD_* environment
+// first, then what the configuration sets.
+func NewClient(n *config.NomadBackend) (*api.Client, error) {
+	c := api.DefaultConfig()
+	if n.Address != "" {
+		c.Address = n.Address
+	}
+	if n.Token.IsSet() {
+		c.SecretID = n.Token.Reveal()
+	}
+	if n.Region != "" {
+		c.Region = n.Region
+	}
+	if n.Namespace != "" {
+		c.Namespace = n.Namespace
+	}
+	client, err := api.NewClient(c)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	return client, nil
+}
+
+// NewUpstreams returns the resolver for the configured service provider:
+// Consul health when a consul block exists, Nomad native services
+// otherwise. The returned func stops its background watches.
+func NewUpstreams(logger hclog.Logger, cfg *config.Config, client *api.Client) (controller.Upstreams, func(), error) {
+	if cfg.Backend == nil || cfg.Backend.Nomad == nil {
+		return nil, nil, errNotNomad
+	}
+	n := cfg.Backend.Nomad
+	if cfg.Consul == nil {
+		r := NewServiceResolver(logger.Named("upstreams"), client, ResolverOptions{Namespace: n.Namespace, Region: n.Region})
+		return r, func() {}, nil
+	}
+	cc := consulapi.DefaultConfig()
+	if cfg.Consul.Address != "" {
+		cc.Address = cfg.Consul.Address
+	}
+	if cfg.Consul.Token.IsSet() {
+		cc.Token = cfg.Consul.Token.Reveal()
+	}
+	consul, err := consulapi.NewClient(cc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("consul client: %w", err)
+	}
+	r := NewConsulResolver(logger.Named("upstreams"), consul, ConsulResolverOptions{
+		Datacenter: cfg.Consul.Datacenter,
+		WaitTime:   5 * time.Minute,
+	})
+	return r, r.Close, nil
+}

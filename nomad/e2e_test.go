@@ -1,0 +1,305 @@
+package nomad
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/minio/minio-go/v7"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/testenv"
+	"github.com/codehub-io/codehub/jobspecs"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// e2eBackend builds a backend over a real agent running the test workspace
+// program under raw_exec, and codehub itself for archive/restore jobs.
+func e2eBackend(t testing.TB, a *testAgent, bins string, s3 testenv.S3) *Backend {
+	t.Helper()
+	r, err := jobspecs.NewRenderer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{
+		Namespace:   "default",
+		NodePool:    "default",
+		Datacenters: []string{"*"},
+		Driver:      DriverRawExec,
+		CodehubPath: filepath.Join(bins, "codehub"),
+		Workspace: WorkspaceOptions{
+			Command: filepath.Join(bins, "wsserver"),
+			Args:    []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"},
+			UID:     os.Getuid(), GID: os.Getgid(), CPU: 100, Memory: 64,
+		},
+		S3: S3Options{
+			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
+			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey,
+		},
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "nomad-e2e", Level: hclog.Debug, Output: io.Discard})
+	return New(logger, a.client, opts, r)
+}
+
+// observeUntil polls Observe until cond holds for the workspace.
+func observeUntil(t *testing.T, b *Backend, wsID, what string, cond func(controller.Observed) bool) controller.Observed {
+	t.Helper()
+	var last controller.Observed
+	eventually(t, 90*time.Second, what, func() bool {
+		snap, err := b.Observe(t.Context())
+		if err != nil {
+			t.Logf("observe: %v", err)
+			return false
+		}
+		last = snap.Workspaces[wsID]
+		return cond(last)
+	})
+	return last
+}
+
+func TestE2EBackendLifecycle(t *testing.T) {
+	nomadBinary(t)
+	s3 := testenv.NewS3(t)
+	bins := t.TempDir()
+	buildProgram(t, bins, "./testdata/wsserver", "wsserver")
+	buildProgram(t, bins, "../cmd/codehub", "codehub")
+	a := startAgent(t)
+	b := e2eBackend(t, a, bins, s3)
+	ctx := t.Context()
+	const wsID = "01jb3x7k9q2m5n8p4r6s0t1v2w"
+
+	// PROVISIONING: a volume owned by the workspace user.
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "volume ready", func(o controller.Observed) bool { return o.VolumeReady })
+	home, err := b.HomeDir(ctx, wsID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(home, a.hostVolumesDir) {
+		t.Fatalf("home %q is not under the agent's host volumes dir %q", home, a.hostVolumesDir)
+	}
+
+	// STARTING: the service registers before the program listens; ready
+	// means the check passes.
+	spec := controller.WorkspaceSpec{WorkspaceID: wsID, OwnerID: "01owner0000000000000000000"}
+	if err := b.StartWorkspace(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "upstream ready", func(o controller.Observed) bool { return o.UpstreamReady })
+	resolver := NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{Namespace: "default"})
+	addr, err := resolver.Resolve(ctx, wsID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := make([]byte, 64<<10)
+	if _, err := rand.Read(content); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "notes.bin"), content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := fetch(t, "http://"+addr+"/files/notes.bin"); !bytes.Equal(got, content) {
+		t.Fatal("workspace serves different bytes than written")
+	}
+	// Starting the same spec again registers nothing new.
+	before := jobVersion(t, b, jobID(wsID))
+	if err := b.StartWorkspace(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if after := jobVersion(t, b, jobID(wsID)); after != before {
+		t.Fatalf("unchanged start made job version %d -> %d", before, after)
+	}
+
+	// STOPPING: deregistered without purge; done when no allocation is live.
+	if err := b.StopWorkspace(ctx, wsID); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "container gone", func(o controller.Observed) bool { return !o.ContainerLive })
+	if _, err := resolver.Resolve(ctx, wsID); err == nil {
+		// The resolver's cache may hold the address briefly; a fresh one must not.
+		fresh := NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{Namespace: "default"})
+		if _, err := fresh.Resolve(ctx, wsID); !errors.Is(err, controller.ErrNoUpstream) {
+			t.Fatalf("stopped workspace still resolves: %v", err)
+		}
+	}
+
+	// ARCHIVING: the batch job reads S3 credentials from a Nomad Variable.
+	opID := "01jb3xa00000000000000000op"
+	key := "archives/" + wsID + "/" + opID + "/home.tar.zst"
+	if err := b.SubmitArchive(ctx, controller.JobSpec{WorkspaceID: wsID, OpID: opID, ArchiveKey: key, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	o := observeUntil(t, b, wsID, "archive finished", func(o controller.Observed) bool {
+		return o.Archive != nil && (o.Archive.Status == controller.JobSucceeded || o.Archive.Status == controller.JobFailed)
+	})
+	if o.Archive.Status != controller.JobSucceeded || o.Archive.OpID != opID || o.Archive.ArchiveKey != key || o.Archive.Attempt != 1 {
+		t.Fatalf("archive result = %+v", o.Archive)
+	}
+	for _, k := range []string{key, key + ".meta"} {
+		if _, err := s3.Client.StatObject(ctx, s3.Bucket, k, minio.StatObjectOptions{}); err != nil {
+			t.Fatalf("archive object %s: %v", k, err)
+		}
+	}
+	if err := b.PurgeJob(ctx, wsID, controller.JobArchive); err != nil {
+		t.Fatal(err)
+	}
+
+	// ARCHIVED: the volume and its data are gone.
+	deleteVolume(t, b, wsID)
+	observeUntil(t, b, wsID, "volume gone", func(o controller.Observed) bool { return !o.VolumeExists && o.Archive == nil })
+	if _, err := os.Stat(home); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("volume directory still there: %v", err)
+	}
+
+	// A restore of a missing archive fails with the job's CODEHUB_ERROR.
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "new volume ready", func(o controller.Observed) bool { return o.VolumeReady })
+	missing := controller.JobSpec{WorkspaceID: wsID, OpID: "01jb3xb00000000000000000op", ArchiveKey: "archives/" + wsID + "/none/home.tar.zst", Attempt: 1}
+	if err := b.SubmitRestore(ctx, missing); err != nil {
+		t.Fatal(err)
+	}
+	o = observeUntil(t, b, wsID, "failed restore", func(o controller.Observed) bool {
+		return o.Restore != nil && o.Restore.Status == controller.JobFailed
+	})
+	if o.Restore.ErrorCode != "ARCHIVE_NOT_FOUND" || o.Restore.ExitCode == 0 {
+		t.Fatalf("failed restore = %+v, want ARCHIVE_NOT_FOUND with a non-zero exit", o.Restore)
+	}
+
+	// RESTORING: a retry is a new attempt of the same job id; Nomad reruns it.
+	if err := b.SubmitRestore(ctx, controller.JobSpec{WorkspaceID: wsID, OpID: opID, ArchiveKey: key, Attempt: 2}); err != nil {
+		t.Fatal(err)
+	}
+	o = observeUntil(t, b, wsID, "restore finished", func(o controller.Observed) bool {
+		return o.Restore != nil && o.Restore.Attempt == 2 && (o.Restore.Status == controller.JobSucceeded || o.Restore.Status == controller.JobFailed)
+	})
+	if o.Restore.Status != controller.JobSucceeded {
+		t.Fatalf("restore result = %+v", o.Restore)
+	}
+	if err := b.PurgeJob(ctx, wsID, controller.JobRestore); err != nil {
+		t.Fatal(err)
+	}
+
+	// RUNNING again, serving the restored file byte for byte.
+	if err := b.StartWorkspace(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "upstream ready again", func(o controller.Observed) bool { return o.UpstreamReady })
+	addr, err = NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{Namespace: "default"}).Resolve(ctx, wsID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fetch(t, "http://"+addr+"/files/notes.bin"); !bytes.Equal(got, content) {
+		t.Fatal("restored file differs from the archived one")
+	}
+
+	// DELETING: container first, then the volume.
+	if err := b.StopWorkspace(ctx, wsID); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "container gone before delete", func(o controller.Observed) bool { return !o.ContainerLive })
+	if err := b.PurgeJob(ctx, wsID, controller.JobWorkspace); err != nil {
+		t.Fatal(err)
+	}
+	deleteVolume(t, b, wsID)
+	snap, err := b.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := snap.Workspaces[wsID]; ok && (o.VolumeExists || o.ContainerLive || o.Archive != nil || o.Restore != nil) {
+		t.Fatalf("deleted workspace still observed: %+v", o)
+	}
+}
+
+// deleteVolume retries while Nomad still counts a claim.
+func deleteVolume(t *testing.T, b *Backend, wsID string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "volume delete accepted", func() bool {
+		err := b.DeleteVolume(t.Context(), wsID)
+		if errors.Is(err, controller.ErrVolumeInUse) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+}
+
+func jobVersion(t *testing.T, b *Backend, id string) uint64 {
+	t.Helper()
+	job, _, err := b.client.Jobs().Info(id, b.query(t.Context()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *job.Version
+}
+
+func fetch(t *testing.T, url string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestE2EUnschedulable: a workspace whose driver no node has is reported
+// as unschedulable, naming the constraint, from Nomad's own evaluation.
+func TestE2EUnschedulable(t *testing.T) {
+	nomadBinary(t)
+	a := startAgent(t)
+	r, err := jobspecs.NewRenderer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{
+		Driver:    DriverDocker,
+		Workspace: WorkspaceOptions{Image: "example.invalid/none:1", Port: 8080, UID: 1000, GID: 1000, CPU: 100, Memory: 64},
+	}
+	b := New(hclog.NewNullLogger(), a.client, opts, r)
+	const wsID = "01jb3x7k9q2m5n8p4r6s0t1zzz"
+	if err := b.ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: wsID, UID: 1000, GID: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "volume ready", func(o controller.Observed) bool { return o.VolumeReady })
+	if err := b.StartWorkspace(t.Context(), controller.WorkspaceSpec{WorkspaceID: wsID}); err != nil {
+		t.Fatal(err)
+	}
+	o := observeUntil(t, b, wsID, "placement failure", func(o controller.Observed) bool { return o.Failure != nil })
+	if o.Failure.Reason != workspace.ReasonUnschedulable || o.Failure.Terminal || !strings.Contains(o.Failure.Message, "missing drivers") {
+		t.Fatalf("failure = %+v, want Unschedulable naming the missing driver", o.Failure)
+	}
+	if o.ContainerLive {
+		t.Fatal("an unplaced job counts as a live container")
+	}
+	raw, _ := json.Marshal(o.Failure)
+	t.Logf("placement failure: %s", raw)
+}

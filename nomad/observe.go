@@ -1,0 +1,498 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// Allocation client statuses that mean the task is gone for good.
+func clientTerminal(status string) bool {
+	switch status {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+// listing is the raw result of one observation's list calls plus the few
+// targeted reads they made necessary.
+type listing struct {
+	jobs     []*api.JobListStub
+	allocs   []*api.AllocationListStub
+	volumes  []*api.HostVolumeStub
+	services map[string]bool // nil: readiness not gated on registration
+	// checks holds per-allocation check results of workspaces being started.
+	checks map[string]api.AllocCheckStatuses
+	// errorCodes holds CODEHUB_ERROR of failed batch allocations.
+	errorCodes map[string]string
+	// placement describes why a job's allocation cannot be placed.
+	placement map[string]string
+}
+
+// Observe lists jobs, allocations, host volumes and (for native services)
+// service registrations once each. Beyond that it reads check results only
+// for workspaces whose health is not known yet, logs only of failed batch
+// jobs (once per allocation), and evaluations only of jobs Nomad cannot
+// place.
+func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
+	l, err := b.list(ctx)
+	if err != nil {
+		return controller.Snapshot{}, err
+	}
+	byID := managedJobs(l.jobs)
+	current := currentAllocs(byID, l.allocs)
+
+	l.checks = b.readChecks(ctx, allocsNeedingChecks(byID, current))
+
+	l.errorCodes = make(map[string]string)
+	for _, a := range failedBatchAllocs(byID, current) {
+		code, err := b.errorCode(ctx, a)
+		if err != nil {
+			b.logger.Warn("read failed job output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
+			continue
+		}
+		l.errorCodes[a.ID] = code
+	}
+
+	l.placement = make(map[string]string)
+	for _, j := range unplacedJobs(byID, current) {
+		msg, err := b.placementFailure(ctx, j.ID)
+		if err != nil {
+			return controller.Snapshot{}, err
+		}
+		if msg != "" {
+			l.placement[j.ID] = msg
+		}
+	}
+	return assemble(l), nil
+}
+
+// checkReaders bounds concurrent per-allocation check reads: each is
+// forwarded to the allocation's client node.
+const checkReaders = 8
+
+// readChecks reads the check results of allocs, a few at a time. A client
+// that cannot answer leaves its allocation not ready for this pass.
+func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListStub) map[string]api.AllocCheckStatuses {
+	out := make(map[string]api.AllocCheckStatuses, len(allocs))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, checkReaders)
+	for _, a := range allocs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			checks, err := b.client.Allocations().Checks(a.ID, b.query(ctx))
+			if err != nil {
+				b.logger.Debug("read allocation checks", "alloc_id", a.ID, "error", err)
+				return
+			}
+			mu.Lock()
+			out[a.ID] = checks
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (b *Backend) list(ctx context.Context) (listing, error) {
+	var l listing
+	q := b.query(ctx)
+	q.Prefix = "ws-"
+	jobs, _, err := b.client.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, q)
+	if err != nil {
+		return l, classify("list jobs", err)
+	}
+	l.jobs = jobs
+
+	q = b.query(ctx)
+	q.Filter = `JobID matches "^ws-"`
+	// Task states carry the events that explain failures.
+	q.Params = map[string]string{"task_states": "true"}
+	allocs, _, err := b.client.Allocations().List(q)
+	if err != nil {
+		return l, classify("list allocations", err)
+	}
+	l.allocs = allocs
+
+	q = b.query(ctx)
+	q.Prefix = "ws-"
+	vols, _, err := b.client.HostVolumes().List(nil, q)
+	if err != nil {
+		return l, classify("list host volumes", err)
+	}
+	l.volumes = vols
+
+	if b.opts.ServiceProvider != ProviderNomad {
+		return l, nil
+	}
+	services, _, err := b.client.Services().List(b.query(ctx))
+	if err != nil {
+		return l, classify("list services", err)
+	}
+	l.services = make(map[string]bool)
+	for _, ns := range services {
+		for _, s := range ns.Services {
+			if strings.HasPrefix(s.ServiceName, "ws-") {
+				l.services[s.ServiceName] = true
+			}
+		}
+	}
+	return l, nil
+}
+
+// managedJobs keeps the jobs that carry codehub's mark and a codehub name.
+func managedJobs(jobs []*api.JobListStub) map[string]*api.JobListStub {
+	out := make(map[string]*api.JobListStub, len(jobs))
+	for _, j := range jobs {
+		if j.Meta[MetaManaged] != "true" {
+			continue
+		}
+		if _, _, ok := parseJobID(j.ID); !ok {
+			continue
+		}
+		out[j.ID] = j
+	}
+	return out
+}
+
+// currentAllocs returns, per job id, the allocations of the job's latest
+// registration, newest first. Older allocations only matter for liveness,
+// which looks at all of them.
+func currentAllocs(jobs map[string]*api.JobListStub, allocs []*api.AllocationListStub) map[string][]*api.AllocationListStub {
+	out := make(map[string][]*api.AllocationListStub)
+	for _, a := range allocs {
+		j, ok := jobs[a.JobID]
+		if !ok || !isCurrent(j, a) {
+			continue
+		}
+		out[a.JobID] = append(out[a.JobID], a)
+	}
+	for _, list := range out {
+		sort.Slice(list, func(i, k int) bool { return list[i].CreateIndex > list[k].CreateIndex })
+	}
+	return out
+}
+
+// isCurrent reports whether a belongs to j's latest registration. An
+// allocation created after it does. A workspace allocation Nomad updated in
+// place keeps its older create index, so one that is still meant to run and
+// not terminal counts too; its old failures do not.
+func isCurrent(j *api.JobListStub, a *api.AllocationListStub) bool {
+	if a.CreateIndex >= j.JobModifyIndex {
+		return true
+	}
+	_, kind, _ := parseJobID(j.ID)
+	return kind == controller.JobWorkspace && a.DesiredStatus == api.AllocDesiredStatusRun && !clientTerminal(a.ClientStatus)
+}
+
+// allocsNeedingChecks are the running workspace allocations whose
+// deployment health is not set yet: workspaces being started.
+func allocsNeedingChecks(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
+	var out []*api.AllocationListStub
+	for id, list := range current {
+		if _, kind, _ := parseJobID(id); kind != controller.JobWorkspace || jobs[id].Stop {
+			continue
+		}
+		for _, a := range list {
+			if a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun &&
+				(a.DeploymentStatus == nil || a.DeploymentStatus.Healthy == nil) {
+				out = append(out, a)
+			}
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out
+}
+
+// failedBatchAllocs are the newest allocations of batch jobs that failed.
+func failedBatchAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
+	var out []*api.AllocationListStub
+	for id, list := range current {
+		if _, kind, _ := parseJobID(id); kind == controller.JobWorkspace || len(list) == 0 {
+			continue
+		}
+		if list[0].ClientStatus == api.AllocClientStatusFailed {
+			out = append(out, list[0])
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out
+}
+
+// unplacedJobs are running jobs with queued (unplaced) allocations and no
+// current allocation: Nomad could not find a node for them.
+func unplacedJobs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.JobListStub {
+	var out []*api.JobListStub
+	for id, j := range jobs {
+		if j.Stop || len(current[id]) > 0 || j.JobSummary == nil {
+			continue
+		}
+		for _, tg := range j.JobSummary.Summary {
+			if tg.Queued > 0 {
+				out = append(out, j)
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out
+}
+
+// placementFailure reads the job's newest evaluation that failed to place
+// an allocation and names what filtered or exhausted the nodes.
+func (b *Backend) placementFailure(ctx context.Context, id string) (string, error) {
+	evals, _, err := b.client.Jobs().Evaluations(id, b.query(ctx))
+	if err != nil {
+		return "", classify("list evaluations of "+id, err)
+	}
+	var newest *api.Evaluation
+	for _, e := range evals {
+		if len(e.FailedTGAllocs) > 0 && (newest == nil || e.CreateIndex > newest.CreateIndex) {
+			newest = e
+		}
+	}
+	if newest == nil {
+		return "", nil
+	}
+	return describePlacement(newest.FailedTGAllocs), nil
+}
+
+// describePlacement names the constraints and exhausted resources of a
+// failed placement, most decisive first.
+func describePlacement(failed map[string]*api.AllocationMetric) string {
+	groups := make([]string, 0, len(failed))
+	for g := range failed {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	var parts []string
+	for _, g := range groups {
+		m := failed[g]
+		var reasons []string
+		for _, c := range sortedKeys(m.ConstraintFiltered) {
+			reasons = append(reasons, fmt.Sprintf("constraint %q filtered %d node(s)", c, m.ConstraintFiltered[c]))
+		}
+		for _, c := range sortedKeys(m.ClassFiltered) {
+			reasons = append(reasons, fmt.Sprintf("class %q filtered %d node(s)", c, m.ClassFiltered[c]))
+		}
+		for _, d := range sortedKeys(m.DimensionExhausted) {
+			reasons = append(reasons, fmt.Sprintf("%s exhausted on %d node(s)", d, m.DimensionExhausted[d]))
+		}
+		if len(reasons) == 0 {
+			reasons = append(reasons, fmt.Sprintf("%d of %d node(s) in pool %q evaluated, none fits", m.NodesEvaluated, m.NodesInPool, m.NodePool))
+		}
+		parts = append(parts, fmt.Sprintf("group %q: %s", g, strings.Join(reasons, "; ")))
+	}
+	return "no node can run it: " + strings.Join(parts, "; ")
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// assemble turns one listing into the snapshot. It does no I/O.
+func assemble(l listing) controller.Snapshot {
+	snap := controller.Snapshot{Workspaces: make(map[string]controller.Observed)}
+	get := func(wsID string) controller.Observed { return snap.Workspaces[wsID] }
+
+	for _, v := range l.volumes {
+		wsID, ok := parseVolumeName(v.Name)
+		if !ok {
+			continue
+		}
+		o := get(wsID)
+		o.VolumeExists = true
+		o.VolumeReady = v.State == api.HostVolumeStateReady
+		snap.Workspaces[wsID] = o
+	}
+
+	// Liveness looks at every allocation named like a workspace job, even
+	// of a job that is gone: a purged job must not hide a running task.
+	for _, a := range l.allocs {
+		wsID, kind, ok := parseJobID(a.JobID)
+		if !ok || kind != controller.JobWorkspace || clientTerminal(a.ClientStatus) {
+			continue
+		}
+		o := get(wsID)
+		o.ContainerLive = true
+		snap.Workspaces[wsID] = o
+	}
+
+	jobs := managedJobs(l.jobs)
+	current := currentAllocs(jobs, l.allocs)
+	for id, j := range jobs {
+		wsID, kind, _ := parseJobID(id)
+		o := get(wsID)
+		switch kind {
+		case controller.JobWorkspace:
+			if !j.Stop {
+				o.UpstreamReady = upstreamReady(current[id], l.checks, l.services == nil || l.services[serviceName(wsID)])
+				o.Failure = workspaceFailure(current[id], l.placement[id])
+			}
+		case controller.JobArchive:
+			o.Archive = jobResult(j, current[id], l.errorCodes, l.placement[id])
+		case controller.JobRestore:
+			o.Restore = jobResult(j, current[id], l.errorCodes, l.placement[id])
+		}
+		snap.Workspaces[wsID] = o
+	}
+	return snap
+}
+
+// upstreamReady: a running allocation whose deployment health is known good,
+// or, while that is unknown, whose checks all pass.
+func upstreamReady(allocs []*api.AllocationListStub, checks map[string]api.AllocCheckStatuses, registered bool) bool {
+	if !registered {
+		return false
+	}
+	for _, a := range allocs {
+		if a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun {
+			continue
+		}
+		if a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil {
+			if *a.DeploymentStatus.Healthy {
+				return true
+			}
+			continue
+		}
+		if allPassing(checks[a.ID]) {
+			return true
+		}
+	}
+	return false
+}
+
+func allPassing(checks api.AllocCheckStatuses) bool {
+	if len(checks) == 0 {
+		return false
+	}
+	for _, c := range checks {
+		if c.Status != "success" {
+			return false
+		}
+	}
+	return true
+}
+
+// workspaceFailure classifies why the current registration of a workspace
+// job cannot run. An image pull failure is known from the task event before
+// the allocation turns failed.
+func workspaceFailure(allocs []*api.AllocationListStub, placement string) *controller.Failure {
+	for _, a := range allocs {
+		for _, ts := range a.TaskStates {
+			if ev := pullFailure(ts); ev != nil {
+				return &controller.Failure{Reason: workspace.ReasonImagePullFailed, Message: ev.DriverError, Terminal: true}
+			}
+		}
+	}
+	if len(allocs) > 0 && allocs[0].ClientStatus == api.AllocClientStatusFailed {
+		return &controller.Failure{Reason: workspace.ReasonStartFailed, Message: failureMessage(allocs[0])}
+	}
+	if len(allocs) == 0 && placement != "" {
+		return &controller.Failure{Reason: workspace.ReasonUnschedulable, Message: placement}
+	}
+	return nil
+}
+
+func pullFailure(ts *api.TaskState) *api.TaskEvent {
+	if ts == nil {
+		return nil
+	}
+	for _, ev := range ts.Events {
+		if ev.Type == api.TaskDriverFailure && strings.HasPrefix(ev.DriverError, "Failed to pull") {
+			return ev
+		}
+	}
+	return nil
+}
+
+// failureMessage is the last event that says something about the failure.
+func failureMessage(a *api.AllocationListStub) string {
+	for _, name := range sortedTaskNames(a.TaskStates) {
+		events := a.TaskStates[name].Events
+		for i := len(events) - 1; i >= 0; i-- {
+			ev := events[i]
+			switch {
+			case ev.DriverError != "":
+				return fmt.Sprintf("task %s: %s", name, ev.DriverError)
+			case ev.Type == api.TaskTerminated:
+				return fmt.Sprintf("task %s exited with code %d", name, ev.ExitCode)
+			case ev.DisplayMessage != "" && ev.Type != api.TaskNotRestarting:
+				return fmt.Sprintf("task %s: %s", name, ev.DisplayMessage)
+			}
+		}
+	}
+	if a.ClientDescription != "" {
+		return a.ClientDescription
+	}
+	return "allocation " + a.ID + " failed"
+}
+
+func sortedTaskNames(states map[string]*api.TaskState) []string {
+	names := make([]string, 0, len(states))
+	for n := range states {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// jobResult reports the current attempt of a batch job.
+func jobResult(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[string]string, placement string) *controller.JobResult {
+	attempt, _ := strconv.Atoi(j.Meta[MetaAttempt])
+	r := &controller.JobResult{
+		OpID:       j.Meta[MetaOpID],
+		ArchiveKey: j.Meta[MetaArchiveKey],
+		Attempt:    attempt,
+		Status:     controller.JobPending,
+	}
+	if len(allocs) == 0 {
+		r.Message = placement
+		return r
+	}
+	a := allocs[0]
+	r.ExitCode = exitCode(a)
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete:
+		r.Status = controller.JobSucceeded
+	case api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		r.Status = controller.JobFailed
+		r.ErrorCode = codes[a.ID]
+		r.Message = failureMessage(a)
+	case api.AllocClientStatusRunning:
+		r.Status = controller.JobRunning
+	}
+	return r
+}
+
+// exitCode is the exit code of the last Terminated event of any task.
+func exitCode(a *api.AllocationListStub) int {
+	var code int
+	var at int64
+	for _, ts := range a.TaskStates {
+		for _, ev := range ts.Events {
+			if ev.Type == api.TaskTerminated && ev.Time >= at {
+				code, at = ev.ExitCode, ev.Time
+			}
+		}
+	}
+	return code
+}

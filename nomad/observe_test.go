@@ -1,0 +1,321 @@
+package nomad
+
+import (
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// Workspace ids of the observation fixture, one per situation.
+const (
+	wsReady    = "01aaaaaaaaaaaaaaaaaaaaaaaa"
+	wsStarting = "01bbbbbbbbbbbbbbbbbbbbbbbb"
+	wsStopping = "01cccccccccccccccccccccccc"
+	wsArchive  = "01dddddddddddddddddddddddd"
+	wsPull     = "01eeeeeeeeeeeeeeeeeeeeeeee"
+	wsUnplaced = "01ffffffffffffffffffffffff"
+	wsRestore  = "01gggggggggggggggggggggggg"
+)
+
+func managedMeta(wsID string, extra ...string) map[string]string {
+	m := map[string]string{MetaManaged: "true", MetaWorkspaceID: wsID}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i]] = extra[i+1]
+	}
+	return m
+}
+
+func healthy(b bool) *api.AllocDeploymentStatus { return &api.AllocDeploymentStatus{Healthy: &b} }
+
+func observeFixture(f *fakeNomad) {
+	jobs := []*api.JobListStub{
+		{ID: "ws-" + wsReady, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsReady)},
+		{ID: "ws-" + wsStarting, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsStarting)},
+		{ID: "ws-" + wsStopping, Status: "dead", Stop: true, JobModifyIndex: 20, Meta: managedMeta(wsStopping)},
+		{ID: "ws-" + wsArchive + "-archive", Type: "batch", Status: "dead", JobModifyIndex: 10,
+			Meta: managedMeta(wsArchive, MetaOpID, "01opopopopopopopopopopopop", MetaArchiveKey, "archives/k", MetaAttempt, "2")},
+		{ID: "ws-" + wsPull, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsPull)},
+		{ID: "ws-" + wsUnplaced, Status: "pending", JobModifyIndex: 10, Meta: managedMeta(wsUnplaced),
+			JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"workspace": {Queued: 1}}}},
+		{ID: "ws-" + wsRestore + "-restore", Type: "batch", Status: "dead", JobModifyIndex: 10,
+			Meta: managedMeta(wsRestore, MetaOpID, "01rrrrrrrrrrrrrrrrrrrrrrrr", MetaArchiveKey, "archives/r", MetaAttempt, "1")},
+		// Not codehub's: no mark, or a foreign name.
+		{ID: "ws-" + wsReady + "-other", Meta: managedMeta(wsReady)},
+		{ID: "ws-01zzzzzzzzzzzzzzzzzzzzzzzz", Meta: map[string]string{}},
+	}
+	terminated := func(code int) map[string]*api.TaskState {
+		return map[string]*api.TaskState{"archive": {State: "dead", Failed: code != 0, Events: []*api.TaskEvent{
+			{Type: api.TaskStarted, Time: 1},
+			{Type: api.TaskTerminated, ExitCode: code, Time: 2},
+		}}}
+	}
+	allocs := []*api.AllocationListStub{
+		{ID: "a-ready", JobID: "ws-" + wsReady, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: healthy(true)},
+		{ID: "a-starting", JobID: "ws-" + wsStarting, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "run"},
+		// Stopped job whose task is still being killed: live, not ready.
+		{ID: "a-stopping", JobID: "ws-" + wsStopping, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "stop", DeploymentStatus: healthy(true)},
+		// An older attempt of the archive job must not shadow the current one.
+		{ID: "a-archive-old", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 5, ClientStatus: "complete", TaskStates: terminated(0)},
+		{ID: "a-archive", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 12, ClientStatus: "failed", TaskStates: terminated(1)},
+		{ID: "a-pull", JobID: "ws-" + wsPull, CreateIndex: 11, ClientStatus: "pending", DesiredStatus: "run", TaskStates: map[string]*api.TaskState{
+			"workspace": {State: "pending", Events: []*api.TaskEvent{
+				{Type: api.TaskReceived},
+				{Type: api.TaskDriverFailure, DriverError: "Failed to pull `codercom/code-server:nope`: manifest unknown"},
+			}},
+		}},
+		{ID: "a-restore", JobID: "ws-" + wsRestore + "-restore", CreateIndex: 11, ClientStatus: "complete", TaskStates: terminated(0)},
+		// A live allocation of a purged workspace job still counts.
+		{ID: "a-orphan", JobID: "ws-" + wsRestore, CreateIndex: 3, ClientStatus: "running", DesiredStatus: "stop"},
+	}
+	volumes := []*api.HostVolumeStub{
+		{ID: "v1", Name: "ws-" + wsReady + "-home", State: api.HostVolumeStateReady},
+		{ID: "v2", Name: "ws-" + wsStarting + "-home", State: api.HostVolumeStateReady},
+		{ID: "v3", Name: "ws-" + wsStopping + "-home", State: api.HostVolumeStatePending},
+		{ID: "v4", Name: "ws-not-a-workspace-home", State: api.HostVolumeStateReady},
+	}
+	services := []*api.ServiceRegistrationListStub{{Namespace: "default", Services: []*api.ServiceRegistrationStub{
+		{ServiceName: "ws-" + wsReady}, {ServiceName: "ws-" + wsStarting}, {ServiceName: "web"},
+	}}}
+	f.json("GET /v1/jobs", jobs)
+	f.json("GET /v1/allocations", allocs)
+	f.json("GET /v1/volumes", volumes)
+	f.json("GET /v1/services", services)
+	f.json("GET /v1/client/allocation/a-starting/checks", api.AllocCheckStatuses{
+		"c1": {Service: "ws-" + wsStarting, Status: "success"},
+	})
+	f.handle("GET /v1/client/fs/logs/a-archive", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "CODEHUB_JOB=archive\nRESULT=FAIL CODEHUB_ERROR=S3_ACCESS_ERROR DETAIL=first\nretrying\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL DETAIL=no space\n")
+	})
+	f.json("GET /v1/job/ws-"+wsUnplaced+"/evaluations", []*api.Evaluation{
+		{ID: "e1", CreateIndex: 10, FailedTGAllocs: map[string]*api.AllocationMetric{"workspace": {
+			NodesEvaluated: 1, ConstraintFiltered: map[string]int{"missing drivers": 1},
+		}}},
+		{ID: "e0", CreateIndex: 9},
+	})
+}
+
+func TestObserve(t *testing.T) {
+	f := newFakeNomad(t)
+	observeFixture(f)
+	b := newTestBackend(t, f, testOptions())
+
+	snap, err := b.Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]controller.Observed{
+		wsReady:    {VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true},
+		wsStarting: {VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true},
+		wsStopping: {VolumeExists: true, ContainerLive: true},
+		wsArchive: {Archive: &controller.JobResult{
+			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/k", Attempt: 2,
+			Status: controller.JobFailed, ExitCode: 1, ErrorCode: "DISK_FULL", Message: "task archive exited with code 1",
+		}},
+		wsPull: {ContainerLive: true, Failure: &controller.Failure{
+			Reason: workspace.ReasonImagePullFailed, Terminal: true,
+			Message: "Failed to pull `codercom/code-server:nope`: manifest unknown",
+		}},
+		wsUnplaced: {Failure: &controller.Failure{
+			Reason:  workspace.ReasonUnschedulable,
+			Message: `no node can run it: group "workspace": constraint "missing drivers" filtered 1 node(s)`,
+		}},
+		wsRestore: {ContainerLive: true, Restore: &controller.JobResult{
+			OpID: "01rrrrrrrrrrrrrrrrrrrrrrrr", ArchiveKey: "archives/r", Attempt: 1, Status: controller.JobSucceeded,
+		}},
+	}
+	if !reflect.DeepEqual(snap.Workspaces, want) {
+		for id, o := range snap.Workspaces {
+			if !reflect.DeepEqual(o, want[id]) {
+				t.Errorf("workspace %s:\n got %+v\nwant %+v", id, o, want[id])
+			}
+		}
+		if len(snap.Workspaces) != len(want) {
+			t.Errorf("observed %d workspaces, want %d", len(snap.Workspaces), len(want))
+		}
+	}
+
+	// One call per list; targeted reads only where the listing asked.
+	wantRoutes := []string{
+		"GET /v1/allocations",
+		"GET /v1/client/allocation/a-starting/checks",
+		"GET /v1/client/fs/logs/a-archive",
+		"GET /v1/job/ws-" + wsUnplaced + "/evaluations",
+		"GET /v1/jobs",
+		"GET /v1/services",
+		"GET /v1/volumes",
+	}
+	if got := f.routesCalled(); !reflect.DeepEqual(got, wantRoutes) {
+		t.Errorf("routes called:\n got %v\nwant %v", got, wantRoutes)
+	}
+	jobsCall := f.calls("GET /v1/jobs")[0]
+	if jobsCall.Query["prefix"][0] != "ws-" || jobsCall.Query["meta"][0] != "true" {
+		t.Errorf("jobs list query = %v, want prefix ws- and meta", jobsCall.Query)
+	}
+	if got := f.calls("GET /v1/allocations")[0].Query["filter"]; len(got) != 1 || !strings.Contains(got[0], "^ws-") {
+		t.Errorf("allocations filter = %v", got)
+	}
+	logs := f.calls("GET /v1/client/fs/logs/a-archive")[0].Query
+	if logs["task"][0] != "archive" || logs["type"][0] != "stdout" || logs["plain"][0] != "true" {
+		t.Errorf("logs query = %v", logs)
+	}
+
+	// A failed job's log is read once, not on every observation.
+	if _, err := b.Observe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("GET /v1/client/fs/logs/a-archive")); n != 1 {
+		t.Errorf("logs read %d times over two observations, want 1", n)
+	}
+}
+
+func TestObserveNotReadyUntilRegisteredAndPassing(t *testing.T) {
+	cases := []struct {
+		name       string
+		deployment *api.AllocDeploymentStatus
+		checks     api.AllocCheckStatuses
+		registered bool
+		want       bool
+	}{
+		{"healthy deployment", healthy(true), nil, true, true},
+		{"unhealthy deployment", healthy(false), nil, true, false},
+		{"checks pending", nil, api.AllocCheckStatuses{"c": {Status: "pending"}}, true, false},
+		{"one of two checks failing", nil, api.AllocCheckStatuses{"c": {Status: "success"}, "d": {Status: "failure"}}, true, false},
+		{"no checks yet", nil, api.AllocCheckStatuses{}, true, false},
+		{"checks passing", nil, api.AllocCheckStatuses{"c": {Status: "success"}}, true, true},
+		{"not registered", healthy(true), nil, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &api.AllocationListStub{ID: "a", ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: tc.deployment}
+			got := upstreamReady([]*api.AllocationListStub{a}, map[string]api.AllocCheckStatuses{"a": tc.checks}, tc.registered)
+			if got != tc.want {
+				t.Fatalf("upstreamReady = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestObserveErrors(t *testing.T) {
+	t.Run("server error is retried as unreachable", func(t *testing.T) {
+		f := newFakeNomad(t)
+		f.status("GET /v1/jobs", http.StatusInternalServerError, "rpc error: no cluster leader")
+		_, err := newTestBackend(t, f, testOptions()).Observe(t.Context())
+		assertFailure(t, err, workspace.ReasonUnreachable)
+	})
+	t.Run("permission denied is a backend error", func(t *testing.T) {
+		f := newFakeNomad(t)
+		f.status("GET /v1/jobs", http.StatusForbidden, "Permission denied")
+		_, err := newTestBackend(t, f, testOptions()).Observe(t.Context())
+		assertFailure(t, err, workspace.ReasonBackendError)
+	})
+	t.Run("connection refused is unreachable", func(t *testing.T) {
+		f := newFakeNomad(t)
+		b := newTestBackend(t, f, testOptions())
+		f.srv.Close()
+		_, err := b.Observe(t.Context())
+		assertFailure(t, err, workspace.ReasonUnreachable)
+	})
+}
+
+func assertFailure(t *testing.T, err error, reason string) {
+	t.Helper()
+	f, ok := err.(*controller.Failure)
+	if !ok {
+		t.Fatalf("err = %v (%T), want a *controller.Failure", err, err)
+	}
+	if f.Reason != reason || f.Terminal {
+		t.Fatalf("failure = %+v, want reason %s, not terminal", f, reason)
+	}
+}
+
+func TestParseErrorCode(t *testing.T) {
+	cases := map[string]string{
+		"":                       UnknownError,
+		"RESULT=OK\n":            UnknownError,
+		"RESULT=FAIL DETAIL=x\n": UnknownError,
+		"RESULT=FAIL CODEHUB_ERROR=ARCHIVE_NOT_FOUND DETAIL=gone\n":                   "ARCHIVE_NOT_FOUND",
+		"RESULT=FAIL CODEHUB_ERROR=A\nRESULT=FAIL CODEHUB_ERROR=B":                    "B",
+		"STEP=x CODEHUB_ERROR=NOPE\nRESULT=FAIL CODEHUB_ERROR=META_NOT_FOUND\nexit\n": "META_NOT_FOUND",
+	}
+	for in, want := range cases {
+		got, err := parseErrorCode(strings.NewReader(in))
+		if err != nil || got != want {
+			t.Errorf("parseErrorCode(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func TestDescribePlacement(t *testing.T) {
+	got := describePlacement(map[string]*api.AllocationMetric{
+		"workspace": {
+			ConstraintFiltered: map[string]int{"missing compatible host volumes": 2, "${attr.consul.version} semver >= 1.8.0": 1},
+			DimensionExhausted: map[string]int{"memory": 3},
+		},
+		"archive": {NodesEvaluated: 0, NodesInPool: 0, NodePool: "gpu"},
+	})
+	want := `no node can run it: group "archive": 0 of 0 node(s) in pool "gpu" evaluated, none fits; ` +
+		`group "workspace": constraint "${attr.consul.version} semver >= 1.8.0" filtered 1 node(s); ` +
+		`constraint "missing compatible host volumes" filtered 2 node(s); memory exhausted on 3 node(s)`
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestParseNames(t *testing.T) {
+	id := "01jb3x7k9q2m5n8p4r6s0t1v2w"
+	cases := []struct {
+		job  string
+		ws   string
+		kind controller.JobKind
+		ok   bool
+	}{
+		{"ws-" + id, id, controller.JobWorkspace, true},
+		{"ws-" + id + "-archive", id, controller.JobArchive, true},
+		{"ws-" + id + "-restore", id, controller.JobRestore, true},
+		{"ws-" + id + "-other", "", "", false},
+		{"ws-short", "", "", false},
+		{"web", "", "", false},
+	}
+	for _, tc := range cases {
+		ws, kind, ok := parseJobID(tc.job)
+		if ws != tc.ws || kind != tc.kind || ok != tc.ok {
+			t.Errorf("parseJobID(%q) = %q, %q, %v", tc.job, ws, kind, ok)
+		}
+	}
+	if ws, ok := parseVolumeName(volumeName(id)); !ok || ws != id {
+		t.Errorf("parseVolumeName round trip = %q, %v", ws, ok)
+	}
+	if _, ok := parseVolumeName("ws-short-home"); ok {
+		t.Error("parseVolumeName accepted a short id")
+	}
+}
+
+func TestIsCurrent(t *testing.T) {
+	ws := &api.JobListStub{ID: "ws-" + testWS, JobModifyIndex: 50}
+	batch := &api.JobListStub{ID: "ws-" + testWS + "-archive", JobModifyIndex: 50}
+	cases := []struct {
+		name  string
+		job   *api.JobListStub
+		alloc api.AllocationListStub
+		want  bool
+	}{
+		{"created after the registration", ws, api.AllocationListStub{CreateIndex: 51, ClientStatus: "failed", DesiredStatus: "run"}, true},
+		{"updated in place, running", ws, api.AllocationListStub{CreateIndex: 10, ClientStatus: "running", DesiredStatus: "run"}, true},
+		{"old failure before a restart", ws, api.AllocationListStub{CreateIndex: 10, ClientStatus: "failed", DesiredStatus: "run"}, false},
+		{"old allocation being stopped", ws, api.AllocationListStub{CreateIndex: 10, ClientStatus: "running", DesiredStatus: "stop"}, false},
+		{"previous batch attempt", batch, api.AllocationListStub{CreateIndex: 10, ClientStatus: "running", DesiredStatus: "run"}, false},
+		{"current batch attempt", batch, api.AllocationListStub{CreateIndex: 50, ClientStatus: "pending", DesiredStatus: "run"}, true},
+	}
+	for _, tc := range cases {
+		if got := isCurrent(tc.job, &tc.alloc); got != tc.want {
+			t.Errorf("%s: isCurrent = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package nomad
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// UnknownError is the CODEHUB_ERROR of a failed job that printed none.
+const UnknownError = "UNKNOWN"
+
+// logTail is how much of a failed job's stdout is read: the result line is
+// the last one the job prints.
+const logTail = 64 << 10
+
+// errorCodeCache remembers the CODEHUB_ERROR of failed allocations; their
+// logs never change, so each is read once until the job is purged.
+type errorCodeCache struct {
+	mu    sync.Mutex
+	codes map[string]string
+}
+
+func newErrorCodeCache() *errorCodeCache {
+	return &errorCodeCache{codes: make(map[string]string)}
+}
+
+func (c *errorCodeCache) get(allocID string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	code, ok := c.codes[allocID]
+	return code, ok
+}
+
+func (c *errorCodeCache) put(allocID, code string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.codes[allocID] = code
+}
+
+func (c *errorCodeCache) forget(allocID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.codes, allocID)
+}
+
+// errorCode reads the tail of a failed batch allocation's stdout and returns
+// the code of its last result line.
+func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (string, error) {
+	if code, ok := b.errorCodes.get(a.ID); ok {
+		return code, nil
+	}
+	q := b.query(ctx)
+	q.Params = map[string]string{
+		"task":   taskName(a),
+		"type":   "stdout",
+		"plain":  "true",
+		"origin": "end",
+		"offset": "65536",
+	}
+	body, err := b.client.Raw().Response("/v1/client/fs/logs/"+a.ID, q)
+	if err != nil {
+		return "", classify("read logs of "+a.ID, err)
+	}
+	defer body.Close()
+	code, err := parseErrorCode(io.LimitReader(body, logTail))
+	if err != nil {
+		return "", err
+	}
+	b.errorCodes.put(a.ID, code)
+	return code, nil
+}
+
+// taskName is the single task of a batch allocation (named after its kind).
+func taskName(a *api.AllocationListStub) string {
+	for name := range a.TaskStates {
+		return name
+	}
+	_, kind, _ := parseJobID(a.JobID)
+	return string(kind)
+}
+
+// parseErrorCode returns the CODEHUB_ERROR of the last
+// "RESULT=FAIL CODEHUB_ERROR=<CODE>" line, or UNKNOWN without one.
+func parseErrorCode(r io.Reader) (string, error) {
+	code := UnknownError
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), logTail)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[0] != "RESULT=FAIL" {
+			continue
+		}
+		for _, f := range fields[1:] {
+			if v, ok := strings.CutPrefix(f, "CODEHUB_ERROR="); ok && v != "" {
+				code = v
+			}
+		}
+	}
+	return code, sc.Err()
+}

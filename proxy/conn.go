@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+)
+
+// responseRecorder remembers the status for metrics and, when the response
+// switches protocols, hands ReverseProxy a connection that marks activity
+// on every read and write. ReverseProxy copies WebSocket traffic between
+// the two hijacked connections, so wrapping the client side sees every
+// message in both directions without parsing frames.
+type responseRecorder struct {
+	http.ResponseWriter
+	status int
+	mark   func()
+	// upgraded is set once the connection was hijacked.
+	upgraded bool
+}
+
+func (w *responseRecorder) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseRecorder) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack is found by http.ResponseController before Unwrap.
+func (w *responseRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.upgraded = true
+	w.status = http.StatusSwitchingProtocols
+	return &activityConn{Conn: c, mark: w.mark}, brw, nil
+}
+
+// activityConn marks the workspace active whenever bytes move.
+type activityConn struct {
+	net.Conn
+	mark func()
+}
+
+func (c *activityConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.mark()
+	}
+	return n, err
+}
+
+func (c *activityConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.mark()
+	}
+	return n, err
+}

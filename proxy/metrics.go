@@ -1,0 +1,38 @@
+package proxy
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	requests   *prometheus.CounterVec
+	duration   prometheus.Histogram
+	websockets prometheus.Gauge
+	wakes      *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codehub_proxy_requests_total",
+			Help: "Requests to /w/{id}/ by response status code.",
+		}, []string{"code"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "codehub_proxy_request_duration_seconds",
+			Help:    "Time to the end of a proxied response (WebSocket sessions excluded).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
+		}),
+		websockets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "codehub_proxy_websocket_connections",
+			Help: "WebSocket connections currently proxied.",
+		}),
+		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codehub_proxy_wakes_total",
+			Help: "Auto-wake attempts by result (started, limit, conflict, error).",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.websockets, m.wakes} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

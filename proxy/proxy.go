@@ -1,0 +1,488 @@
+// Package proxy serves workspaces at /w/{id}/… (or at {id}.{subdomain_base}
+// in subdomain mode): it authenticates the session, checks that the user
+// owns the workspace, answers by display phase, wakes a standby workspace
+// through the service layer, and forwards HTTP and WebSocket traffic to the
+// upstream the backend resolves. It never writes workspace state other than
+// through the service layer, and never forwards CodeHub's own credentials.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// Authenticator tells who sent a request. ok is false without a valid
+// session; err is reserved for failures to find out.
+type Authenticator interface {
+	SessionUser(r *http.Request) (userID string, ok bool, err error)
+}
+
+// Workspaces is the part of the workspace service layer the proxy uses.
+type Workspaces interface {
+	Get(ctx context.Context, id string) (workspace.Workspace, error)
+	SetDesired(ctx context.Context, id string, desired workspace.DesiredState) (workspace.Workspace, error)
+	Running(ctx context.Context, ownerID string) ([]workspace.Workspace, error)
+}
+
+// ActivityMarker records that a workspace is in use.
+type ActivityMarker interface {
+	Mark(workspaceID string)
+}
+
+// Options configures the proxy.
+type Options struct {
+	Sites Sites
+	// SessionCookie is the name of CodeHub's session cookie, never forwarded.
+	SessionCookie string
+	// TrustedProxies are the peers whose X-Forwarded-* headers are kept.
+	TrustedProxies []netip.Prefix
+	// RouteTTL is how long a running workspace's owner and upstream are
+	// reused without asking the database and the backend again; 0 means 1 s.
+	RouteTTL time.Duration
+	// Registerer receives the proxy's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Proxy is the http.Handler for workspace traffic.
+type Proxy struct {
+	logger     hclog.Logger
+	opts       Options
+	auth       Authenticator
+	workspaces Workspaces
+	upstreams  controller.Upstreams
+	activity   ActivityMarker
+	metrics    *metrics
+	routes     routeCache
+	rp         *httputil.ReverseProxy
+}
+
+// New builds the proxy with one shared Transport for every upstream.
+func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, ups controller.Upstreams, act ActivityMarker) (*Proxy, error) {
+	if opts.RouteTTL == 0 {
+		opts.RouteTTL = time.Second
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("register proxy metrics: %w", err)
+	}
+	p := &Proxy{
+		logger: logger, opts: opts, auth: auth, workspaces: ws, upstreams: ups, activity: act,
+		metrics: m, routes: routeCache{ttl: opts.RouteTTL, entries: map[string]route{}},
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      newTransport(),
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
+	}
+	return p, nil
+}
+
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// Bodies pass through untouched; the browser negotiated encoding
+		// with the workspace.
+		DisableCompression: true,
+	}
+}
+
+// target is where one request goes, carried from ServeHTTP to Rewrite.
+type target struct {
+	id       string
+	hostport string
+	path     string
+	rawPath  string
+	prefix   string
+}
+
+type targetKey struct{}
+
+// ServeHTTP answers a request addressed to a workspace.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &responseRecorder{ResponseWriter: w}
+	defer func() {
+		if rec.upgraded {
+			return
+		}
+		p.metrics.requests.WithLabelValues(strconv.Itoa(rec.status)).Inc()
+		p.metrics.duration.Observe(time.Since(start).Seconds())
+	}()
+	t, ok := p.locate(rec, r)
+	if !ok {
+		return
+	}
+	rec.mark = func() { p.activity.Mark(t.id) }
+	p.serve(rec, r, t)
+}
+
+// locate finds the workspace id and the upstream path of a request; it
+// answers the request itself when there is nothing to proxy.
+func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
+	if id, ok := p.opts.Sites.WorkspaceFromHost(r.Host); ok {
+		return target{id: id, path: r.URL.Path, rawPath: r.URL.RawPath}, true
+	}
+	prefix := p.opts.Sites.PathPrefix("")
+	rest, ok := strings.CutPrefix(r.URL.Path, prefix)
+	if !ok {
+		p.notFound(w, r)
+		return target{}, false
+	}
+	id, tail, hasSlash := strings.Cut(rest, "/")
+	if !ValidID(id) {
+		p.notFound(w, r)
+		return target{}, false
+	}
+	if !hasSlash {
+		// code-server resolves its assets relative to the page: the
+		// workspace root must end in a slash.
+		u := *r.URL
+		u.Path += "/"
+		u.RawPath = ""
+		http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
+		return target{}, false
+	}
+	t := target{id: id, path: "/" + tail, prefix: prefix + id}
+	if r.URL.RawPath != "" {
+		t.rawPath = strings.TrimPrefix(r.URL.RawPath, t.prefix)
+	}
+	return t, true
+}
+
+func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
+	ctx := r.Context()
+	userID, ok, err := p.auth.SessionUser(r)
+	if err != nil {
+		p.internal(w, r, "authenticate", err)
+		return
+	}
+	if !ok {
+		p.unauthenticated(w, r, t.id)
+		return
+	}
+	if rt, ok := p.routes.get(t.id); ok {
+		if rt.owner != userID {
+			p.forbidden(w, r)
+			return
+		}
+		t.hostport = rt.upstream
+		p.forward(w, r, t)
+		return
+	}
+	ws, err := p.workspaces.Get(ctx, t.id)
+	if errors.Is(err, workspace.ErrNotFound) {
+		p.notFound(w, r)
+		return
+	}
+	if err != nil {
+		p.internal(w, r, "get workspace", err)
+		return
+	}
+	if ws.OwnerID != userID {
+		p.forbidden(w, r)
+		return
+	}
+	v := decide(ws.Phase, ws.DesiredState, ws.Operation)
+	if r.Method == http.MethodPost && (v == verdictArchived || v == verdictNotStarted) && p.startRequested(r, t.id) {
+		p.startFromPage(w, r, ws)
+		return
+	}
+	p.answer(w, r, t, ws, v)
+}
+
+func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws workspace.Workspace, v verdict) {
+	switch v {
+	case verdictProxy:
+		p.resolveAndForward(w, r, t, ws)
+	case verdictWakeAndProxy:
+		if !p.wake(w, r, ws) {
+			return
+		}
+		p.resolveAndForward(w, r, t, ws)
+	case verdictWake:
+		if !p.wake(w, r, ws) {
+			return
+		}
+		ws.DesiredState = workspace.DesiredRunning
+		render(w, r, p.startingPage(ws))
+	case verdictStarting:
+		render(w, r, p.startingPage(ws))
+	case verdictArchived:
+		render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeArchived,
+			Title:       ws.Name + " is archived",
+			Message:     "This workspace was idle and its home directory is stored in the archive. Restoring it takes a moment.",
+			StartButton: "Restore and start", Dashboard: p.opts.Sites.DashboardURL()})
+	case verdictNotStarted:
+		render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeNotStarted,
+			Title: ws.Name + " is not started", Message: "This workspace is not running.",
+			StartButton: "Start", Dashboard: p.opts.Sites.DashboardURL()})
+	case verdictError:
+		render(w, r, p.errorPage(ws))
+	default:
+		p.notFound(w, r)
+	}
+}
+
+func (p *Proxy) errorPage(ws workspace.Workspace) page {
+	detail := "reason: unknown"
+	if ws.ErrorReason != nil {
+		detail = "reason: " + *ws.ErrorReason
+	}
+	if ws.ErrorMessage != nil && *ws.ErrorMessage != "" {
+		detail += " — " + *ws.ErrorMessage
+	}
+	return page{Status: http.StatusServiceUnavailable, Code: CodeWorkspaceError,
+		Title:   ws.Name + " failed",
+		Message: "This workspace is in an error state and needs an administrator to recover it (" + detail + ").",
+		Detail:  detail, Dashboard: p.opts.Sites.DashboardURL()}
+}
+
+func (p *Proxy) startingPage(ws workspace.Workspace) page {
+	return page{Status: http.StatusServiceUnavailable, Code: CodeStarting,
+		Title: "Starting " + ws.Name,
+		Message: fmt.Sprintf("Your workspace is on its way (phase %s, operation %s). This page reloads when it is ready.",
+			workspace.DisplayPhase(ws), ws.Operation),
+		Poll: true, Dashboard: p.opts.Sites.DashboardURL()}
+}
+
+// wake asks for the workspace to run. It answers the request itself and
+// returns false when the wake could not be recorded.
+func (p *Proxy) wake(w *responseRecorder, r *http.Request, ws workspace.Workspace) bool {
+	_, err := p.workspaces.SetDesired(r.Context(), ws.ID, workspace.DesiredRunning)
+	switch {
+	case err == nil:
+		p.metrics.wakes.WithLabelValues("started").Inc()
+		return true
+	case errors.Is(err, workspace.ErrLimitExceeded):
+		p.metrics.wakes.WithLabelValues("limit").Inc()
+		p.limitPage(w, r, ws)
+		return false
+	case errors.Is(err, workspace.ErrInvalidState):
+		// An operation began between our read and the write; it will be
+		// followed by the starting page.
+		p.metrics.wakes.WithLabelValues("conflict").Inc()
+		render(w, r, p.startingPage(ws))
+		return false
+	}
+	p.metrics.wakes.WithLabelValues("error").Inc()
+	p.internal(w, r, "wake workspace", err)
+	return false
+}
+
+func (p *Proxy) limitPage(w http.ResponseWriter, r *http.Request, ws workspace.Workspace) {
+	running, err := p.workspaces.Running(r.Context(), ws.OwnerID)
+	if err != nil {
+		p.logger.Warn("list running workspaces", "error", err)
+	}
+	links := make([]runningLink, 0, len(running))
+	for _, o := range running {
+		links = append(links, runningLink{Name: o.Name, URL: p.opts.Sites.WorkspaceURL(o.ID)})
+	}
+	render(w, r, page{Status: http.StatusTooManyRequests, Code: CodeLimitExceeded,
+		Title:   "Too many running workspaces",
+		Message: "Starting " + ws.Name + " would exceed the running limit. Stop one of your running workspaces from the dashboard first:",
+		Running: links, Dashboard: p.opts.Sites.DashboardURL()})
+}
+
+// startRequested reports a same-origin form post of the start button.
+func (p *Proxy) startRequested(r *http.Request, id string) bool {
+	if !strings.EqualFold(r.Header.Get("Origin"), p.opts.Sites.WorkspaceOrigin(id)) {
+		return false
+	}
+	r.Body = http.MaxBytesReader(nil, r.Body, 1024)
+	return r.PostFormValue(startAction) == "start"
+}
+
+func (p *Proxy) startFromPage(w *responseRecorder, r *http.Request, ws workspace.Workspace) {
+	if !p.wake(w, r, ws) {
+		return
+	}
+	http.Redirect(w, r, r.URL.RequestURI(), http.StatusSeeOther)
+}
+
+func (p *Proxy) resolveAndForward(w *responseRecorder, r *http.Request, t target, ws workspace.Workspace) {
+	hostport, err := p.upstreams.Resolve(r.Context(), ws.ID)
+	if err != nil {
+		p.logger.Debug("resolve upstream", "workspace_id", ws.ID, "error", err)
+		p.badGateway(w, r)
+		return
+	}
+	p.routes.put(ws.ID, route{owner: ws.OwnerID, upstream: hostport})
+	t.hostport = hostport
+	p.forward(w, r, t)
+}
+
+func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
+	if isWebSocketUpgrade(r) {
+		if origin := r.Header.Get("Origin"); origin != "" && !strings.EqualFold(origin, p.opts.Sites.WorkspaceOrigin(t.id)) {
+			render(w, r, page{Status: http.StatusForbidden, Code: CodeForbidden, Title: "Forbidden",
+				Message: "WebSocket connections from another origin are refused.", Dashboard: p.opts.Sites.DashboardURL()})
+			return
+		}
+		p.metrics.websockets.Inc()
+		defer p.metrics.websockets.Dec()
+	}
+	w.mark()
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+}
+
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	t := pr.In.Context().Value(targetKey{}).(target)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = t.hostport
+	pr.Out.URL.Path = t.path
+	pr.Out.URL.RawPath = t.rawPath
+	// The workspace sees the host the browser used, so absolute links and
+	// its own Origin checks match what the user sees.
+	pr.Out.Host = pr.In.Host
+	setForwarded(pr, p.opts.TrustedProxies)
+	if t.prefix != "" {
+		pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
+	}
+	stripCredentials(pr.Out.Header, p.opts.SessionCookie)
+}
+
+// modifyResponse drops any attempt of a workspace to set CodeHub's session
+// cookie, which in path mode would share the dashboard's cookie jar.
+func (p *Proxy) modifyResponse(res *http.Response) error {
+	cookies := res.Header.Values("Set-Cookie")
+	if len(cookies) == 0 {
+		return nil
+	}
+	kept := cookies[:0:0]
+	for _, c := range cookies {
+		name, _, _ := strings.Cut(c, "=")
+		if strings.TrimSpace(name) != p.opts.SessionCookie {
+			kept = append(kept, c)
+		}
+	}
+	res.Header["Set-Cookie"] = kept
+	if len(kept) == 0 {
+		res.Header.Del("Set-Cookie")
+	}
+	return nil
+}
+
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	t, _ := r.Context().Value(targetKey{}).(target)
+	p.routes.forget(t.id)
+	if errors.Is(err, context.Canceled) {
+		// The client went away; nobody reads an answer.
+		w.WriteHeader(499)
+		return
+	}
+	p.logger.Debug("upstream failed", "workspace_id", t.id, "error", err)
+	p.badGateway(w, r)
+}
+
+func (p *Proxy) badGateway(w http.ResponseWriter, r *http.Request) {
+	render(w, r, page{Status: http.StatusBadGateway, Code: CodeUpstreamUnavailable,
+		Title:   "Workspace not reachable",
+		Message: "The workspace is running but did not answer. It may still be starting up or have just stopped; try again in a few seconds.",
+		Dashboard: p.opts.Sites.DashboardURL()})
+}
+
+func (p *Proxy) unauthenticated(w http.ResponseWriter, r *http.Request, id string) {
+	if wantsHTML(r) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		next := r.URL.RequestURI()
+		if p.opts.Sites.SubdomainMode() {
+			next = p.opts.Sites.WorkspaceOrigin(id) + next
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		http.Redirect(w, r, p.opts.Sites.LoginURL(next), http.StatusFound)
+		return
+	}
+	render(w, r, page{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Title: "Log in",
+		Message: "Log in to open this workspace.", Dashboard: p.opts.Sites.DashboardURL()})
+}
+
+func (p *Proxy) forbidden(w http.ResponseWriter, r *http.Request) {
+	render(w, r, page{Status: http.StatusForbidden, Code: CodeForbidden, Title: "Forbidden",
+		Message: "This workspace belongs to another user.", Dashboard: p.opts.Sites.DashboardURL()})
+}
+
+func (p *Proxy) notFound(w http.ResponseWriter, r *http.Request) {
+	render(w, r, page{Status: http.StatusNotFound, Code: CodeNotFound, Title: "Not found",
+		Message: "There is no such workspace.", Dashboard: p.opts.Sites.DashboardURL()})
+}
+
+func (p *Proxy) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
+	p.logger.Error("proxy request failed", "step", what, "error", err)
+	render(w, r, page{Status: http.StatusInternalServerError, Code: CodeInternal, Title: "Something went wrong",
+		Message: "CodeHub could not handle this request. Try again shortly.", Dashboard: p.opts.Sites.DashboardURL()})
+}
+
+// route is a running workspace's owner and upstream, reused briefly so a
+// burst of requests (page assets, long polls) costs one lookup.
+type route struct {
+	owner    string
+	upstream string
+	expires  time.Time
+}
+
+type routeCache struct {
+	ttl     time.Duration
+	mu      sync.RWMutex
+	entries map[string]route
+}
+
+func (c *routeCache) get(id string) (route, bool) {
+	c.mu.RLock()
+	rt, ok := c.entries[id]
+	c.mu.RUnlock()
+	if !ok || time.Now().After(rt.expires) {
+		return route{}, false
+	}
+	return rt, true
+}
+
+func (c *routeCache) put(id string, rt route) {
+	rt.expires = time.Now().Add(c.ttl)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Expired entries are dropped on write so the map stays the size of
+	// the set of recently used workspaces.
+	if len(c.entries) >= 1024 {
+		now := time.Now()
+		for k, v := range c.entries {
+			if now.After(v.expires) {
+				delete(c.entries, k)
+			}
+		}
+	}
+	c.entries[id] = rt
+}
+
+func (c *routeCache) forget(id string) {
+	c.mu.Lock()
+	delete(c.entries, id)
+	c.mu.Unlock()
+}

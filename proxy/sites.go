@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// idPattern matches a workspace id: a lowercase ULID.
+var idPattern = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
+
+// ValidID reports whether id has the shape of a workspace id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// Sites knows where workspaces are served: under {public_url}/w/{id}/, or
+// at {scheme}://{id}.{subdomain_base}/ in subdomain mode.
+type Sites struct {
+	public        *url.URL
+	subdomainBase string
+}
+
+// NewSites parses the public URL; subdomainBase is a host (with an optional
+// port) or empty for path mode.
+func NewSites(publicURL, subdomainBase string) (Sites, error) {
+	u, err := url.Parse(publicURL)
+	if err != nil {
+		return Sites{}, fmt.Errorf("parse public url: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Sites{}, fmt.Errorf("public url %q: want http(s)://host[:port]", publicURL)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return Sites{}, fmt.Errorf("public url %q: CodeHub must be served at the root of its host", publicURL)
+	}
+	u.Path = ""
+	return Sites{public: u, subdomainBase: strings.ToLower(subdomainBase)}, nil
+}
+
+// PublicOrigin is the dashboard's origin.
+func (s Sites) PublicOrigin() string { return s.public.Scheme + "://" + s.public.Host }
+
+// Secure reports whether codehub is served over https.
+func (s Sites) Secure() bool { return s.public.Scheme == "https" }
+
+// SubdomainMode reports whether each workspace has its own host.
+func (s Sites) SubdomainMode() bool { return s.subdomainBase != "" }
+
+// LoginURL is the dashboard login page that returns to next afterwards.
+func (s Sites) LoginURL(next string) string {
+	return s.PublicOrigin() + "/login?next=" + url.QueryEscape(next)
+}
+
+// DashboardURL is the dashboard's home page.
+func (s Sites) DashboardURL() string { return s.PublicOrigin() + "/" }
+
+// PathPrefix is the path under which a workspace is served in path mode;
+// PathPrefix("") is the prefix of all of them.
+func (s Sites) PathPrefix(id string) string { return "/w/" + id }
+
+// WorkspaceURL is the address users open a workspace at (trailing slash).
+func (s Sites) WorkspaceURL(id string) string {
+	if s.SubdomainMode() {
+		return s.WorkspaceOrigin(id) + "/"
+	}
+	return s.PublicOrigin() + s.PathPrefix(id) + "/"
+}
+
+// WorkspaceOrigin is the origin a workspace's pages run under.
+func (s Sites) WorkspaceOrigin(id string) string {
+	if s.SubdomainMode() {
+		return s.public.Scheme + "://" + id + "." + s.subdomainBase
+	}
+	return s.PublicOrigin()
+}
+
+// WorkspaceFromHost returns the workspace id a request's Host names in
+// subdomain mode.
+func (s Sites) WorkspaceFromHost(host string) (string, bool) {
+	if !s.SubdomainMode() {
+		return "", false
+	}
+	host = strings.ToLower(host)
+	base := s.subdomainBase
+	if _, _, err := net.SplitHostPort(base); err != nil {
+		// The base has no port: compare without the request's port.
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+	}
+	id, ok := strings.CutSuffix(host, "."+base)
+	if !ok || !ValidID(id) {
+		return "", false
+	}
+	return id, true
+}

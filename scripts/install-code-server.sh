@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Installs code-server from npm into STATE/code-server and prints the path of
+# its executable (STATE/code-server/bin/code-server) on stdout. Does nothing
+# but print the path when that version is already installed there.
+#
+#   scripts/install-code-server.sh [STATE]      default: .state
+#
+# 4.100.3 is the newest release that runs on Node 20. Its npm install builds
+# native modules (kerberos needs libkrb5-dev) and its bundled @vscode/ripgrep
+# downloads a binary from GitHub in a postinstall step; we hand that step
+# Debian's rg through the package's own download cache instead.
+set -euo pipefail
+
+CODE_SERVER_VERSION=4.100.3
+# Pinned by lib/vscode/npm-shrinkwrap.json of code-server 4.100.3; the release
+# name is the one that package's postinstall looks for in its cache.
+RIPGREP_PKG_VERSION=1.15.11
+RIPGREP_RELEASE=v13.0.0-10
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+state=${1:-$root/.state}
+mkdir -p "$state/code-server"
+dir=$(cd "$state/code-server" && pwd)
+bin=$dir/bin/code-server
+marker=$dir/.installed-$CODE_SERVER_VERSION
+
+log() { printf 'install-code-server: %s\n' "$*" >&2; }
+
+if [ -f "$marker" ] && [ -x "$bin" ]; then
+	echo "$bin"
+	exit 0
+fi
+
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo none)
+if [ "$node_major" != 20 ]; then
+	log "code-server $CODE_SERVER_VERSION needs Node 20, found: $node_major"
+	exit 1
+fi
+
+missing=()
+dpkg -s libkrb5-dev >/dev/null 2>&1 || missing+=(libkrb5-dev)
+command -v rg >/dev/null 2>&1 || missing+=(ripgrep)
+if [ ${#missing[@]} -gt 0 ]; then
+	sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+	log "installing ${missing[*]}"
+	"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y "${missing[@]}" >&2 ||
+		{ "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update >&2 &&
+			"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y "${missing[@]}" >&2; }
+fi
+
+case $(uname -m) in
+x86_64) rg_target=x86_64-unknown-linux-musl ;;
+aarch64) rg_target=aarch64-unknown-linux-musl ;;
+*)
+	log "unsupported architecture $(uname -m)"
+	exit 1
+	;;
+esac
+
+# The ripgrep postinstall looks for its release archive in
+# $TMPDIR/vscode-ripgrep-cache-VERSION before downloading; a private TMPDIR
+# holding an archive of Debian's rg makes it unpack that one.
+tmp=$dir/.tmp
+rm -rf "$tmp"
+cache=$tmp/vscode-ripgrep-cache-$RIPGREP_PKG_VERSION
+mkdir -p "$cache/stage"
+cp "$(command -v rg)" "$cache/stage/rg"
+tar -czf "$cache/ripgrep-$RIPGREP_RELEASE-$rg_target.tar.gz" -C "$cache/stage" rg
+rm -rf "$cache/stage"
+
+# A local install in DIR (found from the working directory, not --prefix or
+# --global): npm hands its settings to lifecycle scripts as npm_config_*,
+# and code-server's postinstall runs a nested `npm install` in lib/vscode
+# that must not inherit a global or prefixed install.
+[ -f "$dir/package.json" ] || echo '{"private": true}' >"$dir/package.json"
+log "installing code-server $CODE_SERVER_VERSION into $dir (takes minutes; log: $dir/install.log)"
+if ! (cd "$dir" && TMPDIR=$tmp \
+	npm_config_unsafe_perm=true \
+	npm_config_yes=true \
+	npm_config_update_notifier=false \
+	npm_config_fund=false \
+	npm_config_audit=false \
+	npm install --no-save "code-server@$CODE_SERVER_VERSION" >"$dir/install.log" 2>&1); then
+	tail -n 40 "$dir/install.log" >&2
+	log "npm install failed"
+	exit 1
+fi
+mkdir -p "$dir/bin"
+ln -sfn ../node_modules/.bin/code-server "$bin"
+# A first run writes a default config into HOME and says so; keep that out
+# of the operator's home and out of the version line.
+installed=$(HOME=$tmp "$bin" --version 2>/dev/null | awk '/^[0-9]+\.[0-9]+\.[0-9]+ /{print $1; exit}')
+rm -rf "$tmp"
+if [ "$installed" != "$CODE_SERVER_VERSION" ]; then
+	log "installed code-server reports version '$installed', want $CODE_SERVER_VERSION"
+	exit 1
+fi
+touch "$marker"
+echo "$bin"

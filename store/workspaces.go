@@ -1,0 +1,249 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The workspace queries return rows of the caller's type T (the workspace
+// package's Workspace) so that store keeps no business types of its own and
+// the workspace package can depend on store without a cycle.
+
+// WorkspaceColumns lists every column of workspaces in a fixed order.
+const WorkspaceColumns = `id, owner_id, name, description, image, desired_state, phase, operation,
+	op_id, op_started_at, op_attempt, conditions, archive_key, restore_marker, error_reason,
+	error_message, error_count, next_attempt_at, observed_at, phase_changed_at, last_access_at,
+	standby_ttl, archive_ttl, version, created_at, updated_at, deleted_at`
+
+func collectOne[T any](rows pgx.Rows, err error) (T, error) {
+	var zero T
+	if err != nil {
+		return zero, err
+	}
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[T])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return zero, ErrNotFound
+	}
+	return row, err
+}
+
+func collectAll[T any](rows pgx.Rows, err error) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByName[T])
+}
+
+// GetLiveWorkspace returns a workspace that is not soft-deleted.
+func GetLiveWorkspace[T any](ctx context.Context, q Querier, id string) (T, error) {
+	return collectOne[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE id = $1 AND deleted_at IS NULL`, id))
+}
+
+// LockLiveWorkspace is GetLiveWorkspace holding the row lock until the
+// transaction q ends.
+func LockLiveWorkspace[T any](ctx context.Context, q Querier, id string) (T, error) {
+	return collectOne[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE id = $1 AND deleted_at IS NULL FOR UPDATE`, id))
+}
+
+// ListLiveWorkspaces pages through live workspaces by id, optionally of one
+// owner (ownerID empty: all owners).
+func ListLiveWorkspaces[T any](ctx context.Context, q Querier, ownerID, after string, limit int) ([]T, error) {
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE deleted_at IS NULL AND ($1 = '' OR owner_id = $1) AND id > $2
+		ORDER BY id LIMIT $3`, ownerID, after, limit))
+}
+
+// ListDesiredRunning returns an owner's live workspaces whose desired state
+// is RUNNING: the ones that count toward the running limits.
+func ListDesiredRunning[T any](ctx context.Context, q Querier, ownerID string) ([]T, error) {
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE owner_id = $1 AND desired_state = 'RUNNING' AND deleted_at IS NULL
+		ORDER BY id`, ownerID))
+}
+
+// Advisory lock keys of the running limits. The global key is a constant;
+// a user's key is a hash of the id in a second key space (two-int form), so
+// the two never collide.
+const (
+	limitLockSpace     int32 = 0x6c696d // "lim"
+	limitLockGlobalKey int32 = 0
+)
+
+func userLockKey(ownerID string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(ownerID))
+	// Keep the user keys apart from the global key.
+	return int32(h.Sum32()|1) & 0x7fffffff
+}
+
+// LockRunningLimits serialises limit checks of ownerID and globally until
+// the transaction tx ends. The order (user, then global) is fixed, so two
+// transactions never wait on each other in a cycle.
+func LockRunningLimits(ctx context.Context, tx pgx.Tx, ownerID string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, limitLockSpace, userLockKey(ownerID)); err != nil {
+		return fmt.Errorf("lock user running limit: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, limitLockSpace, limitLockGlobalKey); err != nil {
+		return fmt.Errorf("lock global running limit: %w", err)
+	}
+	return nil
+}
+
+// CountDesiredRunning counts live workspaces with desired state RUNNING, of
+// ownerID and in total.
+func CountDesiredRunning(ctx context.Context, q Querier, ownerID string) (user, global int, err error) {
+	err = q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE owner_id = $1), count(*) FROM workspaces
+		WHERE desired_state = 'RUNNING' AND deleted_at IS NULL`, ownerID).Scan(&user, &global)
+	return user, global, err
+}
+
+// NewWorkspace is the row the service layer inserts.
+type NewWorkspace struct {
+	ID, OwnerID, Name, Description, Image, DesiredState string
+}
+
+// InsertWorkspace inserts a workspace and returns the stored row.
+func InsertWorkspace[T any](ctx context.Context, q Querier, w NewWorkspace) (T, error) {
+	return collectOne[T](q.Query(ctx, `INSERT INTO workspaces (id, owner_id, name, description, image, desired_state)
+		VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+WorkspaceColumns,
+		w.ID, w.OwnerID, w.Name, w.Description, w.Image, w.DesiredState))
+}
+
+// UpdateWorkspaceMeta changes name and/or description (nil: unchanged).
+func UpdateWorkspaceMeta[T any](ctx context.Context, q Querier, id string, name, description *string) (T, error) {
+	return collectOne[T](q.Query(ctx, `UPDATE workspaces
+		SET name = COALESCE($2, name), description = COALESCE($3, description)
+		WHERE id = $1 AND deleted_at IS NULL RETURNING `+WorkspaceColumns, id, name, description))
+}
+
+// SetDesiredState sets desired_state of a live workspace without an
+// operation in flight; waking (RUNNING) also resets last_access_at.
+// version > 0 additionally requires the row to be unchanged since it was
+// read. No matching row is ErrConflict.
+func SetDesiredState[T any](ctx context.Context, q Querier, id, desired string, version int64) (T, error) {
+	row, err := collectOne[T](q.Query(ctx, `UPDATE workspaces
+		SET desired_state = $2,
+		    last_access_at = CASE WHEN $2 = 'RUNNING' THEN now() ELSE last_access_at END
+		WHERE id = $1 AND deleted_at IS NULL AND operation = 'NONE' AND ($3 = 0 OR version = $3)
+		RETURNING `+WorkspaceColumns, id, desired, version))
+	if errors.Is(err, ErrNotFound) {
+		return row, ErrConflict
+	}
+	return row, err
+}
+
+// SoftDeleteWorkspace marks a live workspace deleted with desired DELETED.
+// Deletion is a fresh request: it does not wait out the backoff of an
+// earlier failed attempt, so next_attempt_at is cleared with it.
+func SoftDeleteWorkspace(ctx context.Context, q Querier, id string) error {
+	err := ExecCAS(ctx, q, `UPDATE workspaces SET deleted_at = now(), desired_state = 'DELETED',
+		next_attempt_at = NULL
+		WHERE id = $1 AND deleted_at IS NULL`, id)
+	if errors.Is(err, ErrConflict) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// RecoverWorkspace clears the error of a live ERROR workspace and sets the
+// phase its last observation implies. No matching row is ErrConflict.
+func RecoverWorkspace[T any](ctx context.Context, q Querier, id, phase string) (T, error) {
+	row, err := collectOne[T](q.Query(ctx, `UPDATE workspaces
+		SET error_reason = NULL, error_message = NULL, error_count = 0, next_attempt_at = NULL, phase = $2
+		WHERE id = $1 AND deleted_at IS NULL AND phase = 'ERROR' AND operation = 'NONE'
+		RETURNING `+WorkspaceColumns, id, phase))
+	if errors.Is(err, ErrNotFound) {
+		return row, ErrConflict
+	}
+	return row, err
+}
+
+// TouchLastAccess raises last_access_at of each workspace ids[i] to at[i]
+// in one statement; an older timestamp never overwrites a newer one.
+func TouchLastAccess(ctx context.Context, q Querier, ids []string, at []time.Time) (int64, error) {
+	tag, err := q.Exec(ctx, `UPDATE workspaces w SET last_access_at = a.at
+		FROM unnest($1::text[], $2::timestamptz[]) AS a(id, at)
+		WHERE w.id = a.id AND a.at > w.last_access_at`, ids, at)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// ListIdleWorkspaces returns live workspaces without an operation whose TTL
+// ran out at now: RUNNING (desired RUNNING) idle past the standby TTL since
+// last_access_at, and STANDBY (desired STANDBY) past the archive TTL since
+// phase_changed_at. Per-workspace TTLs override the defaults.
+func ListIdleWorkspaces[T any](ctx context.Context, q Querier, now time.Time, standbyTTL, archiveTTL time.Duration) ([]T, error) {
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE deleted_at IS NULL AND operation = 'NONE' AND (
+		      (phase = 'RUNNING' AND desired_state = 'RUNNING'
+		       AND last_access_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval))
+		   OR (phase = 'STANDBY' AND desired_state = 'STANDBY'
+		       AND phase_changed_at < $1::timestamptz - COALESCE(archive_ttl, $3::interval)))
+		ORDER BY id`, now, standbyTTL, archiveTTL))
+}
+
+// ListArchiveOwners returns the workspaces whose archives the GC judges:
+// every live workspace, and soft-deleted ones whose deletion finished
+// (phase DELETED or ERROR) before deletedBefore.
+func ListArchiveOwners[T any](ctx context.Context, q Querier, deletedBefore time.Time) ([]T, error) {
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE deleted_at IS NULL
+		   OR (deleted_at < $1 AND phase IN ('DELETED', 'ERROR'))
+		ORDER BY id`, deletedBefore))
+}
+
+// ListUnfinishedWorkspaces returns every workspace the controller still
+// drives: all but those whose deletion completed.
+func ListUnfinishedWorkspaces[T any](ctx context.Context, q Querier) ([]T, error) {
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE phase <> 'DELETED'`))
+}
+
+// ControllerState is every column the controller owns, as one write.
+type ControllerState struct {
+	Conditions    any // JSON-encoded
+	Phase         string
+	Operation     string
+	OpID          *string
+	OpStartedAt   *time.Time
+	OpAttempt     int
+	ArchiveKey    *string
+	RestoreMarker *string
+	ErrorReason   *string
+	ErrorMessage  *string
+	ErrorCount    int
+	NextAttemptAt *time.Time
+}
+
+// WriteControllerState replaces the controller's columns of workspace id in
+// one statement, if the row is still at version and the leader epoch is
+// still epoch. The epoch row is share-locked by the statement, so a new
+// leader's epoch bump waits for it and every later write of the old epoch
+// matches nothing. It returns the new version, or ErrConflict.
+func WriteControllerState(ctx context.Context, q Querier, id string, version, epoch int64, s ControllerState) (int64, error) {
+	var newVersion int64
+	err := q.QueryRow(ctx, `WITH fence AS (
+			SELECT epoch FROM coordinator_epoch WHERE epoch = $3 FOR SHARE)
+		UPDATE workspaces SET conditions = $4, phase = $5, operation = $6, op_id = $7,
+			op_started_at = $8, op_attempt = $9, archive_key = $10, restore_marker = $11,
+			error_reason = $12, error_message = $13, error_count = $14, next_attempt_at = $15,
+			observed_at = now()
+		WHERE id = $1 AND version = $2 AND EXISTS (SELECT 1 FROM fence)
+		RETURNING version`,
+		id, version, epoch, s.Conditions, s.Phase, s.Operation, s.OpID, s.OpStartedAt, s.OpAttempt,
+		s.ArchiveKey, s.RestoreMarker, s.ErrorReason, s.ErrorMessage, s.ErrorCount, s.NextAttemptAt,
+	).Scan(&newVersion)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrConflict
+	}
+	return newVersion, err
+}

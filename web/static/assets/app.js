@@ -1,0 +1,432 @@
+// CodeHub dashboard: one page, the REST API and its event stream, no reloads.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  user: null,
+  workspaces: new Map(), // id -> workspace object (highest version seen)
+  pending: new Set(),    // ids with a request in flight from this page
+  opSeen: new Map(),     // id -> {op, since}: when this page first saw the operation
+  events: null,
+};
+
+// ---------- API ----------
+
+class APIError extends Error {
+  constructor(status, code, message, retryAfter) {
+    super(message || code || `HTTP ${status}`);
+    this.status = status;
+    this.code = code;
+    this.retryAfter = retryAfter;
+  }
+}
+
+async function api(method, path, body) {
+  const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  if (res.status === 204) return null;
+  let data = null;
+  try { data = await res.json(); } catch (_) { /* empty or non-JSON body */ }
+  if (!res.ok) {
+    const err = (data && data.error) || {};
+    throw new APIError(res.status, err.code, err.message, res.headers.get("Retry-After"));
+  }
+  return data;
+}
+
+// ---------- What each state allows (pure) ----------
+
+const busyLabels = {
+  PROVISIONING: "Creating home",
+  RESTORING: "Restoring from archive",
+  STARTING: "Starting",
+  STOPPING: "Stopping",
+  ARCHIVING: "Archiving",
+  CREATE_EMPTY_ARCHIVE: "Preparing archive",
+  DELETING: "Deleting",
+};
+
+// Steps shown while a workspace comes up, each done when its condition holds.
+const upSteps = [
+  ["storage.volume_ready", "home ready"],
+  ["infra.container_ready", "process running"],
+  ["infra.upstream_ready", "editor answering"],
+];
+
+function condTrue(ws, name) {
+  const c = ws.conditions && ws.conditions[name];
+  return !!c && c.status === "True";
+}
+
+// actionsFor decides which buttons a workspace shows and enables.
+function actionsFor(ws, pending) {
+  const idle = ws.operation === "NONE" && !pending;
+  const p = ws.phase;
+  const err = p === "ERROR";
+  return {
+    open: { show: p === "RUNNING" || p === "STANDBY", enabled: !err && ws.operation !== "STOPPING" && ws.operation !== "ARCHIVING" && ws.operation !== "DELETING" },
+    start: { show: p === "STANDBY" || p === "PENDING", enabled: idle && ws.desired_state !== "RUNNING" },
+    stop: { show: p === "RUNNING", enabled: idle && ws.desired_state === "RUNNING" },
+    archive: { show: p === "STANDBY" || p === "RUNNING", enabled: idle && ws.desired_state !== "ARCHIVED" },
+    restore: { show: p === "ARCHIVED", enabled: idle && ws.desired_state === "ARCHIVED" },
+    del: { show: p !== "DELETING", enabled: !pending && (ws.operation === "NONE" || err) },
+  };
+}
+
+// progressFor describes what is happening, or null when nothing is.
+function progressFor(ws) {
+  if (ws.operation !== "NONE") {
+    const up = ws.operation === "STARTING" || ws.operation === "RESTORING" || ws.operation === "PROVISIONING";
+    return { label: busyLabels[ws.operation] || ws.operation, steps: up ? upSteps : null };
+  }
+  if (ws.phase !== "ERROR" && ws.desired_state !== ws.phase && ws.phase !== "DELETING") {
+    return { label: ws.error_reason ? "Retrying" : "Queued", steps: null };
+  }
+  return null;
+}
+
+// ---------- Rendering ----------
+
+function relTime(iso) {
+  const t = Date.parse(iso);
+  if (!t) return "";
+  const s = Math.max(0, Math.round((Date.now() - t) / 1000));
+  if (s < 60) return "just now";
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return new Date(t).toLocaleDateString();
+}
+
+function elapsed(since) {
+  const s = Math.round((Date.now() - since) / 1000);
+  return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m ${s % 60}s`;
+}
+
+function card(id) {
+  let el = document.querySelector(`article[data-id="${id}"]`);
+  if (el) return el;
+  el = $("card-template").content.firstElementChild.cloneNode(true);
+  el.dataset.id = id;
+  el.querySelector(".act-start").addEventListener("click", () => setDesired(id, "RUNNING"));
+  el.querySelector(".act-restore").addEventListener("click", () => setDesired(id, "RUNNING"));
+  el.querySelector(".act-stop").addEventListener("click", () => setDesired(id, "STANDBY"));
+  el.querySelector(".act-archive").addEventListener("click", () => setDesired(id, "ARCHIVED"));
+  el.querySelector(".act-delete").addEventListener("click", () => remove(id));
+  el.querySelector(".act-recover").addEventListener("click", () => recover(id));
+  el.querySelector(".act-open").addEventListener("click", (e) => {
+    if (e.currentTarget.getAttribute("aria-disabled") === "true") e.preventDefault();
+  });
+  return el;
+}
+
+function setButton(btn, a) {
+  btn.hidden = !a.show;
+  if (btn.tagName === "A") btn.setAttribute("aria-disabled", String(!a.enabled));
+  else btn.disabled = !a.enabled;
+}
+
+function renderCard(ws) {
+  const el = card(ws.id);
+  const pending = state.pending.has(ws.id);
+  el.dataset.phase = ws.phase;
+  el.dataset.operation = ws.operation;
+  el.querySelector(".ws-name").textContent = ws.name;
+  el.querySelector(".ws-desc").textContent = ws.description || "";
+  const phase = el.querySelector(".phase");
+  phase.textContent = ws.phase;
+  phase.className = `phase phase-${ws.phase}`;
+
+  const prog = progressFor(ws);
+  const progEl = el.querySelector(".progress");
+  progEl.hidden = !prog;
+  if (prog) {
+    const seen = state.opSeen.get(ws.id);
+    const key = ws.operation + ws.desired_state;
+    if (!seen || seen.key !== key) state.opSeen.set(ws.id, { key, since: Date.now() });
+    el.querySelector(".progress-text").textContent = prog.label + "…";
+    el.querySelector(".progress-time").textContent = elapsed(state.opSeen.get(ws.id).since);
+    const steps = el.querySelector(".steps");
+    steps.replaceChildren();
+    const bar = el.querySelector(".bar");
+    if (prog.steps) {
+      let done = 0;
+      for (const [cond, label] of prog.steps) {
+        const li = document.createElement("li");
+        li.textContent = label;
+        if (condTrue(ws, cond)) { li.className = "done"; done++; }
+        steps.append(li);
+      }
+      bar.classList.remove("indeterminate");
+      el.querySelector(".bar-fill").style.width = `${Math.max(8, (done / prog.steps.length) * 100)}%`;
+    } else {
+      bar.classList.add("indeterminate");
+      el.querySelector(".bar-fill").style.width = "";
+    }
+  } else {
+    state.opSeen.delete(ws.id);
+  }
+
+  const errBox = el.querySelector(".error-box");
+  const showErr = ws.phase === "ERROR" || (ws.error_reason && ws.operation === "NONE");
+  errBox.hidden = !showErr;
+  if (showErr) {
+    el.querySelector(".error-reason").textContent = ws.error_reason || "Error";
+    el.querySelector(".error-message").textContent = ws.error_message || "";
+    el.querySelector(".act-recover").hidden = !(state.user && state.user.is_admin && ws.phase === "ERROR");
+  }
+
+  const acts = actionsFor(ws, pending);
+  const open = el.querySelector(".act-open");
+  open.href = ws.url || `/w/${ws.id}/`;
+  setButton(open, acts.open);
+  setButton(el.querySelector(".act-start"), acts.start);
+  setButton(el.querySelector(".act-stop"), acts.stop);
+  setButton(el.querySelector(".act-archive"), acts.archive);
+  setButton(el.querySelector(".act-restore"), acts.restore);
+  setButton(el.querySelector(".act-delete"), acts.del);
+
+  el.querySelector(".meta").textContent = `Created ${relTime(ws.created_at)} · last used ${relTime(ws.last_access_at)}`;
+  return el;
+}
+
+function renderAll() {
+  const list = $("list");
+  const sorted = [...state.workspaces.values()].sort((a, b) => (a.id < b.id ? 1 : -1));
+  const wanted = sorted.map(renderCard);
+  // Keep order newest first without re-creating cards.
+  wanted.forEach((el, i) => {
+    if (list.children[i] !== el) list.insertBefore(el, list.children[i] || null);
+  });
+  for (const el of [...list.children]) {
+    if (!state.workspaces.has(el.dataset.id)) el.remove();
+  }
+  $("empty").hidden = state.workspaces.size > 0;
+}
+
+function upsert(ws) {
+  const have = state.workspaces.get(ws.id);
+  if (have && have.version >= ws.version) return;
+  state.workspaces.set(ws.id, ws);
+  renderAll();
+}
+
+function forget(id) {
+  state.workspaces.delete(id);
+  state.opSeen.delete(id);
+  renderAll();
+}
+
+let toastTimer = 0;
+function toast(msg) {
+  const t = $("toast");
+  t.textContent = msg;
+  t.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { t.hidden = true; }, 5000);
+}
+
+function showLimit(err) {
+  $("limit-text").textContent = err.message || "Stop a running workspace first.";
+  const running = [...state.workspaces.values()].filter((w) => w.desired_state === "RUNNING").map((w) => w.name);
+  $("limit-running").textContent = running.length ? `Running now: ${running.join(", ")}.` : "";
+  $("limit").hidden = false;
+}
+
+function handleError(err) {
+  if (err instanceof APIError) {
+    if (err.status === 401) { showLogin(); return; }
+    if (err.code === "LIMIT_EXCEEDED") { showLimit(err); return; }
+    toast(err.message);
+    return;
+  }
+  toast("Network error: " + err.message);
+}
+
+// ---------- Actions ----------
+
+async function withPending(id, fn) {
+  state.pending.add(id);
+  const ws = state.workspaces.get(id);
+  if (ws) renderCard(ws);
+  try {
+    const updated = await fn();
+    if (updated) upsert(updated);
+  } catch (err) {
+    handleError(err);
+  } finally {
+    state.pending.delete(id);
+    const cur = state.workspaces.get(id);
+    if (cur) renderCard(cur);
+  }
+}
+
+function setDesired(id, desired) {
+  return withPending(id, () => api("PATCH", `/api/v1/workspaces/${id}`, { desired_state: desired }));
+}
+
+function remove(id) {
+  const ws = state.workspaces.get(id);
+  if (!ws || !confirm(`Delete workspace "${ws.name}" and its files? This cannot be undone.`)) return;
+  return withPending(id, async () => {
+    await api("DELETE", `/api/v1/workspaces/${id}`);
+    forget(id);
+    return null;
+  });
+}
+
+function recover(id) {
+  return withPending(id, () => api("POST", `/api/v1/admin/workspaces/${id}/recover`));
+}
+
+async function create(e) {
+  e.preventDefault();
+  const btn = $("create-submit");
+  const errEl = $("create-error");
+  errEl.hidden = true;
+  btn.disabled = true;
+  try {
+    const body = { name: $("create-name").value.trim() };
+    const desc = $("create-description").value.trim();
+    if (desc) body.description = desc;
+    const ws = await api("POST", "/api/v1/workspaces", body);
+    upsert(ws);
+    $("create-form").reset();
+  } catch (err) {
+    if (err instanceof APIError && (err.code === "INVALID_INPUT" || err.code === "NAME_TAKEN")) {
+      errEl.textContent = err.message;
+      errEl.hidden = false;
+    } else {
+      handleError(err);
+    }
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+// ---------- Live updates ----------
+
+function connectEvents() {
+  if (state.events) state.events.close();
+  const es = new EventSource("/api/v1/events");
+  state.events = es;
+  const live = $("live");
+  es.onopen = () => { live.textContent = "live"; live.classList.add("on"); };
+  es.onerror = () => {
+    live.textContent = "reconnecting";
+    live.classList.remove("on");
+    // A lost session closes the stream for good; find out which it was.
+    if (es.readyState === EventSource.CLOSED) checkSession();
+  };
+  es.addEventListener("workspace_updated", (e) => upsert(JSON.parse(e.data)));
+  es.addEventListener("workspace_deleted", (e) => forget(JSON.parse(e.data).id));
+}
+
+async function loadAll() {
+  const all = [];
+  let after = "";
+  for (;;) {
+    const page = await api("GET", `/api/v1/workspaces?limit=200${after ? "&after=" + after : ""}`);
+    all.push(...page.workspaces);
+    if (!page.next) break;
+    after = page.next;
+  }
+  for (const ws of all) upsert(ws);
+  renderAll();
+}
+
+// ---------- Views ----------
+
+function safeNext() {
+  const next = new URLSearchParams(location.search).get("next") || "";
+  // Only same-site paths: never an open redirect.
+  return next.startsWith("/") && !next.startsWith("//") && !next.startsWith("/\\") ? next : "";
+}
+
+function showLogin() {
+  if (state.events) { state.events.close(); state.events = null; }
+  state.user = null;
+  state.workspaces.clear();
+  $("boot").hidden = true;
+  $("app-view").hidden = true;
+  $("login-view").hidden = false;
+  if (location.pathname !== "/login") history.replaceState(null, "", "/login" + location.search);
+  $("login-username").focus();
+}
+
+async function showApp(user) {
+  state.user = user;
+  $("boot").hidden = true;
+  $("login-view").hidden = true;
+  $("app-view").hidden = false;
+  $("user-name").textContent = user.username;
+  $("user-admin").hidden = !user.is_admin;
+  if (location.pathname !== "/") history.replaceState(null, "", "/");
+  connectEvents();
+  try { await loadAll(); } catch (err) { handleError(err); }
+}
+
+async function checkSession() {
+  try {
+    const s = await api("GET", "/api/v1/session");
+    return s.user;
+  } catch (err) {
+    if (err instanceof APIError && err.status === 401) { showLogin(); return null; }
+    throw err;
+  }
+}
+
+async function login(e) {
+  e.preventDefault();
+  const btn = $("login-submit");
+  const errEl = $("login-error");
+  errEl.hidden = true;
+  btn.disabled = true;
+  try {
+    const s = await api("POST", "/api/v1/login", {
+      username: $("login-username").value.trim(),
+      password: $("login-password").value,
+    });
+    $("login-password").value = "";
+    const next = safeNext();
+    if (next && next !== "/" && !next.startsWith("/login")) { location.assign(next); return; }
+    await showApp(s.user);
+  } catch (err) {
+    if (err instanceof APIError && err.code === "TOO_MANY_ATTEMPTS") {
+      errEl.textContent = `Too many attempts. Try again in ${err.retryAfter || "a few"} seconds.`;
+    } else if (err instanceof APIError && err.status === 401) {
+      errEl.textContent = "Wrong username or password.";
+    } else {
+      errEl.textContent = err.message;
+    }
+    errEl.hidden = false;
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+async function logout() {
+  try { await api("POST", "/api/v1/logout"); } catch (_) { /* signed out either way */ }
+  showLogin();
+}
+
+async function boot() {
+  $("login-form").addEventListener("submit", login);
+  $("create-form").addEventListener("submit", create);
+  $("logout").addEventListener("click", logout);
+  $("limit-close").addEventListener("click", () => { $("limit").hidden = true; });
+  // Elapsed times and "last used" stay current without events.
+  setInterval(() => { if (state.user) renderAll(); }, 1000);
+  try {
+    const user = await checkSession();
+    if (user) await showApp(user);
+  } catch (err) {
+    $("boot").textContent = "CodeHub is not reachable: " + err.message;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", boot);

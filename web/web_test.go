@@ -1,0 +1,59 @@
+package web
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestHandler(t *testing.T) {
+	h := Handler()
+	tests := []struct {
+		method, path string
+		status       int
+		contentType  string
+		contains     string
+	}{
+		{"GET", "/", 200, "text/html", `<script src="/assets/app.js"`},
+		{"GET", "/login", 200, "text/html", `id="login-form"`},
+		{"GET", "/login?next=/w/x/", 200, "text/html", `id="login-form"`},
+		{"HEAD", "/", 200, "text/html", ""},
+		{"GET", "/assets/app.js", 200, "text/javascript", "EventSource"},
+		{"GET", "/assets/app.css", 200, "text/css", ".card"},
+		{"GET", "/assets/favicon.svg", 200, "image/svg+xml", "<svg"},
+		{"GET", "/assets/missing.js", 404, "", ""},
+		{"GET", "/index.html", 404, "", ""},
+		{"GET", "/nope", 404, "", ""},
+		{"POST", "/", 405, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+			res := rec.Result()
+			body, _ := io.ReadAll(res.Body)
+			if res.StatusCode != tt.status {
+				t.Fatalf("status = %d, want %d", res.StatusCode, tt.status)
+			}
+			if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, tt.contentType) {
+				t.Fatalf("Content-Type = %q, want %q", ct, tt.contentType)
+			}
+			if !strings.Contains(string(body), tt.contains) {
+				t.Fatalf("body does not contain %q", tt.contains)
+			}
+			if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+				t.Fatalf("Content-Security-Policy = %q", csp)
+			}
+		})
+	}
+}
+
+func TestFaviconRedirect(t *testing.T) {
+	rec := httptest.NewRecorder()
+	Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/favicon.ico", nil))
+	if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != "/assets/favicon.svg" {
+		t.Fatalf("favicon: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+}

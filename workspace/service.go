@@ -1,0 +1,458 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codehub-io/codehub/store"
+)
+
+// Errors of the service layer; the API maps them to HTTP statuses.
+var (
+	// ErrNotFound: no such workspace, or it is deleted (404).
+	ErrNotFound = errors.New("workspace not found")
+	// ErrInvalidState: an operation is in flight, the workspace is in
+	// ERROR, or it changed meanwhile (409).
+	ErrInvalidState = errors.New("invalid workspace state")
+	// ErrLimitExceeded: too many workspaces would be running (429). The
+	// error is a *LimitError naming the limit.
+	ErrLimitExceeded = errors.New("running limit exceeded")
+	// ErrNameTaken: the owner already has a live workspace of that name (409).
+	ErrNameTaken = errors.New("workspace name taken")
+	// ErrInvalidInput: a request field is invalid (400). The error is an
+	// *InputError naming the field.
+	ErrInvalidInput = errors.New("invalid input")
+)
+
+// InputError names the request field that is invalid.
+type InputError struct {
+	Field   string
+	Message string
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Message }
+
+// Is makes errors.Is(err, ErrInvalidInput) hold.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
+// Limit scopes.
+const (
+	LimitScopeUser   = "user"
+	LimitScopeGlobal = "global"
+)
+
+// LimitError says which running limit a request would exceed.
+type LimitError struct {
+	Scope string // LimitScopeUser or LimitScopeGlobal
+	Limit int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s running limit of %d workspaces reached", e.Scope, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrLimitExceeded) hold.
+func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
+
+// Options configure the service layer.
+type Options struct {
+	// MaxRunningPerUser and MaxRunningGlobal bound the workspaces whose
+	// desired state is RUNNING; zero or less means no limit.
+	MaxRunningPerUser int
+	MaxRunningGlobal  int
+	// DefaultImage is used when a create request names no image.
+	DefaultImage string
+	// AllowedImages are the images a request may name; DefaultImage is
+	// always allowed.
+	AllowedImages []string
+}
+
+// Service is the only writer of desired_state, deleted_at and
+// last_access_at: the API, the proxy's auto-wake and the TTL runner all go
+// through it, so its rules (409 while an operation runs, limits, waking)
+// hold for everyone.
+type Service struct {
+	logger hclog.Logger
+	pool   *pgxpool.Pool
+	opts   Options
+}
+
+// NewService returns the workspace service over pool.
+func NewService(logger hclog.Logger, pool *pgxpool.Pool, opts Options) *Service {
+	return &Service{logger: logger, pool: pool, opts: opts}
+}
+
+// CreateRequest asks for a new workspace of OwnerID.
+type CreateRequest struct {
+	OwnerID     string
+	Name        string
+	Description string
+	// Image empty: Options.DefaultImage.
+	Image string
+}
+
+// UpdateRequest changes the descriptive fields; nil leaves a field as is.
+type UpdateRequest struct {
+	Name        *string
+	Description *string
+}
+
+// ListFilter selects and pages workspaces, ordered by id.
+type ListFilter struct {
+	// OwnerID empty lists every owner's workspaces (admin view).
+	OwnerID string
+	// Limit 0 means DefaultListLimit; more than MaxListLimit is clamped.
+	Limit int
+	// After is the id of the last workspace of the previous page.
+	After string
+}
+
+// Page sizes of List.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// MaxDescriptionLength bounds a workspace description, in characters.
+const MaxDescriptionLength = 1024
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func validateName(name string) error {
+	if !nameRE.MatchString(name) {
+		return &InputError{Field: "name", Message: "1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit"}
+	}
+	return nil
+}
+
+func validateDescription(d string) error {
+	if !utf8.ValidString(d) || utf8.RuneCountInString(d) > MaxDescriptionLength {
+		return &InputError{Field: "description", Message: fmt.Sprintf("at most %d characters of valid UTF-8", MaxDescriptionLength)}
+	}
+	return nil
+}
+
+func (s *Service) image(requested string) (string, error) {
+	if requested == "" {
+		requested = s.opts.DefaultImage
+	}
+	if requested == "" {
+		return "", &InputError{Field: "image", Message: "no image given and no default configured"}
+	}
+	if requested != s.opts.DefaultImage && !slices.Contains(s.opts.AllowedImages, requested) {
+		return "", &InputError{Field: "image", Message: fmt.Sprintf("image %q is not allowed", requested)}
+	}
+	return requested, nil
+}
+
+// NewID returns a fresh lowercase ULID, the form of workspace and operation ids.
+func NewID() string {
+	return strings.ToLower(ulid.Make().String())
+}
+
+// Create inserts a workspace with desired state RUNNING: a new workspace is
+// started at once, so it counts toward the running limits from creation.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Workspace, error) {
+	if req.OwnerID == "" {
+		return Workspace{}, &InputError{Field: "owner_id", Message: "required"}
+	}
+	if err := validateName(req.Name); err != nil {
+		return Workspace{}, err
+	}
+	if err := validateDescription(req.Description); err != nil {
+		return Workspace{}, err
+	}
+	image, err := s.image(req.Image)
+	if err != nil {
+		return Workspace{}, err
+	}
+	var w Workspace
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.checkLimits(ctx, tx, req.OwnerID); err != nil {
+			return err
+		}
+		w, err = store.InsertWorkspace[Workspace](ctx, tx, store.NewWorkspace{
+			ID: NewID(), OwnerID: req.OwnerID, Name: req.Name, Description: req.Description,
+			Image: image, DesiredState: string(DesiredRunning),
+		})
+		return err
+	})
+	switch {
+	case store.IsUniqueViolation(err, "workspaces_owner_name_idx"):
+		return Workspace{}, fmt.Errorf("%w: %q", ErrNameTaken, req.Name)
+	case isForeignKeyViolation(err):
+		return Workspace{}, &InputError{Field: "owner_id", Message: "no such user"}
+	case err != nil:
+		return Workspace{}, fmt.Errorf("create workspace: %w", err)
+	}
+	s.logger.Info("workspace created", "workspace_id", w.ID, "owner_id", w.OwnerID, "image", w.Image)
+	return w, nil
+}
+
+func isForeignKeyViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503"
+}
+
+// checkLimits takes the limit locks of ownerID for the rest of tx and fails
+// if one more workspace with desired RUNNING would exceed a limit. Holding
+// the locks until commit makes check-and-set one step for concurrent callers.
+func (s *Service) checkLimits(ctx context.Context, tx pgx.Tx, ownerID string) error {
+	if err := store.LockRunningLimits(ctx, tx, ownerID); err != nil {
+		return err
+	}
+	user, global, err := store.CountDesiredRunning(ctx, tx, ownerID)
+	if err != nil {
+		return fmt.Errorf("count running workspaces: %w", err)
+	}
+	if s.opts.MaxRunningPerUser > 0 && user >= s.opts.MaxRunningPerUser {
+		return &LimitError{Scope: LimitScopeUser, Limit: s.opts.MaxRunningPerUser}
+	}
+	if s.opts.MaxRunningGlobal > 0 && global >= s.opts.MaxRunningGlobal {
+		return &LimitError{Scope: LimitScopeGlobal, Limit: s.opts.MaxRunningGlobal}
+	}
+	return nil
+}
+
+func notFound(id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return err
+}
+
+// Get returns a live workspace; a deleted one is ErrNotFound.
+func (s *Service) Get(ctx context.Context, id string) (Workspace, error) {
+	w, err := store.GetLiveWorkspace[Workspace](ctx, s.pool, id)
+	if err != nil {
+		return Workspace{}, fmt.Errorf("get workspace: %w", notFound(id, err))
+	}
+	return w, nil
+}
+
+// List pages through live workspaces ordered by id.
+func (s *Service) List(ctx context.Context, f ListFilter) ([]Workspace, error) {
+	switch {
+	case f.Limit < 0:
+		return nil, &InputError{Field: "limit", Message: "must not be negative"}
+	case f.Limit == 0:
+		f.Limit = DefaultListLimit
+	case f.Limit > MaxListLimit:
+		f.Limit = MaxListLimit
+	}
+	ws, err := store.ListLiveWorkspaces[Workspace](ctx, s.pool, f.OwnerID, f.After, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces: %w", err)
+	}
+	return ws, nil
+}
+
+// Running returns the owner's workspaces that count toward the running
+// limit (desired RUNNING), for the page shown when the limit is hit.
+func (s *Service) Running(ctx context.Context, ownerID string) ([]Workspace, error) {
+	ws, err := store.ListDesiredRunning[Workspace](ctx, s.pool, ownerID)
+	if err != nil {
+		return nil, fmt.Errorf("list running workspaces: %w", err)
+	}
+	return ws, nil
+}
+
+// Update changes name and description; allowed in every state.
+func (s *Service) Update(ctx context.Context, id string, req UpdateRequest) (Workspace, error) {
+	if req.Name != nil {
+		if err := validateName(*req.Name); err != nil {
+			return Workspace{}, err
+		}
+	}
+	if req.Description != nil {
+		if err := validateDescription(*req.Description); err != nil {
+			return Workspace{}, err
+		}
+	}
+	w, err := store.UpdateWorkspaceMeta[Workspace](ctx, s.pool, id, req.Name, req.Description)
+	switch {
+	case store.IsUniqueViolation(err, "workspaces_owner_name_idx"):
+		return Workspace{}, fmt.Errorf("%w: %q", ErrNameTaken, *req.Name)
+	case err != nil:
+		return Workspace{}, fmt.Errorf("update workspace: %w", notFound(id, err))
+	}
+	return w, nil
+}
+
+// SetDesired asks for another steady state (RUNNING, STANDBY, ARCHIVED;
+// deletion is Delete). Asking for the current desired state is a no-op and
+// succeeds even while an operation runs, so a repeated wake is harmless.
+// Otherwise: ERROR or an operation in flight is ErrInvalidState; RUNNING is
+// checked against the limits and resets last_access_at.
+func (s *Service) SetDesired(ctx context.Context, id string, desired DesiredState) (Workspace, error) {
+	return s.setDesired(ctx, id, desired, 0)
+}
+
+// SetDesiredIfUnchanged is SetDesired that also fails with ErrInvalidState
+// when the workspace is no longer at version: a policy (the TTL runner)
+// decides on a row it read and must not act on a newer one.
+func (s *Service) SetDesiredIfUnchanged(ctx context.Context, id string, version int64, desired DesiredState) (Workspace, error) {
+	if version <= 0 {
+		return Workspace{}, &InputError{Field: "version", Message: "must be positive"}
+	}
+	return s.setDesired(ctx, id, desired, version)
+}
+
+func (s *Service) setDesired(ctx context.Context, id string, desired DesiredState, version int64) (Workspace, error) {
+	switch desired {
+	case DesiredRunning, DesiredStandby, DesiredArchived:
+	default:
+		return Workspace{}, &InputError{Field: "desired_state", Message: "must be RUNNING, STANDBY or ARCHIVED"}
+	}
+	var w Workspace
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Row lock first, then the limit locks: every path takes them in
+		// this order, so none waits in a cycle.
+		cur, err := store.LockLiveWorkspace[Workspace](ctx, tx, id)
+		if err != nil {
+			return notFound(id, err)
+		}
+		if version > 0 && cur.Version != version {
+			return fmt.Errorf("%w: workspace changed meanwhile", ErrInvalidState)
+		}
+		if cur.DesiredState == desired {
+			w = cur
+			return nil
+		}
+		if err := settable(cur); err != nil {
+			return err
+		}
+		if desired == DesiredRunning {
+			if err := s.checkLimits(ctx, tx, cur.OwnerID); err != nil {
+				return err
+			}
+		}
+		w, err = store.SetDesiredState[Workspace](ctx, tx, id, string(desired), cur.Version)
+		if errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("%w: workspace changed meanwhile", ErrInvalidState)
+		}
+		return err
+	})
+	if err != nil {
+		return Workspace{}, fmt.Errorf("set desired state of %s: %w", id, err)
+	}
+	s.logger.Debug("desired state set", "workspace_id", id, "desired", w.DesiredState)
+	return w, nil
+}
+
+// settable reports why desired state may not change now.
+func settable(w Workspace) error {
+	if w.Phase == PhaseError {
+		return fmt.Errorf("%w: workspace is in ERROR (%s); recover or delete it", ErrInvalidState, deref(w.ErrorReason))
+	}
+	if w.Operation != OpNone {
+		return fmt.Errorf("%w: operation %s in flight", ErrInvalidState, w.Operation)
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Delete soft-deletes a workspace: from now on it is ErrNotFound, and the
+// controller removes its container and volume once no operation is in
+// flight (an operation already running finishes or times out first). It is
+// accepted in every state, ERROR included.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	if err := store.SoftDeleteWorkspace(ctx, s.pool, id); err != nil {
+		return fmt.Errorf("delete workspace: %w", notFound(id, err))
+	}
+	s.logger.Info("workspace deleted", "workspace_id", id)
+	return nil
+}
+
+// Recover clears the error of an ERROR workspace (reason, count, backoff)
+// and sets the phase its last observation implies, so the controller
+// resumes driving it toward its desired state. Any other phase is
+// ErrInvalidState.
+func (s *Service) Recover(ctx context.Context, id string) (Workspace, error) {
+	var w Workspace
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		cur, err := store.LockLiveWorkspace[Workspace](ctx, tx, id)
+		if err != nil {
+			return notFound(id, err)
+		}
+		if cur.Phase != PhaseError {
+			return fmt.Errorf("%w: workspace is %s, not ERROR", ErrInvalidState, cur.Phase)
+		}
+		// If the last observation still breaks an invariant the phase stays
+		// ERROR; the controller records the reason again on its next pass.
+		cur.ErrorReason, cur.ErrorMessage, cur.ErrorCount = nil, nil, 0
+		w, err = store.RecoverWorkspace[Workspace](ctx, tx, id, string(DerivePhase(cur)))
+		if errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("%w: workspace changed meanwhile", ErrInvalidState)
+		}
+		return err
+	})
+	if err != nil {
+		return Workspace{}, fmt.Errorf("recover workspace %s: %w", id, err)
+	}
+	s.logger.Info("workspace recovered", "workspace_id", id, "phase", w.Phase)
+	return w, nil
+}
+
+// Access is one activity timestamp of a workspace.
+type Access struct {
+	WorkspaceID string
+	At          time.Time
+}
+
+// RecordAccess raises last_access_at to the given times in one statement;
+// a timestamp older than the stored one is ignored.
+func (s *Service) RecordAccess(ctx context.Context, accesses []Access) error {
+	if len(accesses) == 0 {
+		return nil
+	}
+	ids := make([]string, len(accesses))
+	at := make([]time.Time, len(accesses))
+	for i, a := range accesses {
+		ids[i], at[i] = a.WorkspaceID, a.At
+	}
+	if _, err := store.TouchLastAccess(ctx, s.pool, ids, at); err != nil {
+		return fmt.Errorf("record workspace access: %w", err)
+	}
+	return nil
+}
+
+// Idle returns the workspaces whose TTL ran out at now (see
+// store.ListIdleWorkspaces); the TTL runner moves each one step down with
+// SetDesiredIfUnchanged.
+func (s *Service) Idle(ctx context.Context, now time.Time, standbyTTL, archiveTTL time.Duration) ([]Workspace, error) {
+	ws, err := store.ListIdleWorkspaces[Workspace](ctx, s.pool, now, standbyTTL, archiveTTL)
+	if err != nil {
+		return nil, fmt.Errorf("list idle workspaces: %w", err)
+	}
+	return ws, nil
+}
+
+// ArchiveOwners returns every live workspace and every workspace whose
+// deletion finished before deletedBefore: the ones whose archives the GC
+// judges.
+func (s *Service) ArchiveOwners(ctx context.Context, deletedBefore time.Time) ([]Workspace, error) {
+	ws, err := store.ListArchiveOwners[Workspace](ctx, s.pool, deletedBefore)
+	if err != nil {
+		return nil, fmt.Errorf("list archive owners: %w", err)
+	}
+	return ws, nil
+}

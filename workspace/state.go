@@ -1,0 +1,138 @@
+package workspace
+
+// The state model as pure functions: the controller derives the phase with
+// them, the service layer uses them to recover an ERROR workspace, and the
+// API and proxy show DisplayPhase.
+
+// Level orders the steady phases: a transition moves one level at a time.
+// Phases off the ladder (ERROR, DELETING, DELETED) have level -1.
+func Level(p Phase) int {
+	switch p {
+	case PhasePending:
+		return 0
+	case PhaseArchived:
+		return 5
+	case PhaseStandby:
+		return 10
+	case PhaseRunning:
+		return 20
+	}
+	return -1
+}
+
+// TargetPhase is the steady phase a desired state asks for.
+func TargetPhase(d DesiredState) Phase {
+	switch d {
+	case DesiredRunning:
+		return PhaseRunning
+	case DesiredStandby:
+		return PhaseStandby
+	case DesiredArchived:
+		return PhaseArchived
+	}
+	return PhaseDeleted
+}
+
+// ErrorFinal reports whether the recorded error stops retries: a terminal
+// reason, or too many failed attempts.
+func ErrorFinal(w Workspace) bool {
+	if w.ErrorReason == nil {
+		return false
+	}
+	return TerminalReason(*w.ErrorReason) || w.ErrorCount >= MaxErrorCount
+}
+
+func (c Conditions) isTrue(name string) bool {
+	return c[name].Status == ConditionTrue
+}
+
+// VolumeHoldsHome reports whether the observed volume counts as the
+// workspace's home: it is ready, and it was restored from the current
+// archive if there is one (restore marker, DESIGN.md §12). A volume that
+// is present but not restored is not a home, so RESTORING runs (again).
+func VolumeHoldsHome(w Workspace) bool {
+	if !w.Conditions.isTrue(CondVolumeReady) {
+		return false
+	}
+	return w.ArchiveKey == nil || (w.RestoreMarker != nil && *w.RestoreMarker == *w.ArchiveKey)
+}
+
+// InvariantViolated names the broken invariant of a live workspace's last
+// observation, or returns "". A container running without its volume means
+// the home it writes to is not the one we keep.
+func InvariantViolated(w Workspace) string {
+	if w.DeletedAt != nil {
+		return ""
+	}
+	if w.Conditions.isTrue(CondContainerReady) && !w.Conditions.isTrue(CondVolumeReady) &&
+		w.Conditions[CondVolumeReady].Reason != ReasonVolumeCreating {
+		return ReasonContainerWithoutVolume
+	}
+	return ""
+}
+
+// ReasonVolumeCreating is the volume_ready reason while the volume object
+// exists but is not usable yet.
+const ReasonVolumeCreating = "Creating"
+
+// DerivePhase computes the phase from the last observation (conditions),
+// the archive key and restore marker, the recorded error and deletion.
+func DerivePhase(w Workspace) Phase {
+	switch {
+	case w.Phase == PhaseDeleted:
+		return PhaseDeleted
+	case w.Operation == OpDeleting:
+		return PhaseDeleting
+	case w.Operation == OpNone && (ErrorFinal(w) || InvariantViolated(w) != ""):
+		// ERROR never carries an operation: failing one resets it in
+		// the same write.
+		return PhaseError
+	}
+	home := VolumeHoldsHome(w)
+	switch {
+	case home && w.Conditions.isTrue(CondContainerReady):
+		return PhaseRunning
+	case home:
+		return PhaseStandby
+	case w.ArchiveKey != nil:
+		return PhaseArchived
+	}
+	return PhasePending
+}
+
+// Display values beyond the phases: what a user sees while an operation runs.
+const (
+	DisplayProvisioning = "PROVISIONING"
+	DisplayRestoring    = "RESTORING"
+	DisplayStarting     = "STARTING"
+	DisplayStopping     = "STOPPING"
+	DisplayArchiving    = "ARCHIVING"
+	DisplayDeleting     = "DELETING"
+)
+
+// DisplayPhase is what the API and the proxy show. ERROR, DELETING and
+// DELETED show as such; while an operation runs its progressive name shows
+// (STARTING, STOPPING, ARCHIVING, RESTORING, PROVISIONING; creating the
+// empty archive of a new workspace shows as ARCHIVING); otherwise the phase
+// (PENDING, ARCHIVED, STANDBY, RUNNING).
+func DisplayPhase(w Workspace) string {
+	switch w.Phase {
+	case PhaseError, PhaseDeleting, PhaseDeleted:
+		return string(w.Phase)
+	}
+	switch w.Operation {
+	case OpProvisioning:
+		return DisplayProvisioning
+	case OpRestoring:
+		return DisplayRestoring
+	case OpStarting:
+		return DisplayStarting
+	case OpStopping:
+		return DisplayStopping
+	case OpArchiving, OpCreateEmptyArchive:
+		return DisplayArchiving
+	case OpDeleting:
+		return DisplayDeleting
+	}
+	return string(w.Phase)
+}

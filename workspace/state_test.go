@@ -1,0 +1,85 @@
+package workspace
+
+import (
+	"testing"
+	"time"
+)
+
+func conds(volume, container bool) Conditions {
+	c := Conditions{}
+	status := func(b bool) ConditionStatus {
+		if b {
+			return ConditionTrue
+		}
+		return ConditionFalse
+	}
+	c[CondVolumeReady] = Condition{Status: status(volume)}
+	c[CondContainerReady] = Condition{Status: status(container)}
+	return c
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestDerivePhase(t *testing.T) {
+	key := "archives/x/y/home.tar.zst"
+	now := time.Now()
+	cases := []struct {
+		name string
+		w    Workspace
+		want Phase
+	}{
+		{"nothing", Workspace{Conditions: conds(false, false)}, PhasePending},
+		{"volume", Workspace{Conditions: conds(true, false)}, PhaseStandby},
+		{"volume and container", Workspace{Conditions: conds(true, true)}, PhaseRunning},
+		{"archive only", Workspace{Conditions: conds(false, false), ArchiveKey: &key}, PhaseArchived},
+		{"volume not restored", Workspace{Conditions: conds(true, false), ArchiveKey: &key}, PhaseArchived},
+		{"volume restored", Workspace{Conditions: conds(true, false), ArchiveKey: &key, RestoreMarker: &key}, PhaseStandby},
+		{"restored and running", Workspace{Conditions: conds(true, true), ArchiveKey: &key, RestoreMarker: &key}, PhaseRunning},
+		{"stale marker", Workspace{Conditions: conds(true, false), ArchiveKey: &key, RestoreMarker: ptr("old")}, PhaseArchived},
+		{"container without volume", Workspace{Conditions: conds(false, true)}, PhaseError},
+		{"container without volume, deleted", Workspace{Conditions: conds(false, true), DeletedAt: &now}, PhasePending},
+		{"terminal error", Workspace{Conditions: conds(true, false), ErrorReason: ptr(ReasonTimeout), ErrorCount: 1}, PhaseError},
+		{"retryable error", Workspace{Conditions: conds(true, false), ErrorReason: ptr(ReasonStartFailed), ErrorCount: 2}, PhaseStandby},
+		{"retries exhausted", Workspace{Conditions: conds(true, false), ErrorReason: ptr(ReasonStartFailed), ErrorCount: 3}, PhaseError},
+		{"deleting", Workspace{Conditions: conds(true, true), Operation: OpDeleting}, PhaseDeleting},
+		{"deleted stays", Workspace{Phase: PhaseDeleted}, PhaseDeleted},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.w.Operation == "" {
+				c.w.Operation = OpNone
+			}
+			if got := DerivePhase(c.w); got != c.want {
+				t.Errorf("DerivePhase = %s, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+func TestDisplayPhase(t *testing.T) {
+	cases := []struct {
+		phase Phase
+		op    Operation
+		want  string
+	}{
+		{PhasePending, OpNone, "PENDING"},
+		{PhasePending, OpProvisioning, "PROVISIONING"},
+		{PhasePending, OpCreateEmptyArchive, "ARCHIVING"},
+		{PhaseArchived, OpNone, "ARCHIVED"},
+		{PhaseArchived, OpRestoring, "RESTORING"},
+		{PhaseStandby, OpNone, "STANDBY"},
+		{PhaseStandby, OpStarting, "STARTING"},
+		{PhaseStandby, OpArchiving, "ARCHIVING"},
+		{PhaseArchived, OpArchiving, "ARCHIVING"},
+		{PhaseRunning, OpNone, "RUNNING"},
+		{PhaseRunning, OpStopping, "STOPPING"},
+		{PhaseError, OpNone, "ERROR"},
+		{PhaseDeleting, OpDeleting, "DELETING"},
+		{PhaseDeleted, OpNone, "DELETED"},
+	}
+	for _, c := range cases {
+		if got := DisplayPhase(Workspace{Phase: c.phase, Operation: c.op}); got != c.want {
+			t.Errorf("DisplayPhase(%s, %s) = %s, want %s", c.phase, c.op, got, c.want)
+		}
+	}
+}
