@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/internal/testenv"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// testConfig writes a server config for the test services and loads it.
+func testConfig(t *testing.T, redisURL string) *config.Config {
+	t.Helper()
+	s3 := testenv.NewS3(t)
+	listen := freeAddr(t)
+	path := filepath.Join(t.TempDir(), "codehub.hcl")
+	body := fmt.Sprintf(`
+listen     = %q
+public_url = "http://%s"
+database { url = %q }
+redis    { url = %q }
+s3 {
+  endpoint   = %q
+  bucket     = %q
+  access_key = %q
+  secret_key = %q
+  region     = %q
+}
+backend "local" {
+  data_dir    = %q
+  code_server = "/bin/true"
+}
+`, listen, listen, testenv.PostgresURL(t), redisURL, s3.Endpoint, s3.Bucket, s3.AccessKey, s3.SecretKey, s3.Region, t.TempDir())
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+type healthBody struct {
+	Status string                  `json:"status"`
+	Checks map[string]healthResult `json:"checks"`
+}
+
+func getHealth(t *testing.T, addr string) (int, healthBody, error) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/api/v1/health")
+	if err != nil {
+		return 0, healthBody{}, err
+	}
+	defer resp.Body.Close()
+	var b healthBody
+	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+		return resp.StatusCode, b, err
+	}
+	return resp.StatusCode, b, nil
+}
+
+// startServer runs serve until the test ends and waits for it to listen.
+func startServer(t *testing.T, cfg *config.Config) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, hclog.NewNullLogger(), cfg) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, _, err := getHealth(t, cfg.Listen); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("server exited before listening: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("server did not start listening")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			var dump strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&dump, 1)
+			return fmt.Errorf("server did not stop within 30s of its context ending; goroutines:\n%s", dump.String())
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func TestServerHealthAndCleanShutdown(t *testing.T) {
+	cfg := testConfig(t, testenv.RedisURL(t))
+	stop := startServer(t, cfg)
+
+	code, body, err := getHealth(t, cfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusOK || body.Status != "ok" {
+		t.Fatalf("health = %d %+v, want 200 ok", code, body)
+	}
+	for _, name := range []string{"database", "redis", "s3"} {
+		if !body.Checks[name].OK {
+			t.Errorf("check %s = %+v, want ok", name, body.Checks[name])
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := net.DialTimeout("tcp", cfg.Listen, time.Second); err == nil {
+		t.Fatal("listener still accepts connections after shutdown")
+	}
+}
+
+func TestServerHealthReportsUnreachableRedis(t *testing.T) {
+	// Nothing listens on a just-released port.
+	cfg := testConfig(t, "redis://"+freeAddr(t)+"/0")
+	startServer(t, cfg)
+	code, body, err := getHealth(t, cfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusServiceUnavailable || body.Status != "unavailable" {
+		t.Fatalf("health = %d %q, want 503 unavailable", code, body.Status)
+	}
+	if body.Checks["redis"].OK || body.Checks["redis"].Error == "" {
+		t.Errorf("redis check = %+v, want a failure with its error", body.Checks["redis"])
+	}
+	if !body.Checks["database"].OK || !body.Checks["s3"].OK {
+		t.Errorf("database/s3 = %+v/%+v, want ok", body.Checks["database"], body.Checks["s3"])
+	}
+}
