@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -148,6 +149,17 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	wake := func() { coord.Wake() }
 	leaderLoops := []controller.Loop{
 		events.NewListener(logger.Named("events"), cfg.Database.URL.Reveal(), d.redis, wake),
+		controller.NewTTLRunner(logger.Named("ttl"), svc, d.redis, controller.TTLConfig{
+			Interval:   time.Minute,
+			StandbyTTL: cfg.Workspace.StandbyTTL,
+			ArchiveTTL: cfg.Workspace.ArchiveTTL,
+		}),
+		controller.NewGCRunner(logger.Named("gc"), svc, archives, controller.GCConfig{
+			Interval:     cfg.GC.Interval,
+			KeepArchives: cfg.GC.KeepArchives,
+			DeletedGrace: cfg.GC.DeletedGrace,
+			DryRun:       cfg.GC.DryRun,
+		}),
 	}
 	if n, ok := parts.backend.(controller.Notifier); ok {
 		leaderLoops = append(leaderLoops, controller.LoopFunc(func(ctx context.Context) error { return n.Watch(ctx, wake) }))

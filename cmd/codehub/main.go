@@ -28,6 +28,12 @@ func commands() map[string]command {
 		"job": {"archive or restore a workspace home (runs inside batch jobs)", func(a []string, _ io.Reader, o, e io.Writer) int {
 			return runJob(a, o, e)
 		}},
+		"user": {"manage users: add, passwd, list, delete", func(a []string, i io.Reader, o, e io.Writer) int {
+			return runUser(a, o, e, i)
+		}},
+		"workspace": {"administer workspaces: recover", func(a []string, i io.Reader, o, e io.Writer) int {
+			return runWorkspace(a, o, e, i)
+		}},
 		"jobspec": {"print the HCL codehub would submit to Nomad", func(a []string, _ io.Reader, o, e io.Writer) int {
 			return runJobspec(a, o, e)
 		}},
