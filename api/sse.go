@@ -101,7 +101,13 @@ func (st *stream) requestResync() {
 // the current state, so notices published while unsubscribed are not lost.
 func (h *hub) run(ctx context.Context) error {
 	ps := h.rdb.PSubscribe(ctx, events.ChannelPrefix+"*")
-	defer ps.Close()
+	// Receive blocks in a read that ctx does not interrupt; closing the
+	// subscription does.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer func() {
+		stop()
+		_ = ps.Close()
+	}()
 	for {
 		msg, err := ps.Receive(ctx)
 		if ctx.Err() != nil {

@@ -93,6 +93,7 @@ func BenchmarkDataMover(b *testing.B) {
 // tree; for a pipeline, the RSS of its largest process.
 type measurement struct {
 	wall   time.Duration
+	cpu    time.Duration // user + system
 	rssKiB int64
 }
 
@@ -104,6 +105,7 @@ type benchResult struct {
 
 func (r *benchResult) add(to *measurement, m measurement) {
 	to.wall += m.wall
+	to.cpu += m.cpu
 	to.rssKiB = max(to.rssKiB, m.rssKiB)
 }
 
@@ -117,7 +119,7 @@ func shell(script string) *exec.Cmd {
 func measure(b *testing.B, cmd *exec.Cmd) measurement {
 	b.Helper()
 	rssFile := filepath.Join(b.TempDir(), "rss")
-	timedCmd := exec.Command("/usr/bin/time", append([]string{"-f", "%M", "-o", rssFile}, cmd.Args...)...)
+	timedCmd := exec.Command("/usr/bin/time", append([]string{"-f", "%M %U %S", "-o", rssFile}, cmd.Args...)...)
 	timedCmd.Env = cmd.Env
 	var out strings.Builder
 	timedCmd.Stdout, timedCmd.Stderr = &out, &out
@@ -130,11 +132,14 @@ func measure(b *testing.B, cmd *exec.Cmd) measurement {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rss, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-	if err != nil {
-		b.Fatalf("peak RSS from /usr/bin/time: %v", err)
+	var m measurement
+	var user, sys float64
+	if _, err := fmt.Sscanf(string(raw), "%d %f %f", &m.rssKiB, &user, &sys); err != nil {
+		b.Fatalf("parse /usr/bin/time output %q: %v", raw, err)
 	}
-	return measurement{wall: wall, rssKiB: rss}
+	m.wall = wall
+	m.cpu = time.Duration((user + sys) * float64(time.Second))
+	return m
 }
 
 func timed(b *testing.B, f func() error) time.Duration {
@@ -169,12 +174,12 @@ func (r *benchResult) report(b *testing.B, treeBytes int64) {
 	b.ReportMetric(float64(r.restore.rssKiB)/1024, "restore-RSS-MiB")
 	per := func(d time.Duration) string { return (d / n).Round(10 * time.Millisecond).String() }
 	b.Logf("archive object: %d bytes (%.1f%% of the tree)", r.objectSize, 100*float64(r.objectSize)/float64(treeBytes))
-	b.Logf("baseline archive: tar | zstd -3 -T1 %s (peak RSS %d KiB) + upload %s = %s",
-		per(r.baseCompress.wall), r.baseCompress.rssKiB, per(r.baseUpload), per(baseArchive))
-	b.Logf("codehub archive: %s (peak RSS %d KiB)", per(r.archive.wall), r.archive.rssKiB)
-	b.Logf("baseline restore: download %s + zstd -d | tar -x %s (peak RSS %d KiB) = %s",
-		per(r.baseDownload), per(r.baseExtract.wall), r.baseExtract.rssKiB, per(baseRestore))
-	b.Logf("codehub restore: %s (peak RSS %d KiB)", per(r.restore.wall), r.restore.rssKiB)
+	b.Logf("baseline archive: tar | zstd -3 -T1 %s (CPU %s, peak RSS %d KiB) + upload %s = %s",
+		per(r.baseCompress.wall), per(r.baseCompress.cpu), r.baseCompress.rssKiB, per(r.baseUpload), per(baseArchive))
+	b.Logf("codehub archive: %s (CPU %s, peak RSS %d KiB)", per(r.archive.wall), per(r.archive.cpu), r.archive.rssKiB)
+	b.Logf("baseline restore: download %s + zstd -d | tar -x %s (CPU %s, peak RSS %d KiB) = %s",
+		per(r.baseDownload), per(r.baseExtract.wall), per(r.baseExtract.cpu), r.baseExtract.rssKiB, per(baseRestore))
+	b.Logf("codehub restore: %s (CPU %s, peak RSS %d KiB)", per(r.restore.wall), per(r.restore.cpu), r.restore.rssKiB)
 }
 
 // makeBenchTree writes about size bytes: three quarters in four large files

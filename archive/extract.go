@@ -112,6 +112,13 @@ type extractor struct {
 	dirs    []entry         // attributes applied last, deepest first
 	made    map[string]bool // directories known to exist
 	buf     []byte
+
+	// The directory of the previous entry, opened as a Root of its own:
+	// entries come grouped by directory, and resolving a single name in it
+	// costs one system call where resolving the whole path costs one per
+	// component.
+	parentRoot *os.Root
+	parentName string
 }
 
 // extractTar extracts a tar stream into root. Every failure is classified:
@@ -119,6 +126,7 @@ type extractor struct {
 // archive is to blame for is TAR_EXTRACT_FAILED.
 func extractTar(ctx context.Context, r io.Reader, root *os.Root, written *atomic.Int64) error {
 	x := &extractor{root: root, written: written, made: map[string]bool{".": true}, buf: make([]byte, 1<<20)}
+	defer x.closeParent()
 	return extractError(x.run(ctx, tar.NewReader(r)))
 }
 
@@ -165,13 +173,41 @@ func (x *extractor) write(e entry, tr io.Reader) error {
 	if err := x.parent(e.name); err != nil {
 		return err
 	}
-	switch {
-	case e.kind == kindSymlink:
-		return x.root.Symlink(e.link, e.name)
-	case e.hard:
+	if e.hard {
 		return x.hardlink(e)
-	default:
-		return x.file(e, tr)
+	}
+	dir, err := x.openParent(path.Dir(e.name))
+	if err != nil {
+		return err
+	}
+	base := path.Base(e.name)
+	if e.kind == kindSymlink {
+		return dir.Symlink(e.link, base)
+	}
+	return x.file(dir, base, e, tr)
+}
+
+// openParent returns a Root for dir, reusing the previous entry's.
+func (x *extractor) openParent(dir string) (*os.Root, error) {
+	if dir == "." {
+		return x.root, nil
+	}
+	if x.parentRoot != nil && x.parentName == dir {
+		return x.parentRoot, nil
+	}
+	x.closeParent()
+	r, err := x.root.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	x.parentRoot, x.parentName = r, dir
+	return r, nil
+}
+
+func (x *extractor) closeParent() {
+	if x.parentRoot != nil {
+		x.parentRoot.Close()
+		x.parentRoot = nil
 	}
 }
 
@@ -217,8 +253,8 @@ func (x *extractor) hardlink(e entry) error {
 	return x.root.Link(e.link, e.name)
 }
 
-func (x *extractor) file(e entry, tr io.Reader) error {
-	f, err := x.root.OpenFile(e.name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+func (x *extractor) file(dir *os.Root, base string, e entry, tr io.Reader) error {
+	f, err := dir.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -236,7 +272,7 @@ func (x *extractor) file(e entry, tr io.Reader) error {
 	if err != nil {
 		return err
 	}
-	return x.root.Chtimes(e.name, e.mtime, e.mtime)
+	return dir.Chtimes(base, e.mtime, e.mtime)
 }
 
 // finishDirs applies directory modes and mtimes after their contents are

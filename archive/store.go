@@ -114,8 +114,10 @@ func (s *Store) Archive(ctx context.Context, srcDir, key string, progress io.Wri
 		return existing, nil
 	}
 	out.fields("STEP", "check", "RESULT", "OK")
-	if fi, err := os.Stat(srcDir); err != nil || !fi.IsDir() {
-		return Meta{}, withCode(CodeUnknown, fmt.Errorf("source %s is not a directory: %w", srcDir, err))
+	if fi, err := os.Stat(srcDir); err != nil {
+		return Meta{}, withCode(CodeUnknown, fmt.Errorf("archive source: %w", err))
+	} else if !fi.IsDir() {
+		return Meta{}, withCode(CodeUnknown, fmt.Errorf("archive source %s is not a directory", srcDir))
 	}
 	// A stale meta must not vouch for the object about to be written.
 	if err := s.client.RemoveObject(ctx, s.bucket, MetaKey(key), minio.RemoveObjectOptions{}); err != nil {

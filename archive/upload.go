@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -25,6 +27,11 @@ const (
 	// memPartBytes of each part buffer live in memory; the rest of a larger
 	// part spills to a temporary file, so memory stays bounded for any home.
 	memPartBytes = 8 << 20
+
+	// partsInFlight parts are sent at once: an S3 server answers a part
+	// only once it is stored, and one part at a time leaves the compressor
+	// waiting on that latency.
+	partsInFlight = 3
 )
 
 // partSize returns the size of part n (counting from 1).
@@ -34,8 +41,8 @@ func partSize(n int) int64 {
 }
 
 // uploader is an io.Writer that cuts what it receives into parts of a
-// multipart upload. One part is filled while the previous one is sent, so
-// compression and upload overlap with two bounded buffers.
+// multipart upload. One part is filled while up to partsInFlight others are
+// sent, so compression and upload overlap with a fixed number of buffers.
 type uploader struct {
 	ctx      context.Context
 	core     minio.Core
@@ -48,13 +55,15 @@ type uploader struct {
 	number int
 	size   int64 // bytes accepted so far
 
-	free    chan *spool
-	pending chan pendingPart
-	failed  chan struct{}
-	done    chan struct{}
-	err     error // set by the sender before failed is closed
-	parts   []minio.CompletePart
-	closed  bool
+	free     chan *spool
+	pending  chan pendingPart
+	senders  sync.WaitGroup
+	failed   chan struct{}
+	failOnce sync.Once
+	err      error // set once, before failed is closed
+	mu       sync.Mutex
+	parts    []minio.CompletePart
+	closed   bool
 }
 
 type pendingPart struct {
@@ -62,7 +71,7 @@ type pendingPart struct {
 	buf    *spool
 }
 
-// startUpload opens a multipart upload of key and starts its sender.
+// startUpload opens a multipart upload of key and starts its senders.
 func startUpload(ctx context.Context, logger hclog.Logger, core minio.Core, bucket, key string) (*uploader, error) {
 	id, err := core.NewMultipartUpload(ctx, bucket, key, minio.PutObjectOptions{ContentType: "application/zstd"})
 	if err != nil {
@@ -71,26 +80,30 @@ func startUpload(ctx context.Context, logger hclog.Logger, core minio.Core, buck
 	u := &uploader{
 		ctx: ctx, core: core, logger: logger, bucket: bucket, key: key, uploadID: id,
 		number:  1,
-		free:    make(chan *spool, 1),
-		pending: make(chan pendingPart, 1),
+		cur:     newSpool(memPartBytes),
+		free:    make(chan *spool, partsInFlight),
+		pending: make(chan pendingPart),
 		failed:  make(chan struct{}),
-		done:    make(chan struct{}),
 	}
-	u.cur = newSpool(memPartBytes)
-	u.free <- newSpool(memPartBytes)
-	go u.send()
+	for range partsInFlight {
+		u.free <- newSpool(memPartBytes)
+		u.senders.Add(1)
+		go u.send()
+	}
 	return u, nil
 }
 
-// send uploads parts in order until pending is closed; after a failure it
-// only recycles buffers so the writer never blocks.
+// send uploads parts until pending is closed; after a failure it only
+// recycles buffers so the writer never blocks.
 func (u *uploader) send() {
-	defer close(u.done)
+	defer u.senders.Done()
 	for p := range u.pending {
-		if u.err == nil {
+		if u.failure() == nil {
 			if err := u.sendPart(p); err != nil {
-				u.err = err
-				close(u.failed)
+				u.failOnce.Do(func() {
+					u.err = err
+					close(u.failed)
+				})
 			}
 		}
 		p.buf.reset()
@@ -105,7 +118,9 @@ func (u *uploader) sendPart(p pendingPart) error {
 	if err != nil {
 		return s3Error(fmt.Errorf("upload part %d: %w", p.number, err), CodeS3Access)
 	}
+	u.mu.Lock()
 	u.parts = append(u.parts, minio.CompletePart{PartNumber: p.number, ETag: part.ETag})
+	u.mu.Unlock()
 	u.logger.Debug("uploaded part", "part", p.number, "bytes", p.buf.size, "duration", time.Since(start))
 	return nil
 }
@@ -142,7 +157,7 @@ func (u *uploader) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// flush hands the current part to the sender and takes the other buffer.
+// flush hands the current part to a sender and takes a free buffer.
 func (u *uploader) flush() error {
 	if u.number > maxParts {
 		return fmt.Errorf("archive exceeds %d parts", maxParts)
@@ -153,14 +168,14 @@ func (u *uploader) flush() error {
 	return nil
 }
 
-// stop ends the sender and waits for it.
+// stop ends the senders and waits for them.
 func (u *uploader) stop() {
 	if u.closed {
 		return
 	}
 	u.closed = true
 	close(u.pending)
-	<-u.done
+	u.senders.Wait()
 }
 
 // complete sends the last part and commits the object.
@@ -173,9 +188,10 @@ func (u *uploader) complete() error {
 	if err != nil {
 		return err
 	}
-	if u.err != nil {
-		return u.err
+	if err := u.failure(); err != nil {
+		return err
 	}
+	slices.SortFunc(u.parts, func(a, b minio.CompletePart) int { return a.PartNumber - b.PartNumber })
 	if _, err := u.core.CompleteMultipartUpload(u.ctx, u.bucket, u.key, u.uploadID, u.parts, minio.PutObjectOptions{}); err != nil {
 		return s3Error(fmt.Errorf("complete multipart upload: %w", err), CodeS3Access)
 	}

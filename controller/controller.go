@@ -64,6 +64,9 @@ type WorkspaceController struct {
 	archives ArchiveStore
 	cfg      Config
 	now      func() time.Time
+	// rows caches the workspace rows last read, by id; a pass reloads
+	// only rows whose version moved. Only Tick touches it.
+	rows map[string]workspace.Workspace
 }
 
 // NewWorkspaceController returns a controller over the workspaces in pool.
@@ -71,7 +74,8 @@ func NewWorkspaceController(logger hclog.Logger, pool *pgxpool.Pool, backend Bac
 	if cfg.NewOpID == nil {
 		cfg.NewOpID = workspace.NewID
 	}
-	return &WorkspaceController{logger: logger, pool: pool, backend: backend, archives: archives, cfg: cfg, now: time.Now}
+	return &WorkspaceController{logger: logger, pool: pool, backend: backend, archives: archives, cfg: cfg, now: time.Now,
+		rows: map[string]workspace.Workspace{}}
 }
 
 // SetClock replaces the clock (tests drive timeouts and backoff with it).
@@ -82,7 +86,7 @@ func (c *WorkspaceController) SetClock(now func() time.Time) { c.now = now }
 // older epoch never commit; when that happens Tick returns ErrDeposed.
 func (c *WorkspaceController) Tick(ctx context.Context, epoch int64) (TickStats, error) {
 	var stats TickStats
-	ws, err := store.ListUnfinishedWorkspaces[workspace.Workspace](ctx, c.pool)
+	ws, err := c.load(ctx)
 	if err != nil {
 		return stats, fmt.Errorf("load workspaces: %w", err)
 	}
@@ -99,6 +103,10 @@ func (c *WorkspaceController) Tick(ctx context.Context, epoch int64) (TickStats,
 		obs := snap.Workspaces[w.ID]
 		a := Plan(w, obs, c.checkArchive(ctx, w, obs), now, c.cfg)
 		op, err := c.act(ctx, epoch, w, a, &stats)
+		if a.Write || err != nil {
+			// Reread next pass: the trigger changed columns too.
+			delete(c.rows, w.ID)
+		}
 		if errors.Is(err, ErrDeposed) || ctx.Err() != nil {
 			return stats, err
 		}
@@ -115,6 +123,44 @@ func (c *WorkspaceController) Tick(ctx context.Context, epoch int64) (TickStats,
 	return stats, nil
 }
 
+// load returns every unfinished workspace, reading from the database only
+// the rows that are new or changed since the last pass.
+func (c *WorkspaceController) load(ctx context.Context) ([]workspace.Workspace, error) {
+	versions, err := store.ListUnfinishedVersions(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	var stale []string
+	live := make(map[string]bool, len(versions))
+	for _, v := range versions {
+		live[v.ID] = true
+		if cached, ok := c.rows[v.ID]; !ok || cached.Version != v.Version {
+			stale = append(stale, v.ID)
+		}
+	}
+	for id := range c.rows {
+		if !live[id] {
+			delete(c.rows, id)
+		}
+	}
+	if len(stale) > 0 {
+		fresh, err := store.GetWorkspaces[workspace.Workspace](ctx, c.pool, stale)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range fresh {
+			c.rows[w.ID] = w
+		}
+	}
+	ws := make([]workspace.Workspace, 0, len(versions))
+	for _, v := range versions {
+		if w, ok := c.rows[v.ID]; ok {
+			ws = append(ws, w)
+		}
+	}
+	return ws, nil
+}
+
 func (c *WorkspaceController) checkArchive(ctx context.Context, w workspace.Workspace, obs Observed) ArchiveCheck {
 	key := needsArchiveCheck(w, obs)
 	if key == "" {
@@ -126,6 +172,9 @@ func (c *WorkspaceController) checkArchive(ctx context.Context, w workspace.Work
 
 // act carries out a plan and returns the operation the workspace is left in.
 func (c *WorkspaceController) act(ctx context.Context, epoch int64, w workspace.Workspace, a Action, stats *TickStats) (workspace.Operation, error) {
+	if !a.Write && len(a.Steps) == 0 {
+		return w.Operation, nil
+	}
 	log := c.logger.With("workspace_id", w.ID)
 	if a.Write && !a.WriteLast {
 		v, err := c.write(ctx, epoch, w, a.Next, stats)

@@ -22,19 +22,22 @@ import (
 type harness struct {
 	t       testing.TB
 	pool    *pgxpool.Pool
+	url     string
 	svc     *workspace.Service
 	backend *fakeBackend
 	epoch   int64
 	owner   string
 
-	mu    sync.Mutex
-	clock time.Time
+	mu        sync.Mutex
+	clock     time.Time
+	realClock bool
 }
 
-func newPool(t testing.TB) *pgxpool.Pool {
+func newPool(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := store.Open(ctx, testenv.PostgresURL(t))
+	url := testenv.PostgresURL(t)
+	pool, err := store.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,13 +45,13 @@ func newPool(t testing.TB) *pgxpool.Pool {
 	if err := store.Migrate(ctx, pool, hclog.NewNullLogger()); err != nil {
 		t.Fatal(err)
 	}
-	return pool
+	return pool, url
 }
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
-	pool := newPool(t)
-	h := &harness{t: t, pool: pool, backend: newFakeBackend(), clock: time.Now()}
+	pool, url := newPool(t)
+	h := &harness{t: t, pool: pool, url: url, backend: newFakeBackend(), clock: time.Now()}
 	h.svc = workspace.NewService(hclog.NewNullLogger(), pool, workspace.Options{DefaultImage: "img:1"})
 	h.owner = addUser(t, pool, "alice")
 	epoch, err := store.BumpEpoch(context.Background(), pool, "test")
@@ -99,7 +102,17 @@ func (h *harness) checkVolumeDeletions() {
 func (h *harness) now() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.realClock {
+		return time.Now()
+	}
 	return h.clock
+}
+
+// setClockReal makes controllers use the wall clock (coordinator tests).
+func (h *harness) setClockReal() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.realClock = true
 }
 
 func (h *harness) advance(d time.Duration) {

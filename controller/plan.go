@@ -189,8 +189,9 @@ func derive(prev workspace.Conditions, n *workspace.Workspace, now time.Time) {
 		}
 		healthy = workspace.Condition{Status: workspace.ConditionFalse, Reason: reason, Message: deref(n.ErrorMessage)}
 	}
-	setCondition(n.Conditions, prev, workspace.CondArchiveReady, archiveReady, now)
-	setCondition(n.Conditions, prev, workspace.CondHealthy, healthy, now)
+	n.Conditions = withConditions(n.Conditions, prev, now,
+		namedCondition{workspace.CondArchiveReady, archiveReady},
+		namedCondition{workspace.CondHealthy, healthy})
 }
 
 // claim starts operation op: the CAS on the stored operation NONE is the
@@ -198,7 +199,8 @@ func derive(prev workspace.Conditions, n *workspace.Workspace, now time.Time) {
 func (p *planner) claim(op workspace.Operation, steps ...Step) Action {
 	n := &p.next
 	n.Operation = op
-	n.OpStartedAt = &p.now
+	started := p.now
+	n.OpStartedAt = &started
 	n.OpAttempt = p.w.OpAttempt + 1
 	switch op {
 	case workspace.OpArchiving, workspace.OpCreateEmptyArchive:
@@ -558,10 +560,9 @@ func restoreFailureReason(code string) string {
 
 // observeConditions turns an observation into the conditions of w, keeping
 // a condition's transition time while its status holds. archive_ready and
-// policy.healthy are derived in settle.
+// policy.healthy are derived in settle. Unchanged conditions come back as
+// the same map, so a converged pass allocates none.
 func observeConditions(w workspace.Workspace, obs Observed, now time.Time) workspace.Conditions {
-	next := make(workspace.Conditions, 5)
-	maps.Copy(next, w.Conditions)
 	volume := condition(obs.VolumeReady, "Ready", "NotFound", "")
 	if !obs.VolumeReady && obs.VolumeExists {
 		volume.Reason = workspace.ReasonVolumeCreating
@@ -571,9 +572,38 @@ func observeConditions(w workspace.Workspace, obs Observed, now time.Time) works
 		container.Reason, container.Message = f.Reason, f.Message
 	}
 	upstream := condition(obs.UpstreamReady, "Passing", "NotPassing", "")
-	setCondition(next, w.Conditions, workspace.CondVolumeReady, volume, now)
-	setCondition(next, w.Conditions, workspace.CondContainerReady, container, now)
-	setCondition(next, w.Conditions, workspace.CondUpstreamReady, upstream, now)
+	return withConditions(w.Conditions, w.Conditions, now,
+		namedCondition{workspace.CondVolumeReady, volume},
+		namedCondition{workspace.CondContainerReady, container},
+		namedCondition{workspace.CondUpstreamReady, upstream})
+}
+
+type namedCondition struct {
+	name string
+	c    workspace.Condition
+}
+
+// withConditions returns base with the given conditions set; a condition
+// keeps its transition time from prev while its status holds. base is
+// copied on the first real change and returned as is otherwise.
+func withConditions(base, prev workspace.Conditions, now time.Time, set ...namedCondition) workspace.Conditions {
+	next, copied := base, false
+	for _, s := range set {
+		c := s.c
+		c.LastTransitionTime = now.UTC().Truncate(time.Second)
+		if old, ok := prev[s.name]; ok && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+		if old, ok := base[s.name]; ok && sameCondition(old, c) {
+			continue
+		}
+		if !copied {
+			next = make(workspace.Conditions, len(base)+len(set))
+			maps.Copy(next, base)
+			copied = true
+		}
+		next[s.name] = c
+	}
 	return next
 }
 
@@ -582,14 +612,6 @@ func condition(ok bool, trueReason, falseReason, message string) workspace.Condi
 		return workspace.Condition{Status: workspace.ConditionTrue, Reason: trueReason, Message: message}
 	}
 	return workspace.Condition{Status: workspace.ConditionFalse, Reason: falseReason, Message: message}
-}
-
-func setCondition(next, prev workspace.Conditions, name string, c workspace.Condition, now time.Time) {
-	c.LastTransitionTime = now.UTC().Truncate(time.Second)
-	if old, ok := prev[name]; ok && old.Status == c.Status {
-		c.LastTransitionTime = old.LastTransitionTime
-	}
-	next[name] = c
 }
 
 // changed reports whether the controller's columns differ.
@@ -603,10 +625,12 @@ func changed(a, b workspace.Workspace) bool {
 }
 
 func sameConditions(a, b workspace.Conditions) bool {
-	return maps.EqualFunc(a, b, func(x, y workspace.Condition) bool {
-		return x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message &&
-			x.LastTransitionTime.Equal(y.LastTransitionTime)
-	})
+	return maps.EqualFunc(a, b, sameCondition)
+}
+
+func sameCondition(x, y workspace.Condition) bool {
+	return x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message &&
+		x.LastTransitionTime.Equal(y.LastTransitionTime)
 }
 
 func eqPtr[T comparable](a, b *T) bool {

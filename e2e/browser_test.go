@@ -5,25 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/codehub-io/codehub/internal/testenv"
-	"github.com/codehub-io/codehub/local"
 )
 
 // Variables the test reads; scripts/test.sh sets the code-server one.
@@ -40,28 +34,6 @@ const (
 const markerFile = "hello-e2e.txt"
 
 const adminPassword = "e2e-admin-password-1"
-
-// program finds an executable a test needs: the variable's value, else the
-// default. Missing, it skips the test, or fails it under make test; hint
-// says how to get it.
-func program(t *testing.T, env, def, what, hint string) string {
-	t.Helper()
-	path := os.Getenv(env)
-	if path == "" {
-		path = def
-	}
-	if path != "" {
-		if _, err := os.Stat(path); err == nil {
-			return path
-		}
-	}
-	msg := fmt.Sprintf("%s not available: set %s (%s)", what, env, hint)
-	if os.Getenv(testenv.EnvRequire) == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
 
 func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
@@ -182,156 +154,6 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 			return errors.Is(err, os.ErrNotExist)
 		})
 	})
-}
-
-// ---------- the server ----------
-
-type serverConfig struct {
-	databaseURL, redisURL string
-	s3                    testenv.S3
-	codeServer            string
-}
-
-type server struct {
-	url     string
-	dataDir string
-	logPath string
-}
-
-// startServer builds codehub (unless given one) and runs `codehub server`
-// with the single-machine backend on a free loopback port.
-func startServer(t *testing.T, cfg serverConfig) *server {
-	t.Helper()
-	dir := t.TempDir()
-	bin := os.Getenv(envCodehubBinary)
-	if bin == "" {
-		bin = filepath.Join(dir, "codehub")
-		build := exec.Command("go", "build", "-o", bin, "../cmd/codehub")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build codehub: %v\n%s", err, out)
-		}
-	}
-	port := freePort(t)
-	srv := &server{
-		url:     fmt.Sprintf("http://127.0.0.1:%d", port),
-		dataDir: filepath.Join(dir, "data"),
-		logPath: filepath.Join(dir, "server.log"),
-	}
-	cfgPath := filepath.Join(dir, "codehub.hcl")
-	if err := os.WriteFile(cfgPath, []byte(renderConfig(srv, port, cfg)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(srv.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "server", "-config", cfgPath)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start codehub server: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logFile.Close()
-		// Workspaces outlive codehub by design; a failed run must not
-		// leave code-server processes behind.
-		if be, err := local.New(hclog.NewNullLogger(), local.Options{DataDir: srv.dataDir, CodeServer: cfg.codeServer}); err == nil {
-			if err := be.StopAll(context.Background()); err != nil {
-				t.Errorf("stop leftover workspaces: %v", err)
-			}
-		}
-		if t.Failed() {
-			t.Logf("server log (%s):\n%s", srv.logPath, tail(srv.logPath, 80))
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for {
-		if resp, err := http.Get(srv.url + "/api/v1/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return srv
-			}
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("codehub server exited: %v\n%s", err, tail(srv.logPath, 80))
-		case <-ctx.Done():
-			t.Fatalf("codehub server never became healthy\n%s", tail(srv.logPath, 80))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func renderConfig(srv *server, port int, cfg serverConfig) string {
-	return fmt.Sprintf(`listen     = "127.0.0.1:%d"
-public_url = %q
-log_level  = "debug"
-
-database { url = %q }
-redis    { url = %q }
-s3 {
-  endpoint   = %q
-  bucket     = %q
-  region     = %q
-  access_key = %q
-  secret_key = %q
-  use_ssl    = false
-}
-
-backend "local" {
-  data_dir    = %q
-  code_server = %q
-}
-
-limits {
-  max_running_per_user = 1
-}
-
-coordinator {
-  idle_interval   = "2s"
-  active_interval = "250ms"
-}
-
-auth {
-  bootstrap_admin {
-    username = "admin"
-    password = %q
-  }
-}
-`, port, srv.url, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
-		cfg.s3.AccessKey, cfg.s3.SecretKey, srv.dataDir, cfg.codeServer, adminPassword)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func tail(path string, lines int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
 }
 
 // ---------- the browser ----------
@@ -464,8 +286,10 @@ func (b *browser) toDashboard(ctx context.Context) error {
 	return chromedp.Do(ctx, chromedp.Navigate(b.srv.url+"/"), chromedp.WaitVisible(chromedp.ID("app-view")))
 }
 
-// clickAction waits on the dashboard for the card's button to be enabled
-// and clicks it.
+// clickAction waits on the dashboard for the card's button to be enabled,
+// clicks it and waits until the server took the change (the card shows the
+// new desired state, or is gone after a delete); an error the page shows
+// instead fails the step with its text.
 func (b *browser) clickAction(ctx context.Context, id, action string) error {
 	if err := b.toDashboard(ctx); err != nil {
 		return err
@@ -474,7 +298,28 @@ func (b *browser) clickAction(ctx context.Context, id, action string) error {
 	if err := b.waitJS(ctx, time.Minute, fmt.Sprintf(`(e => e && !e.hidden && !e.disabled)(document.querySelector('%s'))`, sel)); err != nil {
 		return fmt.Errorf("%s button never enabled: %w", action, err)
 	}
-	return chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
+		return err
+	}
+	took := map[string]string{
+		"start": `c.dataset.desired === "RUNNING"`, "restore": `c.dataset.desired === "RUNNING"`,
+		"stop": `c.dataset.desired === "STANDBY"`, "archive": `c.dataset.desired === "ARCHIVED"`,
+		"delete": `false`,
+	}[action]
+	state := fmt.Sprintf(`(c => !c ? "taken" : (%s) ? "taken" : !document.getElementById("toast").hidden ? "error" : "")(%s)`, took, cardSelector(id))
+	var answer string
+	err := waitUntil(ctx, time.Minute, func() bool {
+		answer, _ = chromedp.Run(ctx, chromedp.Evaluate[string](state))
+		return answer != ""
+	})
+	if err != nil {
+		return fmt.Errorf("%s: the page never showed the change: %w", action, err)
+	}
+	if answer == "error" {
+		msg, _ := chromedp.Run(ctx, chromedp.Text(chromedp.ID("toast")))
+		return fmt.Errorf("%s: the page reported: %s", action, msg)
+	}
+	return nil
 }
 
 // openWorkbench follows the card's Open link and waits until code-server's

@@ -138,7 +138,9 @@ type Values struct {
 	// Port is the port the program listens on inside its own network
 	// namespace (docker bridge); 0 means it listens on the Nomad-assigned
 	// port given through the port placeholder.
-	Port          int
+	Port int
+	// NetworkMode is the docker network mode; empty is docker's default.
+	NetworkMode   string
 	UID           int
 	GID           int
 	CPU           int

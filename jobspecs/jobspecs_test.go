@@ -38,7 +38,6 @@ func baseValues(kind Kind, driver string) Values {
 		v.Image = "codercom/code-server:4.100.3"
 		v.Args = []string{"--bind-addr", "0.0.0.0:8080", "--auth", "none", "%HOME%"}
 		v.JobImage = "ghcr.io/codehub-io/codehub:1.0.0"
-		v.CodehubPath = "/usr/local/bin/codehub"
 	default:
 		v.Port = 0
 		v.Command = "/usr/bin/code-server"
@@ -75,6 +74,11 @@ func TestRenderGolden(t *testing.T) {
 		{"workspace-docker", KindWorkspace, "docker", nil},
 		{"workspace-exec", KindWorkspace, "exec", nil},
 		{"workspace-raw_exec", KindWorkspace, "raw_exec", nil},
+		{"workspace-docker-host-network", KindWorkspace, "docker", func(v *Values) {
+			v.NetworkMode = "host"
+			v.Port = 0
+			v.Args = []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"}
+		}},
 		{"archive-docker", KindArchive, "docker", nil},
 		{"archive-raw_exec", KindArchive, "raw_exec", nil},
 		{"archive-exec-artifact", KindArchive, "exec", func(v *Values) {

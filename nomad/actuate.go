@@ -240,7 +240,7 @@ func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.Job
 		return classify("purge job "+id, err)
 	}
 	for _, a := range allocs {
-		b.errorCodes.forget(a.ID)
+		b.allocs.forget(a.ID)
 	}
 	if kind == controller.JobWorkspace {
 		return nil
@@ -265,6 +265,7 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	v.Command = w.Command
 	v.Args = w.Args
 	v.Port = w.Port
+	v.NetworkMode = w.NetworkMode
 	v.UID, v.GID = w.UID, w.GID
 	v.CPU, v.Memory = w.CPU, w.Memory
 	v.Service = serviceName(spec.WorkspaceID)
@@ -282,6 +283,8 @@ func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, h
 	v.Attempt = job.Attempt
 	v.ArchiveURL = archiveURL(b.opts.S3.Bucket, job.ArchiveKey)
 	v.JobImage = b.opts.JobImage
+	v.NetworkMode = b.opts.Workspace.NetworkMode
+	v.UID, v.GID = b.opts.Workspace.UID, b.opts.Workspace.GID
 	v.CodehubPath = b.opts.CodehubPath
 	v.ArtifactURL = b.opts.ArtifactURL
 	v.ArtifactChecksum = b.opts.ArtifactChecksum

@@ -62,8 +62,9 @@ func freePort(t testing.TB) int {
 }
 
 // startAgent starts the agent and waits until its client node is ready
-// with raw_exec healthy. The agent is stopped when the test ends.
-func startAgent(t testing.TB) *testAgent {
+// with raw_exec (and the drivers named in drivers) healthy. extra is added
+// to the agent configuration. The agent is stopped when the test ends.
+func startAgent(t testing.TB, extra string, drivers ...string) *testAgent {
 	t.Helper()
 	bin := nomadBinary(t)
 	dir := t.TempDir()
@@ -104,7 +105,8 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, filepath.Join(dir, "data"), httpPort, rpcPort, serfPort, a.hostVolumesDir)
+%s
+`, filepath.Join(dir, "data"), httpPort, rpcPort, serfPort, a.hostVolumesDir, extra)
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -132,13 +134,18 @@ plugin "raw_exec" {
 		t.Fatal(err)
 	}
 	a.client = client
-	eventually(t, 60*time.Second, "nomad client node ready with raw_exec", func() bool {
+	drivers = append(drivers, DriverRawExec)
+	eventually(t, 60*time.Second, fmt.Sprintf("nomad client node ready with %v", drivers), func() bool {
 		nodes, _, err := client.Nodes().List(nil)
 		if err != nil || len(nodes) == 0 || nodes[0].Status != "ready" {
 			return false
 		}
-		d := nodes[0].Drivers["raw_exec"]
-		return d != nil && d.Healthy
+		for _, name := range drivers {
+			if d := nodes[0].Drivers[name]; d == nil || !d.Healthy {
+				return false
+			}
+		}
+		return true
 	})
 	return a
 }

@@ -10,7 +10,8 @@ import (
 
 // benchFixture serves n running, healthy workspaces with volumes and
 // service registrations, plus one workspace per 100 still starting (its
-// deployment health unknown), which costs one check read each.
+// deployment health unknown), which costs one check read each. Allocations
+// are listed without task states, as Observe asks for them.
 func benchFixture(f *fakeNomad, n int) {
 	jobs := make([]*api.JobListStub, 0, n)
 	allocs := make([]*api.AllocationListStub, 0, n)
@@ -20,10 +21,7 @@ func benchFixture(f *fakeNomad, n int) {
 		wsID := fmt.Sprintf("01bench%019d", i)
 		jobs = append(jobs, &api.JobListStub{ID: "ws-" + wsID, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsID)})
 		a := &api.AllocationListStub{ID: fmt.Sprintf("alloc-%d", i), JobID: "ws-" + wsID, CreateIndex: 11,
-			ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: healthy(true),
-			TaskStates: map[string]*api.TaskState{"workspace": {State: "running", Events: []*api.TaskEvent{
-				{Type: api.TaskReceived}, {Type: api.TaskSetup}, {Type: api.TaskStarted},
-			}}}}
+			ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: healthy(true)}
 		if i%100 == 0 {
 			a.DeploymentStatus = nil
 			f.json("GET /v1/client/allocation/"+a.ID+"/checks", api.AllocCheckStatuses{"c": {Status: "success"}})

@@ -73,7 +73,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	bins := t.TempDir()
 	buildProgram(t, bins, "./testdata/wsserver", "wsserver")
 	buildProgram(t, bins, "../cmd/codehub", "codehub")
-	a := startAgent(t)
+	a := startAgent(t, "")
 	b := e2eBackend(t, a, bins, s3)
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0t1v2w"
@@ -275,7 +275,7 @@ func fetch(t *testing.T, url string) []byte {
 // as unschedulable, naming the constraint, from Nomad's own evaluation.
 func TestE2EUnschedulable(t *testing.T) {
 	nomadBinary(t)
-	a := startAgent(t)
+	a := startAgent(t, "")
 	r, err := jobspecs.NewRenderer("")
 	if err != nil {
 		t.Fatal(err)

@@ -79,6 +79,9 @@ type WorkspaceOptions struct {
 	// Port the program listens on inside its container (docker bridge
 	// networking); 0 means it listens on the Nomad-assigned {port}.
 	Port int
+	// NetworkMode is the docker network mode of workspace and batch jobs
+	// ("host" where the engine has no bridge); empty leaves docker's default.
+	NetworkMode string
 	// HomeDir is the mount point of the home volume (docker, exec).
 	HomeDir string
 	UID     int
@@ -225,9 +228,9 @@ type Backend struct {
 	opts     Options
 	renderer *jobspecs.Renderer
 
-	// errorCodes caches CODEHUB_ERROR per failed allocation so a job's log
-	// is read once, not on every observation.
-	errorCodes *errorCodeCache
+	// allocs caches details of client-terminal allocations, so a failed
+	// job's events and log are read once, not on every observation.
+	allocs *allocCache
 }
 
 var (
@@ -238,11 +241,11 @@ var (
 // New returns a backend using client for every call.
 func New(logger hclog.Logger, client *api.Client, opts Options, renderer *jobspecs.Renderer) *Backend {
 	return &Backend{
-		logger:     logger,
-		client:     client,
-		opts:       opts.withDefaults(),
-		renderer:   renderer,
-		errorCodes: newErrorCodeCache(),
+		logger:   logger,
+		client:   client,
+		opts:     opts.withDefaults(),
+		renderer: renderer,
+		allocs:   newAllocCache(),
 	}
 }
 

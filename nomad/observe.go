@@ -40,9 +40,10 @@ type listing struct {
 
 // Observe lists jobs, allocations, host volumes and (for native services)
 // service registrations once each. Beyond that it reads check results only
-// for workspaces whose health is not known yet, logs only of failed batch
-// jobs (once per allocation), and evaluations only of jobs Nomad cannot
-// place.
+// for workspaces whose health is not known yet, task events only of
+// allocations that are starting or failed, logs only of failed batch jobs
+// (terminal details once per allocation), and evaluations only of jobs
+// Nomad cannot place.
 func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 	l, err := b.list(ctx)
 	if err != nil {
@@ -51,7 +52,14 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 	byID := managedJobs(l.jobs)
 	current := currentAllocs(byID, l.allocs)
 
-	l.checks = b.readChecks(ctx, allocsNeedingChecks(byID, current))
+	// Nomad reports check results only for its own service provider; with
+	// Consul, readiness waits for the deployment health Consul's checks set.
+	if b.opts.ServiceProvider == ProviderNomad {
+		l.checks = b.readChecks(ctx, allocsNeedingChecks(byID, current))
+	}
+	if err := b.readTaskStates(ctx, allocsNeedingEvents(byID, current)); err != nil {
+		return controller.Snapshot{}, err
+	}
 
 	l.errorCodes = make(map[string]string)
 	for _, a := range failedBatchAllocs(byID, current) {
@@ -119,8 +127,10 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 
 	q = b.query(ctx)
 	q.Filter = `JobID matches "^ws-"`
-	// Task states carry the events that explain failures.
-	q.Params = map[string]string{"task_states": "true"}
+	// Task states (events) are most of a listing's bytes and matter only
+	// for the few allocations that are starting or failed: those are read
+	// one by one (readTaskStates).
+	q.Params = map[string]string{"task_states": "false"}
 	allocs, _, err := b.client.Allocations().List(q)
 	if err != nil {
 		return l, classify("list allocations", err)
@@ -217,6 +227,58 @@ func allocsNeedingChecks(jobs map[string]*api.JobListStub, current map[string][]
 	return out
 }
 
+// allocsNeedingEvents are the allocations whose task events explain their
+// state: workspace allocations still pending (an image pull may be failing)
+// or failed, and the failed allocation of a batch job (exit code, message).
+func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
+	var out []*api.AllocationListStub
+	for id, list := range current {
+		if len(list) == 0 {
+			continue
+		}
+		_, kind, _ := parseJobID(id)
+		if kind != controller.JobWorkspace {
+			if s := list[0].ClientStatus; s == api.AllocClientStatusFailed || s == api.AllocClientStatusLost {
+				out = append(out, list[0])
+			}
+			continue
+		}
+		if jobs[id].Stop {
+			continue
+		}
+		for _, a := range list {
+			if a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusFailed {
+				out = append(out, a)
+			}
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out
+}
+
+// readTaskStates fills in the task states of allocs, from the cache for
+// client-terminal allocations already read.
+func (b *Backend) readTaskStates(ctx context.Context, allocs []*api.AllocationListStub) error {
+	for _, a := range allocs {
+		if states, ok := b.allocs.taskStates(a.ID); ok {
+			a.TaskStates = states
+			continue
+		}
+		info, _, err := b.client.Allocations().Info(a.ID, b.query(ctx))
+		if isNotFound(err) {
+			continue // garbage-collected since the listing
+		}
+		if err != nil {
+			return classify("read allocation "+a.ID, err)
+		}
+		a.TaskStates = info.TaskStates
+		if clientTerminal(info.ClientStatus) {
+			b.allocs.putTaskStates(a.ID, info.TaskStates)
+		}
+	}
+	return nil
+}
+
 // failedBatchAllocs are the newest allocations of batch jobs that failed.
 func failedBatchAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
 	var out []*api.AllocationListStub
@@ -255,6 +317,9 @@ func unplacedJobs(jobs map[string]*api.JobListStub, current map[string][]*api.Al
 // an allocation and names what filtered or exhausted the nodes.
 func (b *Backend) placementFailure(ctx context.Context, id string) (string, error) {
 	evals, _, err := b.client.Jobs().Evaluations(id, b.query(ctx))
+	if isNotFound(err) {
+		return "", nil // purged since the listing
+	}
 	if err != nil {
 		return "", classify("list evaluations of "+id, err)
 	}

@@ -62,15 +62,10 @@ func observeFixture(f *fakeNomad) {
 		// Stopped job whose task is still being killed: live, not ready.
 		{ID: "a-stopping", JobID: "ws-" + wsStopping, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "stop", DeploymentStatus: healthy(true)},
 		// An older attempt of the archive job must not shadow the current one.
-		{ID: "a-archive-old", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 5, ClientStatus: "complete", TaskStates: terminated(0)},
-		{ID: "a-archive", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 12, ClientStatus: "failed", TaskStates: terminated(1)},
-		{ID: "a-pull", JobID: "ws-" + wsPull, CreateIndex: 11, ClientStatus: "pending", DesiredStatus: "run", TaskStates: map[string]*api.TaskState{
-			"workspace": {State: "pending", Events: []*api.TaskEvent{
-				{Type: api.TaskReceived},
-				{Type: api.TaskDriverFailure, DriverError: "Failed to pull `codercom/code-server:nope`: manifest unknown"},
-			}},
-		}},
-		{ID: "a-restore", JobID: "ws-" + wsRestore + "-restore", CreateIndex: 11, ClientStatus: "complete", TaskStates: terminated(0)},
+		{ID: "a-archive-old", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 5, ClientStatus: "complete"},
+		{ID: "a-archive", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 12, ClientStatus: "failed"},
+		{ID: "a-pull", JobID: "ws-" + wsPull, CreateIndex: 11, ClientStatus: "pending", DesiredStatus: "run"},
+		{ID: "a-restore", JobID: "ws-" + wsRestore + "-restore", CreateIndex: 11, ClientStatus: "complete"},
 		// A live allocation of a purged workspace job still counts.
 		{ID: "a-orphan", JobID: "ws-" + wsRestore, CreateIndex: 3, ClientStatus: "running", DesiredStatus: "stop"},
 	}
@@ -83,6 +78,14 @@ func observeFixture(f *fakeNomad) {
 	services := []*api.ServiceRegistrationListStub{{Namespace: "default", Services: []*api.ServiceRegistrationStub{
 		{ServiceName: "ws-" + wsReady}, {ServiceName: "ws-" + wsStarting}, {ServiceName: "web"},
 	}}}
+	// Listed without task states; the ones that explain a state are read.
+	f.json("GET /v1/allocation/a-archive", &api.Allocation{ID: "a-archive", ClientStatus: "failed", TaskStates: terminated(1)})
+	f.json("GET /v1/allocation/a-pull", &api.Allocation{ID: "a-pull", ClientStatus: "pending", TaskStates: map[string]*api.TaskState{
+		"workspace": {State: "pending", Events: []*api.TaskEvent{
+			{Type: api.TaskReceived},
+			{Type: api.TaskDriverFailure, DriverError: "Failed to pull `codercom/code-server:nope`: manifest unknown"},
+		}},
+	}})
 	f.json("GET /v1/jobs", jobs)
 	f.json("GET /v1/allocations", allocs)
 	f.json("GET /v1/volumes", volumes)
@@ -143,6 +146,8 @@ func TestObserve(t *testing.T) {
 
 	// One call per list; targeted reads only where the listing asked.
 	wantRoutes := []string{
+		"GET /v1/allocation/a-archive",
+		"GET /v1/allocation/a-pull",
 		"GET /v1/allocations",
 		"GET /v1/client/allocation/a-starting/checks",
 		"GET /v1/client/fs/logs/a-archive",
@@ -158,20 +163,31 @@ func TestObserve(t *testing.T) {
 	if jobsCall.Query["prefix"][0] != "ws-" || jobsCall.Query["meta"][0] != "true" {
 		t.Errorf("jobs list query = %v, want prefix ws- and meta", jobsCall.Query)
 	}
-	if got := f.calls("GET /v1/allocations")[0].Query["filter"]; len(got) != 1 || !strings.Contains(got[0], "^ws-") {
+	allocsQuery := f.calls("GET /v1/allocations")[0].Query
+	if got := allocsQuery["filter"]; len(got) != 1 || !strings.Contains(got[0], "^ws-") {
 		t.Errorf("allocations filter = %v", got)
+	}
+	if got := allocsQuery.Get("task_states"); got != "false" {
+		t.Errorf("allocations listed with task_states=%q, want false", got)
 	}
 	logs := f.calls("GET /v1/client/fs/logs/a-archive")[0].Query
 	if logs["task"][0] != "archive" || logs["type"][0] != "stdout" || logs["plain"][0] != "true" {
 		t.Errorf("logs query = %v", logs)
 	}
 
-	// A failed job's log is read once, not on every observation.
+	// A failed job's events and log are read once, not on every
+	// observation; a pending allocation's events are read again.
 	if _, err := b.Observe(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.calls("GET /v1/client/fs/logs/a-archive")); n != 1 {
-		t.Errorf("logs read %d times over two observations, want 1", n)
+	for route, want := range map[string]int{
+		"GET /v1/client/fs/logs/a-archive": 1,
+		"GET /v1/allocation/a-archive":     1,
+		"GET /v1/allocation/a-pull":        2,
+	} {
+		if n := len(f.calls(route)); n != want {
+			t.Errorf("%s called %d times over two observations, want %d", route, n, want)
+		}
 	}
 }
 
@@ -316,6 +332,27 @@ func TestIsCurrent(t *testing.T) {
 	for _, tc := range cases {
 		if got := isCurrent(tc.job, &tc.alloc); got != tc.want {
 			t.Errorf("%s: isCurrent = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestObserveConsulProvider(t *testing.T) {
+	f := newFakeNomad(t)
+	observeFixture(f)
+	opts := testOptions()
+	opts.ServiceProvider = ProviderConsul
+	snap, err := newTestBackend(t, f, opts).Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Readiness comes from deployment health alone: Nomad has no check
+	// results for Consul services, and its service list holds none of them.
+	if !snap.Workspaces[wsReady].UpstreamReady || snap.Workspaces[wsStarting].UpstreamReady {
+		t.Fatalf("ready = %v, starting = %v", snap.Workspaces[wsReady].UpstreamReady, snap.Workspaces[wsStarting].UpstreamReady)
+	}
+	for _, route := range []string{"GET /v1/services", "GET /v1/client/allocation/a-starting/checks"} {
+		if n := len(f.calls(route)); n != 0 {
+			t.Errorf("%s called %d times with the consul provider", route, n)
 		}
 	}
 }

@@ -17,40 +17,56 @@ const UnknownError = "UNKNOWN"
 // the last one the job prints.
 const logTail = 64 << 10
 
-// errorCodeCache remembers the CODEHUB_ERROR of failed allocations; their
-// logs never change, so each is read once until the job is purged.
-type errorCodeCache struct {
-	mu    sync.Mutex
-	codes map[string]string
+// allocCache remembers what never changes once an allocation is
+// client-terminal: its task states and, for failed batch jobs, the
+// CODEHUB_ERROR from its log. Each is read once, until the job is purged.
+type allocCache struct {
+	mu     sync.Mutex
+	states map[string]map[string]*api.TaskState
+	codes  map[string]string
 }
 
-func newErrorCodeCache() *errorCodeCache {
-	return &errorCodeCache{codes: make(map[string]string)}
+func newAllocCache() *allocCache {
+	return &allocCache{states: make(map[string]map[string]*api.TaskState), codes: make(map[string]string)}
 }
 
-func (c *errorCodeCache) get(allocID string) (string, bool) {
+func (c *allocCache) taskStates(allocID string) (map[string]*api.TaskState, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.states[allocID]
+	return s, ok
+}
+
+func (c *allocCache) putTaskStates(allocID string, s map[string]*api.TaskState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.states[allocID] = s
+}
+
+func (c *allocCache) code(allocID string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	code, ok := c.codes[allocID]
 	return code, ok
 }
 
-func (c *errorCodeCache) put(allocID, code string) {
+func (c *allocCache) putCode(allocID, code string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.codes[allocID] = code
 }
 
-func (c *errorCodeCache) forget(allocID string) {
+func (c *allocCache) forget(allocID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.states, allocID)
 	delete(c.codes, allocID)
 }
 
 // errorCode reads the tail of a failed batch allocation's stdout and returns
 // the code of its last result line.
 func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (string, error) {
-	if code, ok := b.errorCodes.get(a.ID); ok {
+	if code, ok := b.allocs.code(a.ID); ok {
 		return code, nil
 	}
 	q := b.query(ctx)
@@ -70,7 +86,7 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 	if err != nil {
 		return "", err
 	}
-	b.errorCodes.put(a.ID, code)
+	b.allocs.putCode(a.ID, code)
 	return code, nil
 }
 

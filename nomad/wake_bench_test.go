@@ -19,7 +19,7 @@ func BenchmarkWakeToReady(b *testing.B) {
 	s3 := testenv.S3{Bucket: "unused"}
 	bins := b.TempDir()
 	buildProgram(b, bins, "./testdata/wsserver", "wsserver")
-	a := startAgent(b)
+	a := startAgent(b, "")
 	backend := e2eBackend(b, a, bins, s3)
 	ctx := b.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0twake"

@@ -92,6 +92,7 @@ func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, u
 		Transport:      newTransport(),
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
+		BufferPool:     &bufferPool{},
 		ErrorLog:       logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
 	return p, nil
@@ -114,6 +115,19 @@ func newTransport() *http.Transport {
 	}
 }
 
+// bufferPool reuses the copy buffers of response bodies; without it every
+// proxied response allocates (and zeroes) 32 KiB.
+type bufferPool struct{ pool sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.pool.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
+
 // target is where one request goes, carried from ServeHTTP to Rewrite.
 type target struct {
 	id       string
@@ -130,11 +144,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &responseRecorder{ResponseWriter: w}
 	defer func() {
-		if rec.upgraded {
-			return
-		}
 		p.metrics.requests.WithLabelValues(strconv.Itoa(rec.status)).Inc()
-		p.metrics.duration.Observe(time.Since(start).Seconds())
+		// A WebSocket's duration is its session's, not a response time.
+		if !rec.upgraded {
+			p.metrics.duration.Observe(time.Since(start).Seconds())
+		}
 	}()
 	t, ok := p.locate(rec, r)
 	if !ok {
@@ -405,8 +419,8 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 
 func (p *Proxy) badGateway(w http.ResponseWriter, r *http.Request) {
 	render(w, r, page{Status: http.StatusBadGateway, Code: CodeUpstreamUnavailable,
-		Title:   "Workspace not reachable",
-		Message: "The workspace is running but did not answer. It may still be starting up or have just stopped; try again in a few seconds.",
+		Title:     "Workspace not reachable",
+		Message:   "The workspace is running but did not answer. It may still be starting up or have just stopped; try again in a few seconds.",
 		Dashboard: p.opts.Sites.DashboardURL()})
 }
 

@@ -35,7 +35,7 @@ func CreateUser(ctx context.Context, q Querier, id, username, passwordHash strin
 	}
 	u, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[User])
 	if IsUniqueViolation(err, "users_username_key") {
-		return User{}, ErrUsernameTaken
+		return User{}, fmt.Errorf("%w: %w", ErrUsernameTaken, err)
 	}
 	if err != nil {
 		return User{}, fmt.Errorf("insert user: %w", err)

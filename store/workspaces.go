@@ -201,11 +201,31 @@ func ListArchiveOwners[T any](ctx context.Context, q Querier, deletedBefore time
 		ORDER BY id`, deletedBefore))
 }
 
-// ListUnfinishedWorkspaces returns every workspace the controller still
-// drives: all but those whose deletion completed.
-func ListUnfinishedWorkspaces[T any](ctx context.Context, q Querier) ([]T, error) {
+// RowVersion is the id and version of one workspace row.
+type RowVersion struct {
+	ID      string
+	Version int64
+}
+
+// ListUnfinishedVersions returns id and version of every workspace the
+// controller still drives (all but those whose deletion completed), so a
+// pass can reload only the rows that changed since it last read them.
+func ListUnfinishedVersions(ctx context.Context, q Querier) ([]RowVersion, error) {
+	rows, err := q.Query(ctx, `SELECT id, version FROM workspaces WHERE phase <> 'DELETED'`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RowVersion, error) {
+		var v RowVersion
+		err := r.Scan(&v.ID, &v.Version)
+		return v, err
+	})
+}
+
+// GetWorkspaces returns the workspaces with the given ids.
+func GetWorkspaces[T any](ctx context.Context, q Querier, ids []string) ([]T, error) {
 	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
-		WHERE phase <> 'DELETED'`))
+		WHERE id = ANY($1)`, ids))
 }
 
 // ControllerState is every column the controller owns, as one write.

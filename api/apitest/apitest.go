@@ -57,6 +57,9 @@ type Env struct {
 	HTTP      *httptest.Server
 	// URL is the public URL (http://127.0.0.1:port).
 	URL string
+	// StopServer stops Server's background loops and waits for them, which
+	// flushes the activity marks to Redis.
+	StopServer func()
 }
 
 // Images are the images the service allows in tests.
@@ -103,7 +106,7 @@ func New(t testing.TB, cfg Config) *Env {
 	e.HTTP = &httptest.Server{Listener: ln, Config: &http.Server{Handler: e.Server}}
 	e.HTTP.Start()
 	t.Cleanup(e.HTTP.Close)
-	e.RunServer(e.Server)
+	e.StopServer = e.RunServer(e.Server)
 	return e
 }
 

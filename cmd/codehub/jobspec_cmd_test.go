@@ -12,16 +12,19 @@ const jobspecTestWorkspace = "01jb3x7k9q2m5n8p4r6s0t1v2w"
 
 func writeJobspecConfig(t *testing.T, driver string) string {
 	t.Helper()
+	codehubPath := ""
+	if driver != "docker" {
+		codehubPath = "  codehub_path = \"/usr/local/bin/codehub\"\n"
+	}
 	cfg := `
 s3 {
   access_key = "render-access-key-1234"
   secret_key = "render-secret-key-5678"
 }
 backend "nomad" {
-  driver       = "` + driver + `"
-  job_image    = "ghcr.io/codehub-io/codehub:1.0.0"
-  codehub_path = "/usr/local/bin/codehub"
-}
+  driver    = "` + driver + `"
+  job_image = "ghcr.io/codehub-io/codehub:1.0.0"
+` + codehubPath + `}
 `
 	path := filepath.Join(t.TempDir(), "codehub.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {

@@ -49,11 +49,17 @@ job [[ hcl .JobID ]] {
       kill_timeout = "30s"
 [[- if eq .Driver "docker" ]]
 
+      # As the workspace user: restored files must be the workspace's own.
+      user = "[[ .UID ]]:[[ .GID ]]"
+
+      # The job image's entrypoint is codehub.
       config {
-        image      = [[ hcl (required "job_image" .JobImage) ]]
-        force_pull = false
-        command    = [[ hcl (required "codehub_path" .CodehubPath) ]]
-        args       = ["job", "restore", "--dst", [[ hcl (required "home" .HomeDir) ]]]
+        image        = [[ hcl (required "job_image" .JobImage) ]]
+        force_pull   = false
+[[- if .NetworkMode ]]
+        network_mode = [[ hcl .NetworkMode ]]
+[[- end ]]
+        args         = ["job", "restore", "--dst", [[ hcl (required "home" .HomeDir) ]]]
       }
 [[- else ]]
 [[- if .ArtifactURL ]]

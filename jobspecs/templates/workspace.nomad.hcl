@@ -86,14 +86,17 @@ job [[ hcl .JobID ]] {
       user = "[[ .UID ]]:[[ .GID ]]"
 
       config {
-        image      = [[ hcl (required "image" .Image) ]]
-        force_pull = false
-        ports      = ["http"]
+        image        = [[ hcl (required "image" .Image) ]]
+        force_pull   = false
+        ports        = ["http"]
+[[- if .NetworkMode ]]
+        network_mode = [[ hcl .NetworkMode ]]
+[[- end ]]
 [[- if .Command ]]
-        command    = [[ hcl .Command ]]
+        command      = [[ hcl .Command ]]
 [[- end ]]
 [[- if .Args ]]
-        args       = [[ argv .Args .HomeDir ]]
+        args         = [[ argv .Args .HomeDir ]]
 [[- end ]]
       }
 

@@ -63,18 +63,21 @@ function condTrue(ws, name) {
   return !!c && c.status === "True";
 }
 
+// The API's phase is the display phase: while an operation runs it names
+// the operation (STARTING, RESTORING, ...) instead of the stored phase.
+const comingUp = new Set(["PROVISIONING", "RESTORING", "STARTING"]);
+
 // actionsFor decides which buttons a workspace shows and enables.
 function actionsFor(ws, pending) {
   const idle = ws.operation === "NONE" && !pending;
   const p = ws.phase;
-  const err = p === "ERROR";
   return {
-    open: { show: p === "RUNNING" || p === "STANDBY", enabled: !err && ws.operation !== "STOPPING" && ws.operation !== "ARCHIVING" && ws.operation !== "DELETING" },
+    open: { show: p === "RUNNING" || p === "STANDBY" || comingUp.has(p), enabled: true },
     start: { show: p === "STANDBY" || p === "PENDING", enabled: idle && ws.desired_state !== "RUNNING" },
-    stop: { show: p === "RUNNING", enabled: idle && ws.desired_state === "RUNNING" },
-    archive: { show: p === "STANDBY" || p === "RUNNING", enabled: idle && ws.desired_state !== "ARCHIVED" },
+    stop: { show: p === "RUNNING" || p === "STOPPING", enabled: idle && ws.desired_state === "RUNNING" },
+    archive: { show: p === "STANDBY" || p === "RUNNING" || p === "ARCHIVING", enabled: idle && ws.desired_state !== "ARCHIVED" },
     restore: { show: p === "ARCHIVED", enabled: idle && ws.desired_state === "ARCHIVED" },
-    del: { show: p !== "DELETING", enabled: !pending && (ws.operation === "NONE" || err) },
+    del: { show: p !== "DELETING", enabled: !pending && (ws.operation === "NONE" || p === "ERROR") },
   };
 }
 
@@ -84,7 +87,8 @@ function progressFor(ws) {
     const up = ws.operation === "STARTING" || ws.operation === "RESTORING" || ws.operation === "PROVISIONING";
     return { label: busyLabels[ws.operation] || ws.operation, steps: up ? upSteps : null };
   }
-  if (ws.phase !== "ERROR" && ws.desired_state !== ws.phase && ws.phase !== "DELETING") {
+  const stable = ["PENDING", "ARCHIVED", "STANDBY", "RUNNING"].includes(ws.phase);
+  if (stable && ws.desired_state !== ws.phase) {
     return { label: ws.error_reason ? "Retrying" : "Queued", steps: null };
   }
   return null;
@@ -135,6 +139,7 @@ function renderCard(ws) {
   const pending = state.pending.has(ws.id);
   el.dataset.phase = ws.phase;
   el.dataset.operation = ws.operation;
+  el.dataset.desired = ws.desired_state;
   el.querySelector(".ws-name").textContent = ws.name;
   el.querySelector(".ws-desc").textContent = ws.description || "";
   const phase = el.querySelector(".phase");

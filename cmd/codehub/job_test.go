@@ -1,0 +1,112 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/internal/testenv"
+)
+
+func setJobEnv(t *testing.T, s3 testenv.S3, url string) {
+	t.Setenv("ARCHIVE_URL", url)
+	t.Setenv("S3_ENDPOINT", s3.Endpoint)
+	t.Setenv("S3_ACCESS_KEY", s3.AccessKey)
+	t.Setenv("S3_SECRET_KEY", s3.SecretKey)
+	t.Setenv("S3_REGION", s3.Region)
+	t.Setenv("S3_USE_SSL", "false")
+}
+
+// runJobLines runs the job and returns its exit code and stdout lines.
+func runJobLines(t *testing.T, args ...string) (int, []string) {
+	t.Helper()
+	var stdout, stderr strings.Builder
+	code := runJob(args, &stdout, &stderr)
+	t.Logf("codehub job %v -> %d\nstdout:\n%sstderr:\n%s", args, code, stdout.String(), stderr.String())
+	return code, strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
+}
+
+func lastLine(lines []string) string { return lines[len(lines)-1] }
+
+func TestJobArchiveAndRestore(t *testing.T) {
+	s3 := testenv.NewS3(t)
+	key := archive.Key("01jb3x7k9q2m5n8p4r6s0t1v2w", "01jb3x8a0000000000000000aa")
+	url := "s3://" + s3.Bucket + "/" + key
+	setJobEnv(t, s3, url)
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "project"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "project", "main.go"), []byte("package main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	code, lines := runJobLines(t, "archive", "--src", src)
+	if code != 0 || lines[0] != "CODEHUB_JOB=archive ARCHIVE_URL="+url || lastLine(lines) != "RESULT=OK" {
+		t.Fatalf("archive: exit %d, lines %q", code, lines)
+	}
+	code, lines = runJobLines(t, "archive", "--src", src)
+	if code != 0 || lines[1] != "STEP=check RESULT=EXISTS" || lastLine(lines) != "RESULT=OK" {
+		t.Fatalf("second archive: exit %d, lines %q", code, lines)
+	}
+
+	dst := t.TempDir()
+	code, lines = runJobLines(t, "restore", "--dst", dst)
+	if code != 0 || lines[0] != "CODEHUB_JOB=restore ARCHIVE_URL="+url || lastLine(lines) != "RESULT=OK" {
+		t.Fatalf("restore: exit %d, lines %q", code, lines)
+	}
+	got, err := os.ReadFile(filepath.Join(dst, "project", "main.go"))
+	if err != nil || string(got) != "package main\n" {
+		t.Fatalf("restored main.go = %q, %v", got, err)
+	}
+}
+
+func TestJobFailures(t *testing.T) {
+	s3 := testenv.NewS3(t)
+	missing := "s3://" + s3.Bucket + "/" + archive.Key("01jb3x7k9q2m5n8p4r6s0t1v2w", "01jb3x8a0000000000000000zz")
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"missing archive", map[string]string{"ARCHIVE_URL": missing}, []string{"restore", "--dst", "DIR"}, "ARCHIVE_NOT_FOUND"},
+		{"wrong credentials", map[string]string{"ARCHIVE_URL": missing, "S3_SECRET_KEY": "wrong"}, []string{"restore", "--dst", "DIR"}, "S3_ACCESS_ERROR"},
+		{"wrong credentials archive", map[string]string{"ARCHIVE_URL": missing, "S3_SECRET_KEY": "wrong"}, []string{"archive", "--src", "DIR"}, "S3_ACCESS_ERROR"},
+		{"bad url", map[string]string{"ARCHIVE_URL": "https://x/y"}, []string{"archive", "--src", "DIR"}, "UNKNOWN"},
+		{"no url", map[string]string{"ARCHIVE_URL": ""}, []string{"archive", "--src", "DIR"}, "UNKNOWN"},
+		{"bad ssl flag", map[string]string{"ARCHIVE_URL": missing, "S3_USE_SSL": "maybe"}, []string{"archive", "--src", "DIR"}, "UNKNOWN"},
+		{"no dir", map[string]string{"ARCHIVE_URL": missing}, []string{"archive"}, "UNKNOWN"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			setJobEnv(t, s3, missing)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			dir := t.TempDir()
+			args := append([]string(nil), tt.args...)
+			for i := range args {
+				if args[i] == "DIR" {
+					args[i] = dir
+				}
+			}
+			code, lines := runJobLines(t, args...)
+			prefix := "RESULT=FAIL CODEHUB_ERROR=" + tt.want + " DETAIL="
+			if code != 1 || !strings.HasPrefix(lastLine(lines), prefix) {
+				t.Fatalf("exit %d, last line %q; want 1 and %s…", code, lastLine(lines), prefix)
+			}
+		})
+	}
+}
+
+func TestJobUsage(t *testing.T) {
+	for _, args := range [][]string{nil, {"unpack"}, {"archive", "--bogus"}} {
+		var stdout, stderr strings.Builder
+		if code := runJob(args, &stdout, &stderr); code != 1 || stderr.Len() == 0 {
+			t.Errorf("runJob(%q) = %d, stderr %q; want 1 and a usage message", args, code, stderr.String())
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/codehub-io/codehub/proxy"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+const workspaceUsage = `usage:
+  codehub workspace recover -config FILE ID`
+
+// runWorkspace holds the administrator's workspace commands: recover
+// clears the error of an ERROR workspace so reconciliation resumes, the
+// same as POST /api/v1/admin/workspaces/{id}/recover.
+func runWorkspace(args []string, stdout, stderr io.Writer, _ io.Reader) int {
+	if len(args) == 0 || args[0] != "recover" {
+		fmt.Fprintln(stderr, workspaceUsage)
+		return 2
+	}
+	fs := flag.NewFlagSet("workspace recover", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "path of the HCL configuration file")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 || !proxy.ValidID(fs.Arg(0)) {
+		fmt.Fprintln(stderr, "codehub workspace recover: give exactly one workspace id (26 lowercase characters)")
+		return 2
+	}
+	id := fs.Arg(0)
+	cfg, err := loadConfig(*path, stderr)
+	if err != nil {
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "codehub workspace recover: %v\n", err)
+		return 1
+	}
+	defer pool.Close()
+	logger := hclog.New(&hclog.LoggerOptions{Name: "workspace", Output: stderr, Level: hclog.Warn})
+	svc := workspace.NewService(logger, pool, workspace.Options{})
+	w, err := svc.Recover(ctx, id)
+	switch {
+	case errors.Is(err, workspace.ErrNotFound):
+		fmt.Fprintf(stderr, "codehub workspace recover: no workspace %s\n", id)
+		return 1
+	case err != nil:
+		fmt.Fprintf(stderr, "codehub workspace recover: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "recovered workspace %s: phase %s, desired %s\n", w.ID, w.Phase, w.DesiredState)
+	return 0
+}

@@ -1,0 +1,91 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+func TestGarbage(t *testing.T) {
+	ops := []string{"01jb0000000000000000000001", "01jb0000000000000000000002", "01jb0000000000000000000003",
+		"01jb0000000000000000000004", "01jb0000000000000000000005"}
+	var keys []string
+	for _, op := range ops {
+		keys = append(keys, archive.Key(wsID, op))
+	}
+	k := func(i int) string { return keys[i-1] }
+	deleted := ptr(t0)
+	cases := []struct {
+		name string
+		w    workspace.Workspace
+		want []string
+	}{
+		{"live keeps newest 3", workspace.Workspace{ID: wsID, Phase: workspace.PhaseRunning}, []string{k(2), k(1)}},
+		{"live keeps its archive key", workspace.Workspace{ID: wsID, Phase: workspace.PhaseArchived, ArchiveKey: ptr(k(1))}, []string{k(2)}},
+		{"live keeps its op id archive", workspace.Workspace{ID: wsID, Phase: workspace.PhaseError, OpID: ptr(ops[1])}, []string{k(1)}},
+		{"deleted loses all", workspace.Workspace{ID: wsID, Phase: workspace.PhaseDeleted, DeletedAt: deleted, ArchiveKey: ptr(k(5))}, []string{k(5), k(4), k(3), k(2), k(1)}},
+		{"deleted in ERROR keeps what recovery needs", workspace.Workspace{ID: wsID, Phase: workspace.PhaseError, DeletedAt: deleted,
+			ArchiveKey: ptr(k(2)), OpID: ptr(ops[4])}, []string{k(4), k(3), k(1)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Garbage(c.w, keys, 3); !slices.Equal(got, c.want) {
+				t.Errorf("garbage = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestGCRunner(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	live, gone, recent := h.create("live"), h.create("gone"), h.create("recent")
+	put := func(ws workspace.Workspace, n int) []string {
+		var keys []string
+		for range n {
+			key := archive.Key(ws.ID, workspace.NewID())
+			h.backend.store.put(key, "x")
+			keys = append(keys, key)
+		}
+		return keys
+	}
+	liveKeys := put(live, 5)
+	put(gone, 2)
+	recentKeys := put(recent, 2)
+	h.exec(`UPDATE workspaces SET archive_key = $2 WHERE id = $1`, live.ID, liveKeys[0])
+	h.exec(`UPDATE workspaces SET deleted_at = now() - interval '3 hours', desired_state = 'DELETED', phase = 'DELETED' WHERE id = $1`, gone.ID)
+	h.exec(`UPDATE workspaces SET deleted_at = now() - interval '1 hour', desired_state = 'DELETED', phase = 'DELETED' WHERE id = $1`, recent.ID)
+
+	cfg := GCConfig{KeepArchives: 3, DeletedGrace: 2 * time.Hour, DryRun: true}
+	dry, err := NewGCRunner(hclog.NewNullLogger(), h.svc, h.backend.store, cfg).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dry) != 3 || len(h.backend.store.keys(live.ID)) != 5 || len(h.backend.store.keys(gone.ID)) != 2 {
+		t.Fatalf("dry run: named %v and deleted something", dry)
+	}
+	cfg.DryRun = false
+	deleted, err := NewGCRunner(hclog.NewNullLogger(), h.svc, h.backend.store, cfg).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(deleted, dry) {
+		t.Fatalf("deleted %v, dry run named %v", deleted, dry)
+	}
+	wantLive := append([]string{liveKeys[0]}, liveKeys[2:]...)
+	if got := h.backend.store.keys(live.ID); !slices.Equal(got, wantLive) {
+		t.Errorf("live archives %v, want %v (newest 3 and the archive key)", got, wantLive)
+	}
+	if got := h.backend.store.keys(gone.ID); len(got) != 0 {
+		t.Errorf("archives of a workspace deleted 3h ago left: %v", got)
+	}
+	if got := h.backend.store.keys(recent.ID); !slices.Equal(got, recentKeys) {
+		t.Errorf("archives of a workspace deleted 1h ago: %v, want %v", got, recentKeys)
+	}
+}

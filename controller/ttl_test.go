@@ -1,0 +1,138 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/codehub-io/codehub/internal/testenv"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+func newRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func (h *harness) exec(sql string, args ...any) {
+	h.t.Helper()
+	if _, err := h.pool.Exec(context.Background(), sql, args...); err != nil {
+		h.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func TestTTLRules(t *testing.T) {
+	h := newHarness(t)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	now := time.Now()
+	r := NewTTLRunner(hclog.NewNullLogger(), h.svc, rdb, TTLConfig{Interval: time.Minute, StandbyTTL: 10 * time.Minute, ArchiveTTL: 30 * time.Minute})
+	r.now = func() time.Time { return now }
+
+	ws := map[string]workspace.Workspace{}
+	for _, name := range []string{"idle", "recent", "busy", "active-in-redis", "own-ttl", "standby-old", "standby-new", "error", "deleted", "wants-standby"} {
+		ws[name] = h.create(name)
+	}
+	h.exec(`UPDATE workspaces SET phase = 'RUNNING', last_access_at = now() - interval '1 hour'`)
+	h.exec(`UPDATE workspaces SET last_access_at = now() - interval '1 minute' WHERE name = 'recent'`)
+	h.exec(`UPDATE workspaces SET operation = 'STOPPING' WHERE name = 'busy'`)
+	h.exec(`UPDATE workspaces SET standby_ttl = interval '2 hours' WHERE name = 'own-ttl'`)
+	h.exec(`UPDATE workspaces SET phase = 'STANDBY', desired_state = 'STANDBY' WHERE name LIKE 'standby-%'`)
+	h.exec(`UPDATE workspaces SET phase_changed_at = now() - interval '1 hour' WHERE name = 'standby-old'`)
+	h.exec(`UPDATE workspaces SET phase = 'ERROR', error_reason = 'Timeout', error_count = 1 WHERE name = 'error'`)
+	h.exec(`UPDATE workspaces SET desired_state = 'STANDBY' WHERE name = 'wants-standby'`)
+	if err := h.svc.Delete(ctx, ws["deleted"].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, ActivityKey, redis.Z{Member: ws["active-in-redis"].ID, Score: float64(now.Add(-30 * time.Second).Unix())}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]workspace.DesiredState{
+		"idle": workspace.DesiredStandby, "recent": workspace.DesiredRunning, "busy": workspace.DesiredRunning,
+		"active-in-redis": workspace.DesiredRunning, "own-ttl": workspace.DesiredRunning,
+		"standby-old": workspace.DesiredArchived, "standby-new": workspace.DesiredStandby,
+		"error": workspace.DesiredRunning, "deleted": workspace.DesiredDeleted, "wants-standby": workspace.DesiredStandby,
+	}
+	for name, d := range want {
+		if got := h.row(ws[name].ID).DesiredState; got != d {
+			t.Errorf("%s: desired %s, want %s", name, got, d)
+		}
+	}
+	if len(res.Standby) != 1 || len(res.Archived) != 1 || res.Flushed != 1 {
+		t.Errorf("result %+v", res)
+	}
+	if n, _ := rdb.ZCard(ctx, ActivityKey).Result(); n != 0 {
+		t.Errorf("%d activity entries left after the flush", n)
+	}
+	if got := h.row(ws["active-in-redis"].ID).LastAccessAt; got.Unix() != now.Add(-30*time.Second).Unix() {
+		t.Errorf("last_access_at %v not taken from redis", got)
+	}
+}
+
+// TestActivityFlushKeepsNewerScore: an access recorded between reading the
+// set and acknowledging it survives for the next pass.
+func TestActivityFlushKeepsNewerScore(t *testing.T) {
+	h := newHarness(t)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	r := NewTTLRunner(hclog.NewNullLogger(), h.svc, rdb, TTLConfig{})
+	a, b := h.create("a"), h.create("b")
+	h.exec(`UPDATE workspaces SET last_access_at = now() - interval '1 day'`)
+	old := float64(time.Now().Add(-time.Minute).Unix())
+	rdb.ZAdd(ctx, ActivityKey, redis.Z{Member: a.ID, Score: old}, redis.Z{Member: b.ID, Score: old})
+	entries, err := rdb.ZRangeWithScores(ctx, ActivityKey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := old + 30
+	rdb.ZAddGT(ctx, ActivityKey, redis.Z{Member: a.ID, Score: newer})
+	if err := r.ack(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	left, err := rdb.ZRangeWithScores(ctx, ActivityKey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0].Member != a.ID || left[0].Score != newer {
+		t.Fatalf("left %v, want only %s at %v", left, a.ID, newer)
+	}
+	if _, err := r.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.row(a.ID).LastAccessAt.Unix(); got != int64(newer) {
+		t.Fatalf("last_access_at %d, want the newer %d", got, int64(newer))
+	}
+}
+
+func TestTTLSkipsWorkspaceWokenMeanwhile(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	w := h.create("dev")
+	h.exec(`UPDATE workspaces SET phase = 'RUNNING', last_access_at = now() - interval '1 hour'`)
+	idle, err := h.svc.Idle(ctx, time.Now(), 10*time.Minute, time.Hour)
+	if err != nil || len(idle) != 1 {
+		t.Fatalf("idle = %d, %v", len(idle), err)
+	}
+	// A proxy wake (or any change) lands between the read and the write.
+	h.exec(`UPDATE workspaces SET last_access_at = now() WHERE id = $1`, w.ID)
+	if _, err := h.svc.SetDesiredIfUnchanged(ctx, w.ID, idle[0].Version, workspace.DesiredStandby); err == nil {
+		t.Fatalf("TTL stopped a workspace touched after it was judged idle")
+	}
+	if got := h.row(w.ID).DesiredState; got != workspace.DesiredRunning {
+		t.Fatalf("desired %s", got)
+	}
+}

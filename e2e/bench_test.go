@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/codehub-io/codehub/internal/testenv"
+)
+
+// apiClient talks to the server's REST API with a session cookie.
+type apiClient struct {
+	tb   testing.TB
+	base string
+	http *http.Client
+}
+
+type apiWorkspace struct {
+	ID        string `json:"id"`
+	Phase     string `json:"phase"`
+	Operation string `json:"operation"`
+	Desired   string `json:"desired_state"`
+	Reason    string `json:"error_reason"`
+}
+
+func (c *apiClient) do(method, path string, body any, out any) int {
+	c.tb.Helper()
+	var r io.Reader = http.NoBody
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			c.tb.Fatalf("%s %s: decode: %v", method, path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// settle polls the workspace until it shows phase with no operation and
+// returns how long that took.
+func (c *apiClient) settle(id, phase string, start time.Time) time.Duration {
+	c.tb.Helper()
+	deadline := start.Add(5 * time.Minute)
+	for {
+		var ws apiWorkspace
+		if code := c.do("GET", "/api/v1/workspaces/"+id, nil, &ws); code != http.StatusOK {
+			c.tb.Fatalf("get workspace: %d", code)
+		}
+		if ws.Phase == phase && ws.Operation == "NONE" {
+			return time.Since(start)
+		}
+		if ws.Phase == "ERROR" || time.Now().After(deadline) {
+			c.tb.Fatalf("workspace never settled in %s: %+v", phase, ws)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// BenchmarkWakeToReady measures, through the REST API of a real server with
+// the single-machine backend and real code-server: create until RUNNING
+// (once), then per iteration PATCH desired RUNNING on a STANDBY workspace
+// until the API shows RUNNING with no operation (code-server answers its
+// health check). Reports p50 and p90 of the wakes.
+func BenchmarkWakeToReady(b *testing.B) {
+	codeServer := program(b, envCodeServer, "", "code-server", "scripts/install-code-server.sh installs it")
+	srv := startServer(b, serverConfig{
+		databaseURL: testenv.PostgresURL(b),
+		redisURL:    testenv.RedisURL(b),
+		s3:          testenv.NewS3(b),
+		codeServer:  codeServer,
+	})
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &apiClient{tb: b, base: srv.url, http: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+	if code := c.do("POST", "/api/v1/login", map[string]string{"username": "admin", "password": adminPassword}, nil); code != http.StatusOK {
+		b.Fatalf("login: %d", code)
+	}
+	var ws apiWorkspace
+	start := time.Now()
+	if code := c.do("POST", "/api/v1/workspaces", map[string]string{"name": "bench"}, &ws); code != http.StatusCreated {
+		b.Fatalf("create: %d", code)
+	}
+	b.ReportMetric(c.settle(ws.ID, "RUNNING", start).Seconds(), "create-s")
+	b.Cleanup(func() { c.do("DELETE", "/api/v1/workspaces/"+ws.ID, nil, nil) })
+
+	var samples []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		if code := c.do("PATCH", "/api/v1/workspaces/"+ws.ID, map[string]string{"desired_state": "STANDBY"}, nil); code != http.StatusOK {
+			b.Fatalf("stop: %d", code)
+		}
+		c.settle(ws.ID, "STANDBY", time.Now())
+		b.StartTimer()
+		start := time.Now()
+		if code := c.do("PATCH", "/api/v1/workspaces/"+ws.ID, map[string]string{"desired_state": "RUNNING"}, nil); code != http.StatusOK {
+			b.Fatalf("wake: %d", code)
+		}
+		samples = append(samples, c.settle(ws.ID, "RUNNING", start))
+	}
+	sort.Slice(samples, func(i, k int) bool { return samples[i] < samples[k] })
+	b.ReportMetric(samples[len(samples)/2].Seconds(), "p50-s")
+	b.ReportMetric(samples[len(samples)*9/10].Seconds(), "p90-s")
+	b.Logf("wake samples: %v", samples)
+}

@@ -1,0 +1,490 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/codehub-io/codehub/activity"
+	"github.com/codehub-io/codehub/api/apitest"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+var upstreamBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "codehub-upstream")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	upstreamBin = filepath.Join(dir, "upstream")
+	build := exec.Command("go", "build", "-o", upstreamBin, "./testdata/upstream")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build test upstream:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// startUpstream runs the upstream process and returns its host:port.
+func startUpstream(t testing.TB) string {
+	t.Helper()
+	cmd := exec.Command(upstreamBin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start upstream: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read upstream address: %v", err)
+	}
+	return strings.TrimSpace(line)
+}
+
+type echo struct {
+	Method  string              `json:"method"`
+	Path    string              `json:"path"`
+	RawPath string              `json:"raw_path"`
+	Query   string              `json:"query"`
+	Host    string              `json:"host"`
+	Headers map[string][]string `json:"headers"`
+}
+
+// runningWorkspace creates a workspace of u that the "controller" reports
+// RUNNING with the upstream at addr.
+func runningWorkspace(t testing.TB, env *apitest.Env, u apitest.User, name, addr string) workspace.Workspace {
+	t.Helper()
+	w := env.CreateWorkspace(u, name)
+	env.SetPhase(w.ID, workspace.PhaseRunning, workspace.OpNone)
+	env.Upstreams.Set(w.ID, addr)
+	return w
+}
+
+func get(t testing.TB, c *http.Client, rawURL string, headers ...string) apitest.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" {
+			req.Host = headers[i+1]
+			continue
+		}
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", rawURL, err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return apitest.Response{StatusCode: res.StatusCode, Header: res.Header, Body: body}
+}
+
+const html = "text/html,application/xhtml+xml"
+
+func TestProxyHTTP(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	base, _ := url.Parse(env.URL)
+	c.Jar.SetCookies(base, []*http.Cookie{{Name: "theirs", Value: "kept"}})
+
+	res := get(t, c, env.URL+"/w/"+w.ID+"/echo/a%2Fb?x=1&y=2",
+		"Authorization", "Bearer secret", "X-Forwarded-For", "6.6.6.6",
+		"X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https")
+	if res.StatusCode != 200 {
+		t.Fatalf("proxied GET: %d %s", res.StatusCode, res.Body)
+	}
+	var e echo
+	res.Decode(t, &e)
+	h := http.Header(e.Headers)
+	checks := []struct{ what, got, want string }{
+		{"path", e.Path, "/echo/a/b"},
+		{"raw path", e.RawPath, "/echo/a%2Fb"},
+		{"query", e.Query, "x=1&y=2"},
+		{"host", e.Host, base.Host},
+		{"cookie", h.Get("Cookie"), "theirs=kept"},
+		{"authorization", h.Get("Authorization"), ""},
+		{"x-forwarded-for", h.Get("X-Forwarded-For"), "127.0.0.1"},
+		{"x-forwarded-host", h.Get("X-Forwarded-Host"), base.Host},
+		{"x-forwarded-proto", h.Get("X-Forwarded-Proto"), "http"},
+		{"x-forwarded-prefix", h.Get("X-Forwarded-Prefix"), "/w/" + w.ID},
+	}
+	for _, ck := range checks {
+		if ck.got != ck.want {
+			t.Errorf("upstream saw %s %q, want %q", ck.what, ck.got, ck.want)
+		}
+	}
+
+	res = get(t, c, env.URL+"/w/"+w.ID+"?q=1")
+	if res.StatusCode != http.StatusPermanentRedirect || res.Header.Get("Location") != "/w/"+w.ID+"/?q=1" {
+		t.Fatalf("workspace root without slash: %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+
+	res = get(t, c, env.URL+"/w/"+w.ID+"/set-cookie")
+	cookies := res.Header.Values("Set-Cookie")
+	if len(cookies) != 1 || !strings.HasPrefix(cookies[0], "theirs=1") {
+		t.Fatalf("Set-Cookie from the workspace: %q", cookies)
+	}
+
+	req, _ := http.NewRequest("POST", env.URL+"/w/"+w.ID+"/submit", strings.NewReader("a=1"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	pres, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pres.Body.Close()
+	if err := json.NewDecoder(pres.Body).Decode(&e); err != nil || pres.StatusCode != 200 || e.Method != "POST" || e.Path != "/submit" {
+		t.Fatalf("proxied POST: %d %+v %v", pres.StatusCode, e, err)
+	}
+}
+
+func TestProxyTrustedForwarding(t *testing.T) {
+	env := apitest.New(t, apitest.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	res := get(t, c, env.URL+"/w/"+w.ID+"/", "X-Forwarded-For", "203.0.113.7",
+		"X-Forwarded-Proto", "https", "X-Forwarded-Host", "code.example.com")
+	var e echo
+	res.Decode(t, &e)
+	h := http.Header(e.Headers)
+	if h.Get("X-Forwarded-For") != "203.0.113.7, 127.0.0.1" || h.Get("X-Forwarded-Proto") != "https" || h.Get("X-Forwarded-Host") != "code.example.com" {
+		t.Fatalf("behind a trusted proxy the upstream saw %v", h)
+	}
+}
+
+func TestProxyStreaming(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	res, err := c.Get(env.URL + "/w/" + w.ID + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	r := bufio.NewReader(res.Body)
+	// The first part arrives while the upstream is still holding the
+	// response open: the proxy does not buffer.
+	if line, err := r.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("first part: %q %v", line, err)
+	}
+	if rel := get(t, c, env.URL+"/w/"+w.ID+"/release"); rel.StatusCode != 200 {
+		t.Fatalf("release: %d", rel.StatusCode)
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil || string(rest) != "second\n" {
+		t.Fatalf("rest of the stream: %q %v", rest, err)
+	}
+}
+
+func dialHeaders(t testing.TB, c *http.Client, rawURL, origin string) http.Header {
+	u, _ := url.Parse(rawURL)
+	h := http.Header{}
+	for _, ck := range c.Jar.Cookies(u) {
+		h.Add("Cookie", ck.Name+"="+ck.Value)
+	}
+	if origin != "" {
+		h.Set("Origin", origin)
+	}
+	return h
+}
+
+func TestProxyWebSocket(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wsURL := "ws" + strings.TrimPrefix(env.URL, "http") + "/w/" + w.ID + "/ws"
+
+	_, res, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: dialHeaders(t, c, env.URL, "http://evil.example")})
+	if err == nil || res == nil || res.StatusCode != http.StatusForbidden {
+		t.Fatalf("foreign-origin upgrade: %v %v", res, err)
+	}
+
+	env.Exec(`UPDATE workspaces SET last_access_at = now() - interval '1 hour'`)
+	before := time.Now().Unix()
+	conn, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
+	if err != nil {
+		t.Fatalf("dial through the proxy: %v", err)
+	}
+	defer conn.CloseNow()
+	for i := range 20 {
+		msg := fmt.Sprintf("message %d", i)
+		if err := conn.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := conn.Read(ctx)
+		if err != nil || string(got) != msg {
+			t.Fatalf("echo %d: %q %v", i, got, err)
+		}
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+
+	// Stopping the server flushes the in-memory marks to the ZSET.
+	env.StopServer()
+	score, err := env.Redis.ZScore(ctx, activity.Key, w.ID).Result()
+	if err != nil || int64(score) < before {
+		t.Fatalf("activity of %s in %s: %v %v (want >= %d)", w.ID, activity.Key, score, err, before)
+	}
+}
+
+func TestProxyAuthorization(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	mallory := env.CreateUser("mallory", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	anon := env.Client()
+	path := "/w/" + w.ID + "/some/page?x=1"
+
+	if res := get(t, anon, env.URL+path); res.StatusCode != 401 || res.ErrorCode() != "UNAUTHENTICATED" {
+		t.Fatalf("anonymous JSON: %d %s", res.StatusCode, res.Body)
+	}
+	res := get(t, anon, env.URL+path, "Accept", html)
+	if res.StatusCode != http.StatusFound || res.Header.Get("Location") != env.URL+"/login?next="+url.QueryEscape(path) {
+		t.Fatalf("anonymous browser: %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	m := env.Login(mallory)
+	if res := get(t, m, env.URL+path); res.StatusCode != 403 || res.ErrorCode() != "FORBIDDEN" {
+		t.Fatalf("another user's workspace: %d %s", res.StatusCode, res.Body)
+	}
+	if res := get(t, m, env.URL+path, "Accept", html); res.StatusCode != 403 || !strings.Contains(string(res.Body), "belongs to another user") {
+		t.Fatalf("another user's workspace (browser): %d", res.StatusCode)
+	}
+	// Warm the route cache as the owner: the owner check still holds.
+	a := env.Login(alice)
+	if res := get(t, a, env.URL+path); res.StatusCode != 200 {
+		t.Fatalf("owner: %d", res.StatusCode)
+	}
+	if res := get(t, m, env.URL+path); res.StatusCode != 403 {
+		t.Fatalf("another user after the owner: %d", res.StatusCode)
+	}
+	for _, p := range []string{"/w/01jb3x7k9q2m5n8p4r6s0t1v2w/", "/w/NOT-AN-ID/", "/w/"} {
+		if res := get(t, a, env.URL+p); res.StatusCode != 404 {
+			t.Fatalf("%s: %d", p, res.StatusCode)
+		}
+	}
+	if err := env.Service.Delete(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A replica that has not cached the route answers from the table.
+	fresh := env.NewReplica(apitest.Config{})
+	req, _ := http.NewRequest("GET", env.URL+path, nil)
+	for _, ck := range a.Jar.Cookies(req.URL) {
+		req.AddCookie(ck)
+	}
+	rec := httptest.NewRecorder()
+	fresh.ServeHTTP(rec, req)
+	if rec.Code != 404 {
+		t.Fatalf("deleted workspace: %d", rec.Code)
+	}
+}
+
+func TestProxyUpstreamDown(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	w := runningWorkspace(t, env, alice, "down", closed)
+	c := env.Login(alice)
+	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != 502 || res.ErrorCode() != "UPSTREAM_UNAVAILABLE" {
+		t.Fatalf("refused upstream: %d %s", res.StatusCode, res.Body)
+	}
+	res := get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", html)
+	if res.StatusCode != 502 || !strings.Contains(string(res.Body), "Workspace not reachable") || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("refused upstream (browser): %d %s", res.StatusCode, res.Body)
+	}
+	unresolved := env.CreateWorkspace(alice, "unresolved")
+	env.SetPhase(unresolved.ID, workspace.PhaseRunning, workspace.OpNone)
+	if res := get(t, c, env.URL+"/w/"+unresolved.ID+"/"); res.StatusCode != 502 {
+		t.Fatalf("no upstream: %d %s", res.StatusCode, res.Body)
+	}
+}
+
+func TestProxyAutoWake(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	addr := startUpstream(t)
+	w := env.CreateWorkspace(alice, "sleepy")
+	if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby); err != nil {
+		t.Fatal(err)
+	}
+	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
+	env.Exec(`UPDATE workspaces SET last_access_at = now() - interval '1 hour' WHERE id = $1`, w.ID)
+	env.Upstreams.Set(w.ID, addr)
+	c := env.Login(alice)
+
+	res := get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", html)
+	if res.StatusCode != 503 || !strings.Contains(string(res.Body), "Starting sleepy") || !strings.Contains(string(res.Body), "location.reload") {
+		t.Fatalf("standby workspace: %d %s", res.StatusCode, res.Body)
+	}
+	row := env.Workspace(w.ID)
+	if row.DesiredState != workspace.DesiredRunning || time.Since(row.LastAccessAt) > 10*time.Minute {
+		t.Fatalf("after auto-wake: desired %s, last access %v", row.DesiredState, row.LastAccessAt)
+	}
+	// The page's poll gets JSON while the controller works.
+	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpStarting)
+	if res := get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", "application/json"); res.StatusCode != 503 || res.ErrorCode() != "STARTING" || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("starting: %d %s", res.StatusCode, res.Body)
+	}
+	env.SetPhase(w.ID, workspace.PhaseRunning, workspace.OpNone)
+	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != 200 {
+		t.Fatalf("once running: %d %s", res.StatusCode, res.Body)
+	}
+}
+
+func TestProxyLimitPage(t *testing.T) {
+	env := apitest.New(t, apitest.Config{MaxRunningPerUser: 1})
+	alice := env.CreateUser("alice", false)
+	sleepy := env.CreateWorkspace(alice, "sleepy")
+	if _, err := env.Service.SetDesired(context.Background(), sleepy.ID, workspace.DesiredStandby); err != nil {
+		t.Fatal(err)
+	}
+	env.SetPhase(sleepy.ID, workspace.PhaseStandby, workspace.OpNone)
+	busy := env.CreateWorkspace(alice, "busy")
+	c := env.Login(alice)
+	res := get(t, c, env.URL+"/w/"+sleepy.ID+"/", "Accept", html)
+	body := string(res.Body)
+	if res.StatusCode != 429 || !strings.Contains(body, ">busy</a>") || !strings.Contains(body, env.URL+"/w/"+busy.ID+"/") {
+		t.Fatalf("limit page: %d %s", res.StatusCode, body)
+	}
+	if res := get(t, c, env.URL+"/w/"+sleepy.ID+"/"); res.StatusCode != 429 || res.ErrorCode() != "LIMIT_EXCEEDED" {
+		t.Fatalf("limit (JSON): %d %s", res.StatusCode, res.Body)
+	}
+	if got := env.Workspace(sleepy.ID).DesiredState; got != workspace.DesiredStandby {
+		t.Fatalf("refused wake changed desired state to %s", got)
+	}
+}
+
+func TestProxyStatusPages(t *testing.T) {
+	env := apitest.New(t, apitest.Config{MaxRunningPerUser: 10})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	ctx := context.Background()
+
+	archived := env.CreateWorkspace(alice, "archived")
+	if _, err := env.Service.SetDesired(ctx, archived.ID, workspace.DesiredArchived); err != nil {
+		t.Fatal(err)
+	}
+	env.SetPhase(archived.ID, workspace.PhaseArchived, workspace.OpNone)
+	pending := env.CreateWorkspace(alice, "pending")
+	if _, err := env.Service.SetDesired(ctx, pending.ID, workspace.DesiredStandby); err != nil {
+		t.Fatal(err)
+	}
+	failed := env.CreateWorkspace(alice, "failed")
+	env.Exec(`UPDATE workspaces SET phase = 'ERROR', error_reason = 'ImagePullFailed', error_message = 'manifest unknown' WHERE id = $1`, failed.ID)
+	stopping := env.CreateWorkspace(alice, "stopping")
+	env.SetPhase(stopping.ID, workspace.PhaseRunning, workspace.OpStopping)
+
+	for _, tc := range []struct {
+		id, code, text string
+	}{
+		{archived.ID, "ARCHIVED", "Restore and start"},
+		{pending.ID, "NOT_STARTED", "is not started"},
+		{failed.ID, "WORKSPACE_ERROR", "ImagePullFailed"},
+		{stopping.ID, "STARTING", "Starting stopping"},
+	} {
+		if res := get(t, c, env.URL+"/w/"+tc.id+"/"); res.StatusCode != 503 || res.ErrorCode() != tc.code {
+			t.Errorf("%s (JSON): %d %s", tc.code, res.StatusCode, res.Body)
+		}
+		if res := get(t, c, env.URL+"/w/"+tc.id+"/", "Accept", html); res.StatusCode != 503 || !strings.Contains(string(res.Body), tc.text) {
+			t.Errorf("%s (browser): %d %s", tc.code, res.StatusCode, res.Body)
+		}
+	}
+
+	post := func(origin string) *http.Response {
+		req, _ := http.NewRequest("POST", env.URL+"/w/"+archived.ID+"/", strings.NewReader("codehub_action=start"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Accept", html)
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	if res := post("http://evil.example"); res.StatusCode != 503 {
+		t.Fatalf("cross-origin restore: %d", res.StatusCode)
+	}
+	if got := env.Workspace(archived.ID).DesiredState; got != workspace.DesiredArchived {
+		t.Fatalf("cross-origin post changed desired state to %s", got)
+	}
+	if res := post(env.URL); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("restore: %d", res.StatusCode)
+	}
+	if got := env.Workspace(archived.ID).DesiredState; got != workspace.DesiredRunning {
+		t.Fatalf("after restore desired state is %s", got)
+	}
+}
+
+func TestProxySubdomain(t *testing.T) {
+	env := apitest.New(t, apitest.Config{SubdomainBase: "ws.test"})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	host := w.ID + ".ws.test"
+	// The session cookie of the test's jar belongs to 127.0.0.1; send it
+	// to the workspace host as a cookie domain covering both would.
+	res := get(t, c, env.URL+"/echo?x=1", append([]string{"Host", host}, cookieHeader(c, env.URL)...)...)
+	var e echo
+	res.Decode(t, &e)
+	if res.StatusCode != 200 || e.Path != "/echo" || e.Host != host || http.Header(e.Headers).Get("Cookie") != "" {
+		t.Fatalf("subdomain request: %d %+v", res.StatusCode, e)
+	}
+	var created struct {
+		URL string `json:"url"`
+	}
+	env.Do(c, "GET", "/api/v1/workspaces/"+w.ID, nil).Decode(t, &created)
+	if created.URL != "http://"+host+"/" {
+		t.Fatalf("url in subdomain mode: %q", created.URL)
+	}
+}
+
+func cookieHeader(c *http.Client, rawURL string) []string {
+	u, _ := url.Parse(rawURL)
+	var parts []string
+	for _, ck := range c.Jar.Cookies(u) {
+		parts = append(parts, ck.Name+"="+ck.Value)
+	}
+	return []string{"Cookie", strings.Join(parts, "; ")}
+}

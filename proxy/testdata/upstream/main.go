@@ -1,0 +1,75 @@
+// Command upstream is the workspace stand-in the proxy tests run as a
+// separate process: it echoes requests as JSON, streams a response in two
+// parts, sets cookies and echoes WebSocket messages. It prints its address
+// on stdout and listens on 127.0.0.1 only.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/coder/websocket"
+)
+
+func main() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr().String())
+	release := make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "first")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprintln(w, "second")
+	})
+	mux.HandleFunc("/release", func(w http.ResponseWriter, r *http.Request) {
+		release <- struct{}{}
+	})
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/set-cookie", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Set-Cookie", "codehub_session=planted; Path=/")
+		w.Header().Add("Set-Cookie", "theirs=1; Path=/")
+	})
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(1 << 20)
+		ctx := context.Background()
+		for {
+			typ, msg, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			if err := c.Write(ctx, typ, msg); err != nil {
+				return
+			}
+		}
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"method": r.Method, "path": r.URL.Path, "raw_path": r.URL.RawPath, "query": r.URL.RawQuery,
+			"host": r.Host, "headers": r.Header,
+		})
+	})
+	srv := &http.Server{Handler: mux}
+	_ = srv.Serve(ln)
+}

@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"net/http"
+	"net/netip"
+	"testing"
+
+	"github.com/codehub-io/codehub/workspace"
+)
+
+func TestDecide(t *testing.T) {
+	const (
+		run     = workspace.DesiredRunning
+		standby = workspace.DesiredStandby
+		archive = workspace.DesiredArchived
+	)
+	cases := []struct {
+		phase   workspace.Phase
+		desired workspace.DesiredState
+		op      workspace.Operation
+		want    verdict
+	}{
+		{workspace.PhaseRunning, run, workspace.OpNone, verdictProxy},
+		{workspace.PhaseRunning, standby, workspace.OpNone, verdictWakeAndProxy},
+		{workspace.PhaseRunning, standby, workspace.OpStopping, verdictStarting},
+		{workspace.PhaseStandby, standby, workspace.OpNone, verdictWake},
+		{workspace.PhaseStandby, archive, workspace.OpNone, verdictWake},
+		{workspace.PhaseStandby, run, workspace.OpNone, verdictStarting},
+		{workspace.PhaseStandby, run, workspace.OpStarting, verdictStarting},
+		{workspace.PhaseStandby, archive, workspace.OpArchiving, verdictStarting},
+		{workspace.PhaseArchived, archive, workspace.OpNone, verdictArchived},
+		{workspace.PhaseArchived, run, workspace.OpNone, verdictStarting},
+		{workspace.PhaseArchived, run, workspace.OpRestoring, verdictStarting},
+		{workspace.PhasePending, standby, workspace.OpNone, verdictNotStarted},
+		{workspace.PhasePending, run, workspace.OpNone, verdictStarting},
+		{workspace.PhasePending, run, workspace.OpProvisioning, verdictStarting},
+		{workspace.PhaseError, run, workspace.OpNone, verdictError},
+		{workspace.PhaseDeleting, workspace.DesiredDeleted, workspace.OpDeleting, verdictGone},
+		{workspace.PhaseDeleted, workspace.DesiredDeleted, workspace.OpNone, verdictGone},
+	}
+	for _, tc := range cases {
+		if got := decide(tc.phase, tc.desired, tc.op); got != tc.want {
+			t.Errorf("decide(%s, %s, %s) = %d, want %d", tc.phase, tc.desired, tc.op, got, tc.want)
+		}
+	}
+}
+
+func TestStripCredentials(t *testing.T) {
+	cases := []struct {
+		name    string
+		cookies []string
+		want    string
+	}{
+		{"only ours", []string{"codehub_session=abc"}, ""},
+		{"ours among others", []string{"a=1; codehub_session=abc; b=2"}, "a=1; b=2"},
+		{"several headers", []string{"codehub_session=abc", "vscode-tkn=x"}, "vscode-tkn=x"},
+		{"prefix is not ours", []string{"codehub_session_x=1; xcodehub_session=2"}, "codehub_session_x=1; xcodehub_session=2"},
+		{"spaces", []string{" codehub_session = abc ;  a=1 "}, "a=1"},
+		{"none", nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{"Authorization": {"Bearer x"}}
+			for _, c := range tc.cookies {
+				h.Add("Cookie", c)
+			}
+			stripCredentials(h, "codehub_session")
+			if got := h.Get("Cookie"); got != tc.want {
+				t.Fatalf("Cookie = %q, want %q", got, tc.want)
+			}
+			if len(h.Values("Cookie")) > 1 {
+				t.Fatalf("several Cookie headers left: %q", h.Values("Cookie"))
+			}
+			if h.Get("Authorization") != "" {
+				t.Fatal("Authorization kept")
+			}
+		})
+	}
+}
+
+func TestTrustedPeer(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	cases := map[string]bool{
+		"10.1.2.3:4444":        true,
+		"[::ffff:10.1.2.3]:1":  true,
+		"[::1]:80":             true,
+		"11.0.0.1:80":          false,
+		"garbage":              false,
+		"127.0.0.1:80":         false,
+		"[2001:db8::1]:443":    false,
+		"10.0.0.1":             true,
+		"[fe80::1%eth0]:12345": false,
+	}
+	for addr, want := range cases {
+		if got := trustedPeer(addr, trusted); got != want {
+			t.Errorf("trustedPeer(%q) = %v, want %v", addr, got, want)
+		}
+	}
+	if trustedPeer("10.0.0.1:1", nil) {
+		t.Error("no trusted proxies configured, yet a peer was trusted")
+	}
+}
+
+func TestSites(t *testing.T) {
+	const id = "01jb3x7k9q2m5n8p4r6s0t1v2w"
+	path, err := NewSites("https://code.example.com/", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := path.WorkspaceURL(id); got != "https://code.example.com/w/"+id+"/" {
+		t.Errorf("path mode url %q", got)
+	}
+	if _, ok := path.WorkspaceFromHost(id + ".ws.example.com"); ok {
+		t.Error("path mode resolved a subdomain")
+	}
+	sub, err := NewSites("https://code.example.com", "ws.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sub.WorkspaceURL(id); got != "https://"+id+".ws.example.com/" {
+		t.Errorf("subdomain url %q", got)
+	}
+	hosts := map[string]bool{
+		id + ".ws.example.com":       true,
+		id + ".WS.example.com:443":   true,
+		"x" + id + ".ws.example.com": false,
+		id + ".ws.example.com.evil":  false,
+		"ws.example.com":             false,
+		"01JB.ws.example.com":        false,
+		id + ".other.example.com":    false,
+	}
+	for host, want := range hosts {
+		got, ok := sub.WorkspaceFromHost(host)
+		if ok != want || (ok && got != id) {
+			t.Errorf("WorkspaceFromHost(%q) = %q, %v", host, got, ok)
+		}
+	}
+	for _, bad := range []string{"ftp://x", "code.example.com", "https://code.example.com/sub"} {
+		if _, err := NewSites(bad, ""); err == nil {
+			t.Errorf("NewSites(%q) accepted", bad)
+		}
+	}
+}
