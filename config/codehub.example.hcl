@@ -114,8 +114,13 @@ backend "nomad" {
   # /dl/codehub. Must stay empty with the docker driver.
   codehub_path = ""
 
-  # How often Nomad checks each workspace's health endpoint.
-  check_interval = "10s"
+  # docker driver: network mode of workspace and batch jobs, e.g. "host" for
+  # an engine without a bridge network. Empty (the default) keeps Docker's.
+  network_mode = ""
+
+  # How often Nomad checks each workspace's health endpoint. It bounds how
+  # fast a woken workspace is seen ready, so keep it short.
+  check_interval = "1s"
 }
 
 # The other backend runs workspaces as local processes on this machine,
@@ -125,8 +130,9 @@ backend "nomad" {
 #   # Directory holding the workspace home directories.
 #   data_dir = "/var/lib/codehub/workspaces"
 #
-#   # code-server binary: a path, or a name looked up on PATH. It runs with
-#   # the workspace args below.
+#   # code-server binary: a path, or a name looked up on PATH. It listens on
+#   # a free loopback port with the workspace's volume as HOME; the
+#   # workspace command and args below apply to Nomad's exec and raw_exec.
 #   code_server = "code-server"
 # }
 

@@ -113,6 +113,9 @@ type NomadBackend struct {
 	// and raw_exec drivers; empty means jobs fetch it from the control
 	// plane's /dl/codehub.
 	CodehubPath string `hcl:"codehub_path,optional"`
+	// NetworkMode is the docker network mode of workspace and batch jobs
+	// ("host" for engines without a bridge); empty keeps Docker's default.
+	NetworkMode string `hcl:"network_mode,optional"`
 
 	// CheckInterval is how often Nomad checks a workspace's health.
 	CheckIntervalHCL string `hcl:"check_interval,optional"`

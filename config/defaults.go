@@ -10,7 +10,7 @@ import (
 // Default durations; the HCL string fields are derived from them so the two
 // never disagree.
 const (
-	defaultCheckInterval    = 10 * time.Second
+	defaultCheckInterval    = time.Second
 	defaultStandbyTTL       = 10 * time.Minute
 	defaultArchiveTTL       = 30 * time.Minute
 	defaultIdleInterval     = 15 * time.Second

@@ -226,6 +226,9 @@ func (c *Config) checkNomad(ch *checker, n *NomadBackend) {
 			ch.add("workspace.image", "must be set for the docker driver")
 		}
 	case DriverExec, DriverRawExec:
+		if n.NetworkMode != "" {
+			ch.add("backend.nomad.network_mode", "applies only to the docker driver")
+		}
 		if n.CodehubPath != "" && !filepath.IsAbs(n.CodehubPath) {
 			ch.add("backend.nomad.codehub_path", "%q must be an absolute path on the nodes", n.CodehubPath)
 		}

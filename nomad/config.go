@@ -47,6 +47,8 @@ func OptionsFromConfig(cfg *config.Config, artifactChecksum string) (Options, er
 			GID:     w.GID,
 			CPU:     w.CPU,
 			Memory:  w.Memory,
+
+			NetworkMode: n.NetworkMode,
 		},
 		S3: S3Options{
 			Endpoint:  cfg.S3.Endpoint,
