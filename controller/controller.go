@@ -66,7 +66,7 @@ type WorkspaceController struct {
 	now      func() time.Time
 	// rows caches the workspace rows last read, by id; a pass reloads
 	// only rows whose version moved. Only Tick touches it.
-	rows map[string]workspace.Workspace
+	rows map[string]*workspace.Workspace
 }
 
 // NewWorkspaceController returns a controller over the workspaces in pool.
@@ -75,7 +75,7 @@ func NewWorkspaceController(logger hclog.Logger, pool *pgxpool.Pool, backend Bac
 		cfg.NewOpID = workspace.NewID
 	}
 	return &WorkspaceController{logger: logger, pool: pool, backend: backend, archives: archives, cfg: cfg, now: time.Now,
-		rows: map[string]workspace.Workspace{}}
+		rows: map[string]*workspace.Workspace{}}
 }
 
 // SetClock replaces the clock (tests drive timeouts and backoff with it).
@@ -96,10 +96,11 @@ func (c *WorkspaceController) Tick(ctx context.Context, epoch int64) (TickStats,
 	}
 	now := c.now()
 	stats.Workspaces = len(ws)
-	for _, w := range ws {
+	for _, row := range ws {
 		if err := ctx.Err(); err != nil {
 			return stats, err
 		}
+		w := *row
 		obs := snap.Workspaces[w.ID]
 		a := Plan(w, obs, c.checkArchive(ctx, w, obs), now, c.cfg)
 		op, err := c.act(ctx, epoch, w, a, &stats)
@@ -125,7 +126,7 @@ func (c *WorkspaceController) Tick(ctx context.Context, epoch int64) (TickStats,
 
 // load returns every unfinished workspace, reading from the database only
 // the rows that are new or changed since the last pass.
-func (c *WorkspaceController) load(ctx context.Context) ([]workspace.Workspace, error) {
+func (c *WorkspaceController) load(ctx context.Context) ([]*workspace.Workspace, error) {
 	versions, err := store.ListUnfinishedVersions(ctx, c.pool)
 	if err != nil {
 		return nil, err
@@ -148,11 +149,11 @@ func (c *WorkspaceController) load(ctx context.Context) ([]workspace.Workspace, 
 		if err != nil {
 			return nil, err
 		}
-		for _, w := range fresh {
-			c.rows[w.ID] = w
+		for i := range fresh {
+			c.rows[fresh[i].ID] = &fresh[i]
 		}
 	}
-	ws := make([]workspace.Workspace, 0, len(versions))
+	ws := make([]*workspace.Workspace, 0, len(versions))
 	for _, v := range versions {
 		if w, ok := c.rows[v.ID]; ok {
 			ws = append(ws, w)

@@ -315,7 +315,7 @@ func TestCrashSafety(t *testing.T) {
 }
 
 // crashRun returns whether the k-th actuator call happened (and so the
-// controller was stopped there).
+// controller was stopped there); the run without a crash is checked too.
 func crashRun(t *testing.T, sc scenario, k int, after bool) bool {
 	h := newHarness(t)
 	w := h.create("dev")
@@ -332,6 +332,7 @@ func crashRun(t *testing.T, sc scenario, k int, after bool) bool {
 			cancel()
 		}
 	}
+	h.backend.store.afterWrite = h.backend.afterActuator
 	if !after {
 		h.backend.crashBefore = func() bool {
 			if calls+1 == k {
@@ -341,6 +342,7 @@ func crashRun(t *testing.T, sc scenario, k int, after bool) bool {
 			}
 			return false
 		}
+		h.backend.store.crashBefore = h.backend.crashBefore
 	}
 	first := h.controller()
 	for range 60 {
@@ -350,9 +352,9 @@ func crashRun(t *testing.T, sc scenario, k int, after bool) bool {
 		h.advance(2 * time.Second)
 	}
 	h.backend.afterActuator, h.backend.crashBefore = nil, nil
-	if !crashed {
-		return false
-	}
+	h.backend.store.afterWrite, h.backend.store.crashBefore = nil, nil
+	// Without a crash (k past the last call) the same checks hold for the
+	// uninterrupted run.
 	h.converge(h.controller())
 	h.expect(w.ID, sc.phase, sc.resources...)
 	keys := h.backend.store.keys(w.ID)
@@ -364,7 +366,7 @@ func crashRun(t *testing.T, sc scenario, k int, after bool) bool {
 			t.Fatalf("archive %s uploaded %d times", key, n)
 		}
 	}
-	return true
+	return crashed
 }
 
 func TestArchiveRetryReusesOpID(t *testing.T) {
@@ -401,7 +403,7 @@ func TestRetriesExhaustedThenRecover(t *testing.T) {
 	h := newHarness(t)
 	c := h.controller()
 	w := h.create("dev")
-	for range MaxTestAttempts {
+	for range workspace.MaxErrorCount {
 		h.backend.fail["ProvisionVolume"] = errors.New("nomad unavailable")
 		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
 			t.Fatal(err)
@@ -422,9 +424,6 @@ func TestRetriesExhaustedThenRecover(t *testing.T) {
 	h.converge(c)
 	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
 }
-
-// MaxTestAttempts is how many failing passes reach ERROR.
-const MaxTestAttempts = workspace.MaxErrorCount
 
 func TestContainerWithoutVolumeThenDelete(t *testing.T) {
 	h := newHarness(t)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,8 +48,9 @@ type CoordinatorConfig struct {
 	// RetryInterval paces a follower's attempts to take the lock.
 	RetryInterval time.Duration
 	// KeepAlive is the TCP keepalive idle time and probe interval of the
-	// leader connection; UserTimeout bounds unacknowledged data on it
-	// (Linux). Together they end a silently broken session within seconds.
+	// leader connection, on both ends; UserTimeout bounds unacknowledged
+	// data on it (Linux). Together they end a silently broken session, and
+	// free the lock, within seconds.
 	KeepAlive   time.Duration
 	UserTimeout time.Duration
 }
@@ -179,6 +181,14 @@ func (c *Coordinator) connect(ctx context.Context) (*pgx.Conn, error) {
 		Control: userTimeoutControl(c.cfg.UserTimeout),
 	}
 	cfg.DialFunc = dialer.DialContext
+	// The same limits on the server's end of the session: a leader host
+	// that vanishes without closing its connection loses the lock within
+	// seconds, not when the server's default keepalive (hours) notices.
+	secs := strconv.Itoa(max(1, int(c.cfg.KeepAlive.Seconds())))
+	cfg.RuntimeParams["tcp_keepalives_idle"] = secs
+	cfg.RuntimeParams["tcp_keepalives_interval"] = secs
+	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
+	cfg.RuntimeParams["tcp_user_timeout"] = strconv.FormatInt(c.cfg.UserTimeout.Milliseconds(), 10)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect leader session: %w", err)

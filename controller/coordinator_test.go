@@ -3,6 +3,9 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,5 +231,94 @@ func TestFailingLoopEndsTerm(t *testing.T) {
 	waitFor(t, "second term", func() bool { return r.probe.starts.Load() >= 2 && r.coord.Leading() })
 	if r.coord.Epoch() < h.epoch+2 {
 		t.Fatalf("epoch %d: a failed loop must end the term and a new one begin", r.coord.Epoch())
+	}
+}
+
+const envHelperDB = "CODEHUB_TEST_COORDINATOR_HELPER_DB"
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(envHelperDB); url != "" {
+		runCoordinatorHelper(url)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// blindBackend cannot observe anything: a leader using it holds the lock
+// but never changes a workspace.
+type blindBackend struct{ staticBackend }
+
+func (*blindBackend) Observe(context.Context) (Snapshot, error) {
+	return Snapshot{}, errors.New("this replica has no backend")
+}
+
+// runCoordinatorHelper is a second coordinator process, killed by the test.
+func runCoordinatorHelper(url string) {
+	ctx := context.Background()
+	pool, err := store.Open(ctx, url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctrl := NewWorkspaceController(hclog.NewNullLogger(), pool, &blindBackend{}, newFakeArchives(), DefaultConfig())
+	cfg := testCoordinatorConfig()
+	cfg.DatabaseURL, cfg.Holder = url, "helper"
+	_ = NewCoordinator(hclog.NewNullLogger(), cfg, ctrl).Run(ctx)
+}
+
+// TestLeaderProcessKilled: the leader is another process, killed with
+// SIGKILL; the surviving replica takes over and reconciles.
+func TestLeaderProcessKilled(t *testing.T) {
+	h := newHarness(t)
+	h.setClockReal()
+	helper := exec.Command(os.Args[0], "-test.run=^$")
+	helper.Env = append(os.Environ(), envHelperDB+"="+h.url)
+	helper.Stderr = os.Stderr
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer helper.Process.Kill()
+	holder := func() string {
+		var s string
+		_ = h.pool.QueryRow(context.Background(), `SELECT holder FROM coordinator_epoch`).Scan(&s)
+		return s
+	}
+	waitFor(t, "the helper process to lead", func() bool { return holder() == "helper" })
+	r := startReplica(h, "survivor", testCoordinatorConfig())
+	w := h.create("dev")
+	if r.coord.Leading() || h.row(w.ID).Operation != workspace.OpNone {
+		t.Fatalf("follower acted while the helper led")
+	}
+	if err := helper.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = helper.Wait()
+	waitFor(t, "takeover after kill -9", r.coord.Leading)
+	if holder() != "survivor" {
+		t.Fatalf("epoch holder %q", holder())
+	}
+	waitFor(t, "survivor reconciles", func() bool { return h.row(w.ID).Phase == workspace.PhaseRunning })
+}
+
+// TestLeaderSessionKeepalive: the server's end of the leader session uses
+// the short keepalive and user timeout, so it frees the lock of a vanished
+// leader within seconds.
+func TestLeaderSessionKeepalive(t *testing.T) {
+	h := newHarness(t)
+	cfg := DefaultCoordinatorConfig(h.url, "probe")
+	conn, err := NewCoordinator(hclog.NewNullLogger(), cfg, h.controller()).connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for name, want := range map[string]string{"tcp_keepalives_idle": "2", "tcp_keepalives_interval": "2",
+		"tcp_keepalives_count": "3", "tcp_user_timeout": "5000"} {
+		var got string
+		if err := conn.QueryRow(context.Background(), "SHOW "+name).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
 	}
 }

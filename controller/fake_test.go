@@ -372,6 +372,10 @@ type fakeArchives struct {
 	puts  map[string]int
 	fail  map[string]error
 	calls map[string]int
+	// crashBefore and afterWrite are the crash hooks of the backend,
+	// applied to CreateEmpty, the controller's own archive write.
+	crashBefore func() bool
+	afterWrite  func(method string)
 }
 
 func newFakeArchives() *fakeArchives {
@@ -404,6 +408,12 @@ func (s *fakeArchives) data(key string) (string, bool) {
 }
 
 func (s *fakeArchives) CreateEmpty(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.crashBefore != nil && s.crashBefore() {
+		return context.Canceled
+	}
 	s.mu.Lock()
 	if err := s.call("CreateEmpty"); err != nil {
 		s.mu.Unlock()
@@ -413,6 +423,9 @@ func (s *fakeArchives) CreateEmpty(ctx context.Context, key string) error {
 	s.mu.Unlock()
 	if !exists {
 		s.put(key, "")
+	}
+	if s.afterWrite != nil {
+		s.afterWrite("CreateEmpty")
 	}
 	return nil
 }
