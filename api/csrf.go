@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 )
 
@@ -37,13 +36,4 @@ func crossOrigin(h http.Header, allowed []string) bool {
 		}
 	}
 	return true
-}
-
-// originOf returns "scheme://host[:port]" of an absolute URL.
-func originOf(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", err
-	}
-	return u.Scheme + "://" + u.Host, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/workspace"
@@ -68,6 +69,7 @@ type Proxy struct {
 	activity   ActivityMarker
 	metrics    *metrics
 	routes     routeCache
+	reads      singleflight.Group
 	rp         *httputil.ReverseProxy
 }
 
@@ -211,7 +213,7 @@ func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 		p.forward(w, r, t)
 		return
 	}
-	ws, err := p.workspaces.Get(ctx, t.id)
+	ws, err := p.lookup(ctx, t.id)
 	if errors.Is(err, workspace.ErrNotFound) {
 		p.notFound(w, r)
 		return
@@ -230,6 +232,19 @@ func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 		return
 	}
 	p.answer(w, r, t, ws, v)
+}
+
+// lookup reads a workspace, sharing one read among the concurrent requests
+// for it: when a route expires, a page's burst of requests costs one query.
+func (p *Proxy) lookup(ctx context.Context, id string) (workspace.Workspace, error) {
+	v, err, _ := p.reads.Do(id, func() (any, error) {
+		// The read outlives a single caller going away.
+		return p.workspaces.Get(context.WithoutCancel(ctx), id)
+	})
+	if err != nil {
+		return workspace.Workspace{}, err
+	}
+	return v.(workspace.Workspace), nil
 }
 
 func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws workspace.Workspace, v verdict) {

@@ -167,6 +167,12 @@ func TestProxyHTTP(t *testing.T) {
 	if err := json.NewDecoder(pres.Body).Decode(&e); err != nil || pres.StatusCode != 200 || e.Method != "POST" || e.Path != "/submit" {
 		t.Fatalf("proxied POST: %d %+v %v", pres.StatusCode, e, err)
 	}
+	metrics := string(get(t, c, env.URL+"/metrics").Body)
+	for _, want := range []string{`codehub_proxy_requests_total{code="200"} 3`, `codehub_proxy_requests_total{code="308"} 1`, "codehub_proxy_request_duration_seconds_count 4"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 }
 
 func TestProxyTrustedForwarding(t *testing.T) {
