@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +70,12 @@ func freePort(t testing.TB) int {
 func startAgent(t testing.TB, extra string, drivers ...string) *testAgent {
 	t.Helper()
 	bin := nomadBinary(t)
-	dir := t.TempDir()
+	// Not t.TempDir: the agent leaves task mounts (secrets tmpfs) behind,
+	// which must be unmounted before the directory can be removed.
+	dir, err := os.MkdirTemp("", "codehub-nomad-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	httpPort, rpcPort, serfPort := freePort(t), freePort(t), freePort(t)
 	a := &testAgent{
 		addr:           fmt.Sprintf("http://127.0.0.1:%d", httpPort),
@@ -127,6 +135,7 @@ plugin "raw_exec" {
 		if t.Failed() {
 			t.Logf("nomad agent log:\n%s", a.log.String())
 		}
+		removeAgentDir(t, dir)
 	})
 
 	client, err := api.NewClient(&api.Config{Address: a.addr})
@@ -172,4 +181,30 @@ func buildProgram(t testing.TB, dir, pkg, name string) string {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
+}
+
+// removeAgentDir unmounts what the agent left mounted under dir, deepest
+// first, then removes dir.
+func removeAgentDir(t testing.TB, dir string) {
+	t.Helper()
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Logf("read mountinfo: %v", err)
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(info), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			mounts = append(mounts, fields[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			t.Logf("unmount %s: %v", m, err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Errorf("remove agent dir: %v", err)
+	}
 }
