@@ -272,6 +272,12 @@ proxy {
   # "ws.example.com". Empty (the default) serves workspaces under /w/{id}/.
   subdomain_base = ""
 
+  # Domain attribute of the session cookie. With subdomain_base set it must
+  # cover both the dashboard and the workspace hosts (e.g. "example.com" for
+  # codehub.example.com and *.ws.example.com). Empty (the default) keeps the
+  # cookie on the dashboard's host.
+  cookie_domain = ""
+
   # Addresses or CIDR ranges of reverse proxies in front of codehub whose
   # X-Forwarded-* headers are trusted. Empty (the default) trusts none.
   trusted_proxies = []

@@ -235,6 +235,10 @@ type Proxy struct {
 	// SubdomainBase is the host under which each workspace gets its own
 	// subdomain ({id}.{base}); empty serves workspaces under /w/{id}/.
 	SubdomainBase string `hcl:"subdomain_base,optional"`
+	// CookieDomain is the Domain of the session cookie. Subdomain mode
+	// needs one covering the dashboard host and every workspace host;
+	// empty keeps the cookie on the dashboard's host only.
+	CookieDomain string `hcl:"cookie_domain,optional"`
 	// TrustedProxies lists the addresses or CIDR ranges whose forwarding
 	// headers are believed; TrustedProxyPrefixes is the parsed form.
 	TrustedProxies       []string `hcl:"trusted_proxies,optional"`

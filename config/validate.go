@@ -314,4 +314,15 @@ func (c *Config) checkProxy(ch *checker) {
 	if base != "" && (len(base) > 253 || !dnsName.MatchString(base)) {
 		ch.add("proxy.subdomain_base", "%q must be a lowercase DNS name without scheme, port or wildcard (e.g. ws.example.com)", base)
 	}
+	domain := strings.TrimPrefix(c.Proxy.CookieDomain, ".")
+	if domain == "" {
+		return
+	}
+	if !dnsName.MatchString(domain) {
+		ch.add("proxy.cookie_domain", "%q must be a lowercase DNS name (e.g. example.com)", c.Proxy.CookieDomain)
+		return
+	}
+	if base != "" && base != domain && !strings.HasSuffix(base, "."+domain) {
+		ch.add("proxy.cookie_domain", "%q must cover the workspace hosts under %q", domain, base)
+	}
 }

@@ -52,6 +52,11 @@ func TestValidateRules(t *testing.T) {
 		{"nomad datacenters empty", func(c *Config) { c.Backend.Nomad.Datacenters = nil }, []string{"backend.nomad.datacenters"}},
 		{"nomad datacenter blank", func(c *Config) { c.Backend.Nomad.Datacenters = []string{"dc1", ""} }, []string{"backend.nomad.datacenters"}},
 		{"nomad check_interval zero", func(c *Config) { c.Backend.Nomad.CheckInterval = 0 }, []string{"backend.nomad.check_interval"}},
+		{"cookie_domain not covering workspace hosts", func(c *Config) {
+			c.Proxy.SubdomainBase = "ws.example.com"
+			c.Proxy.CookieDomain = "other.org"
+		}, []string{"proxy.cookie_domain"}},
+		{"cookie_domain not a DNS name", func(c *Config) { c.Proxy.CookieDomain = "Bad_Domain" }, []string{"proxy.cookie_domain"}},
 		{"nomad driver unknown", func(c *Config) { c.Backend.Nomad.Driver = "podman" }, []string{"backend.nomad.driver"}},
 		{"docker without job_image", func(c *Config) { c.Backend.Nomad.JobImage = "" }, []string{"backend.nomad.job_image"}},
 		{"docker with codehub_path", func(c *Config) { c.Backend.Nomad.CodehubPath = "/usr/local/bin/codehub" }, []string{"backend.nomad.codehub_path"}},

@@ -121,6 +121,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	srv, err := api.New(logger.Named("api"), api.Options{
 		PublicURL:      cfg.PublicURL,
 		SubdomainBase:  cfg.Proxy.SubdomainBase,
+		CookieDomain:   cfg.Proxy.CookieDomain,
 		SessionTTL:     cfg.Auth.SessionTTL,
 		TrustedProxies: cfg.Proxy.TrustedProxyPrefixes,
 		Registry:       registry,
