@@ -55,6 +55,43 @@ type TickStats struct {
 // Active reports whether the next pass should come soon.
 func (s TickStats) Active() bool { return s.InFlight > 0 || s.Writes > 0 || s.Steps > 0 }
 
+// Config tunes the controller.
+type Config struct {
+	// Timeouts bound each operation, from op_started_at.
+	Timeouts map[workspace.Operation]time.Duration
+	// A failed attempt waits BackoffBase * 2^(error_count-1), at most
+	// BackoffMax, before the next one.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// VolumeUID and VolumeGID own a new home volume.
+	VolumeUID, VolumeGID int
+	// NewOpID returns a fresh operation id (default workspace.NewID).
+	NewOpID func() string
+	// Metrics records committed transitions, operations and passes (nil:
+	// none); Plan ignores it.
+	Metrics *Metrics
+}
+
+// DefaultConfig returns the timeouts and backoff used in production.
+func DefaultConfig() Config {
+	return Config{
+		Timeouts: map[workspace.Operation]time.Duration{
+			workspace.OpProvisioning:       2 * time.Minute,
+			workspace.OpRestoring:          30 * time.Minute,
+			workspace.OpStarting:           5 * time.Minute,
+			workspace.OpStopping:           2 * time.Minute,
+			workspace.OpArchiving:          30 * time.Minute,
+			workspace.OpCreateEmptyArchive: time.Minute,
+			workspace.OpDeleting:           10 * time.Minute,
+		},
+		BackoffBase: 5 * time.Second,
+		BackoffMax:  5 * time.Minute,
+		VolumeUID:   1000,
+		VolumeGID:   1000,
+		NewOpID:     workspace.NewID,
+	}
+}
+
 // WorkspaceController observes every workspace once per pass, plans each
 // one with Plan and acts on the plan.
 type WorkspaceController struct {
@@ -85,6 +122,17 @@ func (c *WorkspaceController) SetClock(now func() time.Time) { c.now = now }
 // one bulk observation, then judge and act per workspace. Writes of an
 // older epoch never commit; when that happens Tick returns ErrDeposed.
 func (c *WorkspaceController) Tick(ctx context.Context, epoch int64) (TickStats, error) {
+	start := time.Now()
+	stats, err := c.pass(ctx, epoch)
+	if err == nil {
+		c.cfg.Metrics.pass(time.Since(start))
+	}
+	return stats, err
+}
+
+// pass is Tick without its timing: a failed or cancelled pass is not
+// observed, so it cannot skew the durations of real passes.
+func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats, error) {
 	var stats TickStats
 	ws, err := c.load(ctx)
 	if err != nil {
@@ -274,6 +322,7 @@ func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next
 		return 0, fmt.Errorf("write workspace %s: %w", prev.ID, err)
 	}
 	stats.Writes++
+	c.cfg.Metrics.committed(prev, next, c.now())
 	return v, nil
 }
 

@@ -21,6 +21,8 @@ type GCConfig struct {
 	DeletedGrace time.Duration
 	// DryRun logs what would be deleted and deletes nothing.
 	DryRun bool
+	// Metrics counts deleted archives (nil: none).
+	Metrics *Metrics
 }
 
 // GCRunner deletes archives nobody needs: all archives of workspaces
@@ -80,6 +82,7 @@ func (g *GCRunner) RunOnce(ctx context.Context) ([]string, error) {
 				return garbage, fmt.Errorf("delete archive %s: %w", key, err)
 			}
 			g.logger.Info("gc deleted archive", "workspace_id", w.ID, "key", key)
+			g.cfg.Metrics.gcDeletedArchive()
 			garbage = append(garbage, key)
 		}
 	}

@@ -78,40 +78,6 @@ func needsArchiveCheck(w workspace.Workspace, obs Observed) string {
 	return ""
 }
 
-// Config tunes the controller.
-type Config struct {
-	// Timeouts bound each operation, from op_started_at.
-	Timeouts map[workspace.Operation]time.Duration
-	// A failed attempt waits BackoffBase * 2^(error_count-1), at most
-	// BackoffMax, before the next one.
-	BackoffBase time.Duration
-	BackoffMax  time.Duration
-	// VolumeUID and VolumeGID own a new home volume.
-	VolumeUID, VolumeGID int
-	// NewOpID returns a fresh operation id (default workspace.NewID).
-	NewOpID func() string
-}
-
-// DefaultConfig returns the timeouts and backoff used in production.
-func DefaultConfig() Config {
-	return Config{
-		Timeouts: map[workspace.Operation]time.Duration{
-			workspace.OpProvisioning:       2 * time.Minute,
-			workspace.OpRestoring:          30 * time.Minute,
-			workspace.OpStarting:           5 * time.Minute,
-			workspace.OpStopping:           2 * time.Minute,
-			workspace.OpArchiving:          30 * time.Minute,
-			workspace.OpCreateEmptyArchive: time.Minute,
-			workspace.OpDeleting:           10 * time.Minute,
-		},
-		BackoffBase: 5 * time.Second,
-		BackoffMax:  5 * time.Minute,
-		VolumeUID:   1000,
-		VolumeGID:   1000,
-		NewOpID:     workspace.NewID,
-	}
-}
-
 func (c Config) backoff(errorCount int) time.Duration {
 	d := c.BackoffBase
 	for i := 1; i < errorCount && d < c.BackoffMax; i++ {

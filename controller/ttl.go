@@ -24,6 +24,8 @@ type TTLConfig struct {
 	Interval   time.Duration
 	StandbyTTL time.Duration
 	ArchiveTTL time.Duration
+	// Metrics counts expiries (nil: none).
+	Metrics *Metrics
 }
 
 // TTLRunner moves activity from Redis into last_access_at and steps idle
@@ -95,6 +97,7 @@ func (r *TTLRunner) RunOnce(ctx context.Context) (TTLResult, error) {
 			return res, err
 		}
 		r.logger.Info("workspace idle", "workspace_id", w.ID, "phase", w.Phase, "desired", desired)
+		r.cfg.Metrics.ttlExpired(desired)
 		if desired == workspace.DesiredStandby {
 			res.Standby = append(res.Standby, w.ID)
 		} else {

@@ -138,7 +138,14 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	a.loops = append(a.loops, loop{"api", srv.Run})
 
 	archives := archive.NewStore(logger.Named("archive"), d.s3, d.bucket)
-	ctl := controller.NewWorkspaceController(logger.Named("controller"), d.pool, parts.backend, archives, controllerConfig(cfg))
+	engineMetrics, err := controller.NewMetrics(registry)
+	if err != nil {
+		a.close()
+		return nil, fmt.Errorf("controller metrics: %w", err)
+	}
+	ctlConfig := controllerConfig(cfg)
+	ctlConfig.Metrics = engineMetrics
+	ctl := controller.NewWorkspaceController(logger.Named("controller"), d.pool, parts.backend, archives, ctlConfig)
 	host, _ := os.Hostname()
 	ccfg := controller.DefaultCoordinatorConfig(cfg.Database.URL.Reveal(), host+":"+strconv.Itoa(os.Getpid()))
 	ccfg.IdleInterval = cfg.Coordinator.IdleInterval
@@ -154,12 +161,14 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			Interval:   time.Minute,
 			StandbyTTL: cfg.Workspace.StandbyTTL,
 			ArchiveTTL: cfg.Workspace.ArchiveTTL,
+			Metrics:    engineMetrics,
 		}),
 		controller.NewGCRunner(logger.Named("gc"), svc, archives, controller.GCConfig{
 			Interval:     cfg.GC.Interval,
 			KeepArchives: cfg.GC.KeepArchives,
 			DeletedGrace: cfg.GC.DeletedGrace,
 			DryRun:       cfg.GC.DryRun,
+			Metrics:      engineMetrics,
 		}),
 	}
 	if n, ok := parts.backend.(controller.Notifier); ok {
