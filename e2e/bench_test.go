@@ -102,7 +102,7 @@ func BenchmarkWakeToReady(b *testing.B) {
 	if code := c.do("POST", "/api/v1/workspaces", map[string]string{"name": "bench"}, &ws); code != http.StatusCreated {
 		b.Fatalf("create: %d", code)
 	}
-	b.ReportMetric(c.settle(ws.ID, "RUNNING", start).Seconds(), "create-s")
+	created := c.settle(ws.ID, "RUNNING", start)
 	b.Cleanup(func() { c.do("DELETE", "/api/v1/workspaces/"+ws.ID, nil, nil) })
 
 	var samples []time.Duration
@@ -120,6 +120,8 @@ func BenchmarkWakeToReady(b *testing.B) {
 		samples = append(samples, c.settle(ws.ID, "RUNNING", start))
 	}
 	sort.Slice(samples, func(i, k int) bool { return samples[i] < samples[k] })
+	// Metrics reported inside the loop's setup would be reset by b.Loop.
+	b.ReportMetric(created.Seconds(), "create-s")
 	b.ReportMetric(samples[len(samples)/2].Seconds(), "p50-s")
 	b.ReportMetric(samples[len(samples)*9/10].Seconds(), "p90-s")
 	b.Logf("wake samples: %v", samples)

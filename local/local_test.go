@@ -143,8 +143,12 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 	if o.UpstreamReady || o.Failure != nil || !o.VolumeReady {
 		t.Fatalf("stopped workspace observed as %+v", o)
 	}
-	if processRunning(child) {
-		t.Fatalf("grandchild %d in its own session survived the stop", child)
+	// SIGKILL is sent synchronously but takes effect when the process is
+	// next scheduled; a survivor would still be here after the bound.
+	for deadline := time.Now().Add(10 * time.Second); processRunning(child); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("grandchild %d in its own session survived the stop", child)
+		}
 	}
 	if _, err := restarted.Resolve(ctx, testID); !errors.Is(err, controller.ErrNoUpstream) {
 		t.Fatalf("Resolve after stop = %v, want ErrNoUpstream", err)
@@ -268,5 +272,49 @@ func TestStopAllStopsWhatAnEarlierCodehubStarted(t *testing.T) {
 	o := waitFor(t, first, "stopped", func(o controller.Observed) bool { return !o.ContainerLive })
 	if o.Failure != nil {
 		t.Fatalf("a stopped workspace is not a failure: %+v", o.Failure)
+	}
+}
+
+func TestWatchWakesWhenAWorkspaceBecomesReady(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b := newTestBackend(t, t.TempDir())
+	stopOnCleanup(t, b)
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
+		t.Fatalf("ProvisionVolume: %v", err)
+	}
+	wakes := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Watch(ctx, func() {
+			select {
+			case wakes <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch returned %v after its context ended, want nil", err)
+		}
+	}()
+	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
+		t.Fatalf("StartWorkspace: %v", err)
+	}
+	// Wakes come when the process appears and when it answers; the last
+	// one must leave Observe reporting the workspace ready.
+	for {
+		select {
+		case <-wakes:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Watch never woke the controller for a workspace becoming ready")
+		}
+		snap, err := b.Observe(context.Background())
+		if err != nil {
+			t.Fatalf("Observe: %v", err)
+		}
+		if snap.Workspaces[testID].UpstreamReady {
+			return
+		}
 	}
 }

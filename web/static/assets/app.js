@@ -51,6 +51,8 @@ const busyLabels = {
   DELETING: "Deleting",
 };
 
+const towards = { RUNNING: "Starting", STANDBY: "Stopping", ARCHIVED: "Archiving" };
+
 // Steps shown while a workspace comes up, each done when its condition holds.
 const upSteps = [
   ["storage.volume_ready", "home ready"],
@@ -87,9 +89,12 @@ function progressFor(ws) {
     const up = ws.operation === "STARTING" || ws.operation === "RESTORING" || ws.operation === "PROVISIONING";
     return { label: busyLabels[ws.operation] || ws.operation, steps: up ? upSteps : null };
   }
+  // Between two operations of one transition (ARCHIVED -> STANDBY ->
+  // RUNNING) the engine is about to claim the next one.
   const stable = ["PENDING", "ARCHIVED", "STANDBY", "RUNNING"].includes(ws.phase);
   if (stable && ws.desired_state !== ws.phase) {
-    return { label: ws.error_reason ? "Retrying" : "Queued", steps: null };
+    if (ws.error_reason) return { label: "Retrying", steps: null };
+    return { label: towards[ws.desired_state] || "Working", steps: ws.desired_state === "RUNNING" ? upSteps : null };
   }
   return null;
 }
@@ -150,8 +155,9 @@ function renderCard(ws) {
   const progEl = el.querySelector(".progress");
   progEl.hidden = !prog;
   if (prog) {
+    // The clock runs for the whole transition, across its operations.
     const seen = state.opSeen.get(ws.id);
-    const key = ws.operation + ws.desired_state;
+    const key = ws.desired_state;
     if (!seen || seen.key !== key) state.opSeen.set(ws.id, { key, since: Date.now() });
     el.querySelector(".progress-text").textContent = prog.label + "…";
     el.querySelector(".progress-time").textContent = elapsed(state.opSeen.get(ws.id).since);
