@@ -226,7 +226,7 @@ func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 		p.forbidden(w, r)
 		return
 	}
-	v := decide(ws.Phase, ws.DesiredState, ws.Operation)
+	v := decide(ws.Phase, ws.DesiredState, ws.Operation, isNavigation(r))
 	if r.Method == http.MethodPost && (v == verdictArchived || v == verdictNotStarted) && p.startRequested(r, t.id) {
 		p.startFromPage(w, r, ws)
 		return

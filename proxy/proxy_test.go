@@ -357,7 +357,14 @@ func TestProxyAutoWake(t *testing.T) {
 	env.Upstreams.Set(w.ID, addr)
 	c := env.Login(alice)
 
-	res := get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", html)
+	// A loaded page's own requests (a service worker update check) must not
+	// undo the stop: only a user opening the workspace wakes it.
+	bg := get(t, c, env.URL+"/w/"+w.ID+"/sw.js", "Sec-Fetch-Mode", "same-origin", "Sec-Fetch-Dest", "serviceworker")
+	if bg.StatusCode != 503 || env.Workspace(w.ID).DesiredState != workspace.DesiredStandby {
+		t.Fatalf("background request: %d, desired %s; want 503 and still STANDBY", bg.StatusCode, env.Workspace(w.ID).DesiredState)
+	}
+
+	res := get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", html, "Sec-Fetch-Mode", "navigate", "Sec-Fetch-Dest", "document")
 	if res.StatusCode != 503 || !strings.Contains(string(res.Body), "Starting sleepy") || !strings.Contains(string(res.Body), "location.reload") {
 		t.Fatalf("standby workspace: %d %s", res.StatusCode, res.Body)
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"testing"
 
@@ -15,33 +16,67 @@ func TestDecide(t *testing.T) {
 		archive = workspace.DesiredArchived
 	)
 	cases := []struct {
-		phase   workspace.Phase
-		desired workspace.DesiredState
-		op      workspace.Operation
-		want    verdict
+		phase    workspace.Phase
+		desired  workspace.DesiredState
+		op       workspace.Operation
+		navigate bool
+		want     verdict
 	}{
-		{workspace.PhaseRunning, run, workspace.OpNone, verdictProxy},
-		{workspace.PhaseRunning, standby, workspace.OpNone, verdictWakeAndProxy},
-		{workspace.PhaseRunning, standby, workspace.OpStopping, verdictStarting},
-		{workspace.PhaseStandby, standby, workspace.OpNone, verdictWake},
-		{workspace.PhaseStandby, archive, workspace.OpNone, verdictWake},
-		{workspace.PhaseStandby, run, workspace.OpNone, verdictStarting},
-		{workspace.PhaseStandby, run, workspace.OpStarting, verdictStarting},
-		{workspace.PhaseStandby, archive, workspace.OpArchiving, verdictStarting},
-		{workspace.PhaseArchived, archive, workspace.OpNone, verdictArchived},
-		{workspace.PhaseArchived, run, workspace.OpNone, verdictStarting},
-		{workspace.PhaseArchived, run, workspace.OpRestoring, verdictStarting},
-		{workspace.PhasePending, standby, workspace.OpNone, verdictNotStarted},
-		{workspace.PhasePending, run, workspace.OpNone, verdictStarting},
-		{workspace.PhasePending, run, workspace.OpProvisioning, verdictStarting},
-		{workspace.PhaseError, run, workspace.OpNone, verdictError},
-		{workspace.PhaseDeleting, workspace.DesiredDeleted, workspace.OpDeleting, verdictGone},
-		{workspace.PhaseDeleted, workspace.DesiredDeleted, workspace.OpNone, verdictGone},
+		{workspace.PhaseRunning, run, workspace.OpNone, true, verdictProxy},
+		{workspace.PhaseRunning, run, workspace.OpNone, false, verdictProxy},
+		{workspace.PhaseRunning, standby, workspace.OpNone, true, verdictWakeAndProxy},
+		{workspace.PhaseRunning, standby, workspace.OpNone, false, verdictProxy},
+		{workspace.PhaseRunning, archive, workspace.OpNone, false, verdictProxy},
+		{workspace.PhaseRunning, standby, workspace.OpStopping, true, verdictStarting},
+		{workspace.PhaseRunning, run, workspace.OpStarting, true, verdictStarting},
+		{workspace.PhaseRunning, run, workspace.OpStarting, false, verdictStarting},
+		{workspace.PhaseStandby, standby, workspace.OpNone, true, verdictWake},
+		{workspace.PhaseStandby, standby, workspace.OpNone, false, verdictNotStarted},
+		{workspace.PhaseStandby, archive, workspace.OpNone, true, verdictWake},
+		{workspace.PhaseStandby, run, workspace.OpNone, true, verdictStarting},
+		{workspace.PhaseStandby, run, workspace.OpStarting, true, verdictStarting},
+		{workspace.PhaseStandby, archive, workspace.OpArchiving, true, verdictStarting},
+		{workspace.PhaseArchived, archive, workspace.OpNone, true, verdictArchived},
+		{workspace.PhaseArchived, archive, workspace.OpNone, false, verdictArchived},
+		{workspace.PhaseArchived, run, workspace.OpNone, true, verdictStarting},
+		{workspace.PhaseArchived, run, workspace.OpRestoring, true, verdictStarting},
+		{workspace.PhasePending, standby, workspace.OpNone, true, verdictNotStarted},
+		{workspace.PhasePending, run, workspace.OpNone, true, verdictStarting},
+		{workspace.PhasePending, run, workspace.OpProvisioning, true, verdictStarting},
+		{workspace.PhaseError, run, workspace.OpNone, true, verdictError},
+		{workspace.PhaseDeleting, workspace.DesiredDeleted, workspace.OpDeleting, true, verdictGone},
+		{workspace.PhaseDeleted, workspace.DesiredDeleted, workspace.OpNone, true, verdictGone},
 	}
 	for _, tc := range cases {
-		if got := decide(tc.phase, tc.desired, tc.op); got != tc.want {
-			t.Errorf("decide(%s, %s, %s) = %d, want %d", tc.phase, tc.desired, tc.op, got, tc.want)
+		if got := decide(tc.phase, tc.desired, tc.op, tc.navigate); got != tc.want {
+			t.Errorf("decide(%s, %s, %s, navigate=%v) = %d, want %d", tc.phase, tc.desired, tc.op, tc.navigate, got, tc.want)
 		}
+	}
+}
+
+func TestIsNavigation(t *testing.T) {
+	cases := []struct {
+		name    string
+		headers map[string]string
+		want    bool
+	}{
+		{"no fetch metadata", nil, true},
+		{"page navigation", map[string]string{"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}, true},
+		{"service worker update", map[string]string{"Sec-Fetch-Mode": "same-origin", "Sec-Fetch-Dest": "serviceworker"}, false},
+		{"websocket", map[string]string{"Sec-Fetch-Mode": "websocket", "Sec-Fetch-Dest": "empty"}, false},
+		{"fetch from a page", map[string]string{"Sec-Fetch-Mode": "cors"}, false},
+		{"dest without mode", map[string]string{"Sec-Fetch-Dest": "script"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/w/x/", nil)
+			for k, v := range tc.headers {
+				r.Header.Set(k, v)
+			}
+			if got := isNavigation(r); got != tc.want {
+				t.Errorf("isNavigation = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
