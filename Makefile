@@ -18,6 +18,7 @@ deps:
 	scripts/install-code-server.sh $(STATE)
 
 test: deps
+	scripts/services.sh install-browser
 	scripts/test.sh
 
 run: deps build

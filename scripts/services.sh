@@ -4,6 +4,7 @@
 # services or ports.
 #
 #   scripts/services.sh install        install what is missing
+#   scripts/services.sh install-browser  install Chromium for the browser test
 #   scripts/services.sh start DIR      start all three under DIR, write DIR/env
 #   scripts/services.sh stop DIR       stop them (data stays in DIR)
 #
@@ -50,6 +51,13 @@ install() {
 		log "installing versitygw $VERSITYGW_VERSION"
 		mkdir -p "$bindir"
 		GOBIN="$bindir" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+	fi
+}
+
+install_browser() {
+	if ! command -v chromium >/dev/null 2>&1; then
+		log "installing chromium"
+		apt_install chromium
 	fi
 }
 
@@ -152,10 +160,11 @@ stop() {
 
 case "${1:-}" in
 install) install ;;
+install-browser) install_browser ;;
 start) start "$2" ;;
 stop) stop "$2" ;;
 *)
-	echo "usage: $0 install | start DIR | stop DIR" >&2
+	echo "usage: $0 install | install-browser | start DIR | stop DIR" >&2
 	exit 2
 	;;
 esac
