@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -66,7 +65,7 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 			t.Fatalf("build codehub: %v\n%s", err, out)
 		}
 	}
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	srv := &server{
 		url:     fmt.Sprintf("http://127.0.0.1:%d", port),
 		dataDir: filepath.Join(dir, "data"),
@@ -165,16 +164,6 @@ auth {
 }
 `, port, srv.url, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
 		cfg.s3.AccessKey, cfg.s3.SecretKey, srv.dataDir, cfg.codeServer, adminPassword)
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func tail(path string, lines int) string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // testAgent is a real `nomad agent -dev` on loopback, started from the
@@ -54,16 +55,6 @@ func nomadBinary(t testing.TB) string {
 	return path
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startAgent starts the agent and waits until its client node is ready
 // with raw_exec (and the drivers named in drivers) healthy. extra is added
 // to the agent configuration. The agent is stopped when the test ends.
@@ -76,7 +67,7 @@ func startAgent(t testing.TB, extra string, drivers ...string) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	httpPort, rpcPort, serfPort := freePort(t), freePort(t), freePort(t)
+	httpPort, rpcPort, serfPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	a := &testAgent{
 		addr:           fmt.Sprintf("http://127.0.0.1:%d", httpPort),
 		hostVolumesDir: filepath.Join(dir, "host_volumes"),

@@ -19,21 +19,11 @@ import (
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // testConfig writes a server config for the test services and loads it.
 func testConfig(t *testing.T, redisURL string) *config.Config {
 	t.Helper()
 	s3 := testenv.NewS3(t)
-	listen := freeAddr(t)
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	path := filepath.Join(t.TempDir(), "codehub.hcl")
 	body := fmt.Sprintf(`
 listen     = %q
@@ -150,7 +140,7 @@ func TestServerHealthAndCleanShutdown(t *testing.T) {
 
 func TestServerHealthReportsUnreachableRedis(t *testing.T) {
 	// Nothing listens on a just-released port.
-	cfg := testConfig(t, "redis://"+freeAddr(t)+"/0")
+	cfg := testConfig(t, "redis://"+fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))+"/0")
 	startServer(t, cfg)
 	code, body, err := getHealth(t, cfg.Listen)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -172,4 +173,16 @@ func removeBucket(t testing.TB, c *minio.Client, bucket string) {
 	if err := c.RemoveBucket(ctx, bucket); err != nil {
 		t.Logf("remove test bucket: %v", err)
 	}
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago, for a
+// server the test starts itself.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
