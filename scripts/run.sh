@@ -8,7 +8,7 @@ dir=$state/run
 mkdir -p "$dir" "$state/data"
 
 cleanup() { "$root/scripts/services.sh" stop "$dir" || true; }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
 "$root/scripts/services.sh" stop "$dir" >/dev/null 2>&1 || true
 "$root/scripts/services.sh" start "$dir"
 # shellcheck disable=SC1091
@@ -77,4 +77,13 @@ else
 	echo "  log in as admin (password in $state/admin-password)"
 fi
 echo
-"$root/bin/codehub" server -config "$cfg"
+# codehub runs as a child so that a TERM sent to this script (not only a
+# Ctrl-C to the whole terminal) stops it gracefully before the services.
+"$root/bin/codehub" server -config "$cfg" &
+server=$!
+trap 'kill -TERM "$server" 2>/dev/null || true' INT TERM
+status=0
+wait "$server" || status=$?
+# A trapped signal ends the first wait early; this one waits for the exit.
+wait "$server" 2>/dev/null || true
+exit "$status"
