@@ -6,7 +6,7 @@ export CODEHUB_TOOLS_DIR := $(STATE)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build deps test run vet fmt golden bench clean
+.PHONY: all build deps test run vet fmt golden bench-archive bench-engine bench-proxy clean
 
 all: build
 
@@ -33,6 +33,16 @@ fmt:
 # Regenerates the golden files of rendered jobspecs.
 golden:
 	go test ./jobspecs/ -run Golden -update
+
+# Benchmarks (results and machine notes in docs/benchmarks.md).
+bench-archive: deps
+	scripts/with-services.sh go test -v -run '^$$' -bench BenchmarkDataMover -benchtime 2x -timeout 40m ./archive/
+
+bench-engine: deps
+	scripts/with-services.sh go test -run '^$$' -bench 'ConvergedTick|FailoverTakeover|TickWithChanges' -benchmem -benchtime 10x ./controller/
+
+bench-proxy: deps
+	scripts/with-services.sh go test -run '^$$' -bench . -benchtime 3s ./proxy/
 
 clean:
 	rm -rf bin

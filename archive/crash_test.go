@@ -39,11 +39,14 @@ func TestMain(m *testing.M) {
 }
 
 func runHelper(op string) int {
-	client, err := minio.New(strings.TrimPrefix(os.Getenv(testenv.EnvS3Endpoint), "http://"), &minio.Options{
-		Creds:     credentials.NewStaticV4(os.Getenv(testenv.EnvS3AccessKey), os.Getenv(testenv.EnvS3SecretKey), ""),
-		Region:    os.Getenv(testenv.EnvS3Region),
-		Transport: &stopTransport{next: http.DefaultTransport, at: os.Getenv(envStopAt)},
-	})
+	opts := &minio.Options{
+		Creds:  credentials.NewStaticV4(os.Getenv(testenv.EnvS3AccessKey), os.Getenv(testenv.EnvS3SecretKey), ""),
+		Region: os.Getenv(testenv.EnvS3Region),
+	}
+	if at := os.Getenv(envStopAt); at != "" {
+		opts.Transport = &stopTransport{next: http.DefaultTransport, at: at}
+	}
+	client, err := minio.New(strings.TrimPrefix(os.Getenv(testenv.EnvS3Endpoint), "http://"), opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -51,9 +51,10 @@ type uploader struct {
 	key      string
 	uploadID string
 
-	cur    *spool
-	number int
-	size   int64 // bytes accepted so far
+	cur     *spool
+	number  int
+	size    int64         // bytes accepted so far
+	stalled time.Duration // time the writer waited for a free buffer
 
 	free     chan *spool
 	pending  chan pendingPart
@@ -162,9 +163,11 @@ func (u *uploader) flush() error {
 	if u.number > maxParts {
 		return fmt.Errorf("archive exceeds %d parts", maxParts)
 	}
+	start := time.Now()
 	u.pending <- pendingPart{number: u.number, buf: u.cur}
 	u.number++
 	u.cur = <-u.free
+	u.stalled += time.Since(start)
 	return nil
 }
 
@@ -195,6 +198,8 @@ func (u *uploader) complete() error {
 	if _, err := u.core.CompleteMultipartUpload(u.ctx, u.bucket, u.key, u.uploadID, u.parts, minio.PutObjectOptions{}); err != nil {
 		return s3Error(fmt.Errorf("complete multipart upload: %w", err), CodeS3Access)
 	}
+	// A long stall means S3, not compression, set the pace.
+	u.logger.Info("multipart upload complete", "parts", len(u.parts), "bytes", u.size, "waited_for_s3", u.stalled.Round(time.Millisecond))
 	return nil
 }
 

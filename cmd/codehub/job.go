@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 
@@ -58,6 +59,12 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	kind := args[0]
+	if os.Getenv("GOGC") == "" {
+		// The data mover's heap is a few long-lived buffers and little
+		// garbage: collecting at 25 % growth instead of 100 % keeps its peak
+		// RSS near those buffers instead of twice them, at little CPU cost.
+		debug.SetGCPercent(25)
+	}
 	flags := flag.NewFlagSet("job "+kind, flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	dirFlag, dirHelp := "src", "directory to archive"
