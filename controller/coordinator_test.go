@@ -124,7 +124,12 @@ func TestLeaderFailover(t *testing.T) {
 	// A new workspace is NOTIFYed: the leader's controller wakes although
 	// its idle interval is an hour, and drives it to RUNNING.
 	w := h.create("dev")
-	waitFor(t, "workspace running", func() bool { return h.row(w.ID).Phase == workspace.PhaseRunning })
+	// Phase RUNNING comes with the container; STARTING ends only when the
+	// upstream is ready, and until then a desired change is refused.
+	waitFor(t, "workspace running", func() bool {
+		r := h.row(w.ID)
+		return r.Phase == workspace.PhaseRunning && r.Operation == workspace.OpNone
+	})
 
 	// Kill the leader's session until the other replica wins the next
 	// election (the killed one campaigns again at once and may win).
