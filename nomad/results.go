@@ -69,6 +69,11 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 	if code, ok := b.allocs.code(a.ID); ok {
 		return code, nil
 	}
+	// Nomad answers 404 for the logs of a task that never started.
+	if neverStarted(a) {
+		b.allocs.putCode(a.ID, UnknownError)
+		return UnknownError, nil
+	}
 	q := b.query(ctx)
 	q.Params = map[string]string{
 		"task":   taskName(a),
@@ -88,6 +93,26 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 	}
 	b.allocs.putCode(a.ID, code)
 	return code, nil
+}
+
+// neverStarted reports whether a's task states are known and no task ever
+// started: an artifact download, template or driver failed first, so the
+// job printed nothing.
+func neverStarted(a *api.AllocationListStub) bool {
+	if len(a.TaskStates) == 0 {
+		return false
+	}
+	for _, ts := range a.TaskStates {
+		if ts == nil || !ts.StartedAt.IsZero() {
+			return false
+		}
+		for _, ev := range ts.Events {
+			if ev.Type == api.TaskStarted {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // taskName is the single task of a batch allocation (named after its kind).
