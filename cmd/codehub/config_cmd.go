@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -18,9 +17,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: codehub config validate -config FILE")
 		return 2
 	}
-	fs := flag.NewFlagSet("config validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "path of the HCL configuration file")
+	fs, path := configFlags("config validate", stderr)
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}

@@ -1,21 +1,15 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os/signal"
-	"syscall"
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/store"
 )
 
 func runMigrate(args []string, _ io.Reader, _, stderr io.Writer) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "path of the HCL configuration file")
+	fs, path := configFlags("migrate", stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -24,7 +18,7 @@ func runMigrate(args []string, _ io.Reader, _, stderr io.Writer) int {
 		return 1
 	}
 	logger := config.NewLogger(cfg)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	pool, err := store.Open(ctx, cfg.Database.URL.Reveal())
 	if err != nil {

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -24,9 +21,7 @@ import (
 )
 
 func runServer(args []string, _ io.Reader, _, stderr io.Writer) int {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "path of the HCL configuration file")
+	fs, path := configFlags("server", stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -35,7 +30,7 @@ func runServer(args []string, _ io.Reader, _, stderr io.Writer) int {
 		return 1
 	}
 	logger := config.NewLogger(cfg)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if err := serve(ctx, logger, cfg); err != nil {
 		logger.Error("server stopped", "error", err)

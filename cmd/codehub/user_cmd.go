@@ -4,13 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os/signal"
 	"regexp"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,9 +37,7 @@ func runUser(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 		return 2
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("user "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "path of the HCL configuration file")
+	fs, path := configFlags("user "+sub, stderr)
 	username := fs.String("username", "", "the user's name")
 	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
 	admin := fs.Bool("admin", false, "make the user an administrator")
@@ -74,7 +69,7 @@ func runUser(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 	if err != nil {
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), stderr)
 	if err != nil {

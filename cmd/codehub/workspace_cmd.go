@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os/signal"
-	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -26,9 +22,7 @@ func runWorkspace(args []string, stdout, stderr io.Writer, _ io.Reader) int {
 		fmt.Fprintln(stderr, workspaceUsage)
 		return 2
 	}
-	fs := flag.NewFlagSet("workspace recover", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "path of the HCL configuration file")
+	fs, path := configFlags("workspace recover", stderr)
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -41,7 +35,7 @@ func runWorkspace(args []string, stdout, stderr io.Writer, _ io.Reader) int {
 	if err != nil {
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), stderr)
 	if err != nil {
