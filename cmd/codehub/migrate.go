@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/store"
@@ -20,18 +24,34 @@ func runMigrate(args []string, _ io.Reader, _, stderr io.Writer) int {
 	logger := config.NewLogger(cfg)
 	ctx, stop := signalContext()
 	defer stop()
-	pool, err := store.Open(ctx, cfg.Database.URL.Reveal())
+	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), logger.Named("migrate"))
 	if err != nil {
-		logger.Error("cannot open database", "error", err)
-		return 1
-	}
-	defer pool.Close()
-	if err := store.Migrate(ctx, pool, logger.Named("migrate")); err != nil {
 		logger.Error("migration failed", "error", err)
 		return 1
 	}
+	pool.Close()
 	logger.Info("database schema is up to date")
 	return 0
+}
+
+// openMigrated connects and brings the schema up to date under the
+// migration lock: every command that touches the database starts with it.
+func openMigrated(ctx context.Context, url string, logger hclog.Logger) (*pgxpool.Pool, error) {
+	pool, err := store.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Migrate(ctx, pool, logger); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// cliLogger is the logger of the admin commands: warnings and errors only,
+// on stderr, so their own output stays clean.
+func cliLogger(name string, stderr io.Writer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: name, Output: stderr, Level: hclog.Warn})
 }
 
 // loadConfig loads and validates the file at path, printing every problem.

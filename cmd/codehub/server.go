@@ -17,7 +17,6 @@ import (
 
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/config"
-	"github.com/codehub-io/codehub/store"
 )
 
 func runServer(args []string, _ io.Reader, _, stderr io.Writer) int {
@@ -48,12 +47,8 @@ type deps struct {
 }
 
 func connect(ctx context.Context, logger hclog.Logger, cfg *config.Config) (*deps, error) {
-	pool, err := store.Open(ctx, cfg.Database.URL.Reveal())
+	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), logger.Named("migrate"))
 	if err != nil {
-		return nil, err
-	}
-	if err := store.Migrate(ctx, pool, logger.Named("migrate")); err != nil {
-		pool.Close()
 		return nil, err
 	}
 	ropts, err := redis.ParseURL(cfg.Redis.URL.Reveal())

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/codehub-io/codehub/api"
@@ -71,7 +70,7 @@ func runUser(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), stderr)
+	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), cliLogger("migrate", stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "codehub user: %v\n", err)
 		return 1
@@ -105,21 +104,6 @@ func readPassword(r io.Reader) (string, error) {
 		return "", fmt.Errorf("the password must have at least %d characters", minPasswordLength)
 	}
 	return line, nil
-}
-
-// openMigrated connects and brings the schema up to date, so user
-// management works before the first server start.
-func openMigrated(ctx context.Context, url string, stderr io.Writer) (*pgxpool.Pool, error) {
-	pool, err := store.Open(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "migrate", Output: stderr, Level: hclog.Warn})
-	if err := store.Migrate(ctx, pool, logger); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
 }
 
 func addUser(ctx context.Context, pool *pgxpool.Pool, username, password string, admin bool, stdout io.Writer) error {

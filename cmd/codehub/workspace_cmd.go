@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -37,13 +35,13 @@ func runWorkspace(args []string, stdout, stderr io.Writer, _ io.Reader) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), stderr)
+	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), cliLogger("migrate", stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "codehub workspace recover: %v\n", err)
 		return 1
 	}
 	defer pool.Close()
-	logger := hclog.New(&hclog.LoggerOptions{Name: "workspace", Output: stderr, Level: hclog.Warn})
+	logger := cliLogger("workspace", stderr)
 	svc := workspace.NewService(logger, pool, workspace.Options{})
 	w, err := svc.Recover(ctx, id)
 	switch {
