@@ -13,6 +13,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
@@ -51,9 +52,9 @@ func TestArchiveAndRestoreWithCodehubJob(t *testing.T) {
 		DataDir:       t.TempDir(),
 		Command:       fakeWorkspace,
 		CodehubBinary: bin,
-		S3: S3Options{
+		S3: config.S3{
 			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
-			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey,
+			AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey),
 		},
 	})
 	if err != nil {

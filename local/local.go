@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 )
 
@@ -46,20 +47,11 @@ type Options struct {
 	Args    []string
 	// CodehubBinary runs `job archive|restore`; empty is this executable.
 	CodehubBinary string
-	S3            S3Options
+	// S3 is where archives live; job processes get it as the ARCHIVE_URL
+	// and S3_* environment of the Nomad batch jobs.
+	S3 config.S3
 	// HealthTimeout bounds one readiness probe; zero means 2 s.
 	HealthTimeout time.Duration
-}
-
-// S3Options is where archives live; the job processes get them as the
-// ARCHIVE_URL and S3_* environment of the Nomad batch jobs.
-type S3Options struct {
-	Endpoint  string
-	Bucket    string
-	Region    string
-	UseSSL    bool
-	AccessKey string
-	SecretKey string
 }
 
 // Backend is the single-machine backend. It is safe for concurrent use.

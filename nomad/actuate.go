@@ -169,8 +169,8 @@ func (b *Backend) writeCredentials(ctx context.Context, id string) error {
 		Namespace: b.opts.Namespace,
 		Path:      variablePath(id),
 		Items: api.VariableItems{
-			"access_key": b.opts.S3.AccessKey,
-			"secret_key": b.opts.S3.SecretKey,
+			"access_key": b.opts.S3.AccessKey.Reveal(),
+			"secret_key": b.opts.S3.SecretKey.Reveal(),
 		},
 	}
 	if _, _, err := b.client.Variables().Create(v, b.write(ctx)); err != nil {

@@ -249,7 +249,7 @@ func TestSubmitArchiveKeepsSecretsOutOfHCL(t *testing.T) {
 	if err := json.Unmarshal([]byte(vars[0].Body), &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Items["access_key"] != opts.S3.AccessKey || v.Items["secret_key"] != opts.S3.SecretKey {
+	if v.Items["access_key"] != opts.S3.AccessKey.Reveal() || v.Items["secret_key"] != opts.S3.SecretKey.Reveal() {
 		t.Fatalf("variable items = %v, want the S3 keys", v.Items)
 	}
 	// The variable is written before the job that reads it is submitted.
@@ -259,7 +259,7 @@ func TestSubmitArchiveKeepsSecretsOutOfHCL(t *testing.T) {
 
 	for _, route := range []string{"PUT /v1/jobs/parse", "PUT /v1/jobs"} {
 		for _, c := range f.calls(route) {
-			for _, secret := range []string{opts.S3.AccessKey, opts.S3.SecretKey} {
+			for _, secret := range []string{opts.S3.AccessKey.Reveal(), opts.S3.SecretKey.Reveal()} {
 				if strings.Contains(c.Body, secret) {
 					t.Errorf("%s body contains a secret", route)
 				}

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/minio/minio-go/v7"
 
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/jobspecs"
@@ -56,9 +57,9 @@ func artifactBackend(t *testing.T, a *testAgent, s3 testenv.S3, url, checksum st
 		ArtifactURL:      url,
 		ArtifactChecksum: checksum,
 		Workspace:        WorkspaceOptions{UID: os.Getuid(), GID: os.Getgid()},
-		S3: S3Options{
+		S3: config.S3{
 			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
-			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey,
+			AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey),
 		},
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "nomad-artifact-e2e", Level: hclog.Debug, Output: io.Discard})

@@ -50,14 +50,7 @@ func OptionsFromConfig(cfg *config.Config, artifactChecksum string) (Options, er
 
 			NetworkMode: n.NetworkMode,
 		},
-		S3: S3Options{
-			Endpoint:  cfg.S3.Endpoint,
-			Bucket:    cfg.S3.Bucket,
-			Region:    cfg.S3.Region,
-			UseSSL:    cfg.S3.UseSSL,
-			AccessKey: cfg.S3.AccessKey.Reveal(),
-			SecretKey: cfg.S3.SecretKey.Reveal(),
-		},
+		S3: *cfg.S3,
 	}
 	if cfg.Consul != nil {
 		opts.ServiceProvider = ProviderConsul

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/jobspecs"
@@ -49,9 +50,9 @@ plugin "docker" {
 	b := New(hclog.NewNullLogger(), a.client, Options{
 		Driver:   DriverDocker,
 		JobImage: jobImage,
-		S3: S3Options{
+		S3: config.S3{
 			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
-			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey,
+			AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey),
 		},
 		Workspace: WorkspaceOptions{
 			Image:       image,

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/minio/minio-go/v7"
 
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/jobspecs"
@@ -42,9 +43,9 @@ func e2eBackend(t testing.TB, a *testAgent, bins string, s3 testenv.S3) *Backend
 			Args:    []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"},
 			UID:     os.Getuid(), GID: os.Getgid(), CPU: 100, Memory: 64,
 		},
-		S3: S3Options{
+		S3: config.S3{
 			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
-			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey,
+			AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey),
 		},
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "nomad-e2e", Level: hclog.Debug, Output: io.Discard})

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/jobspecs"
 )
 
@@ -133,7 +134,7 @@ func testOptions() Options {
 			Args:    []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"},
 			UID:     1000, GID: 1000, CPU: 100, Memory: 128,
 		},
-		S3: S3Options{
+		S3: config.S3{
 			Endpoint: "127.0.0.1:9000", Bucket: "codehub", Region: "us-east-1",
 			AccessKey: "AKIA-TEST-ACCESS-KEY", SecretKey: "s3cr3t-value-never-in-hcl",
 		},

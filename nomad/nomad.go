@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/workspace"
@@ -65,7 +66,9 @@ type Options struct {
 	ArtifactChecksum string
 
 	Workspace WorkspaceOptions
-	S3        S3Options
+	// S3 is where archives live. The keys go into a Nomad Variable that
+	// only the batch job reads.
+	S3 config.S3
 }
 
 // WorkspaceOptions describes the workspace program and its resources.
@@ -88,17 +91,6 @@ type WorkspaceOptions struct {
 	GID     int
 	CPU     int
 	Memory  int
-}
-
-// S3Options is where archives live. The keys go into a Nomad Variable that
-// only the batch job reads.
-type S3Options struct {
-	Endpoint  string
-	Bucket    string
-	Region    string
-	UseSSL    bool
-	AccessKey string
-	SecretKey string
 }
 
 // withDefaults fills what an operator may leave empty.

@@ -58,14 +58,7 @@ func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary) (back
 		b, err := local.New(logger.Named("local"), local.Options{
 			DataDir:    l.DataDir,
 			CodeServer: l.CodeServer,
-			S3: local.S3Options{
-				Endpoint:  cfg.S3.Endpoint,
-				Bucket:    cfg.S3.Bucket,
-				Region:    cfg.S3.Region,
-				UseSSL:    cfg.S3.UseSSL,
-				AccessKey: cfg.S3.AccessKey.Reveal(),
-				SecretKey: cfg.S3.SecretKey.Reveal(),
-			},
+			S3:         *cfg.S3,
 		})
 		if err != nil {
 			return backendParts{}, err
