@@ -87,7 +87,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *Error {
 func jsonError(err error) *Error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes))
+		return newError(http.StatusBadRequest, CodeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes))
 	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
