@@ -44,6 +44,10 @@ type serverConfig struct {
 	databaseURL, redisURL string
 	s3                    testenv.S3
 	codeServer            string
+	// publicHost names the server in its public URL; 127.0.0.1 if empty.
+	publicHost string
+	// subdomainBase turns on subdomain mode.
+	subdomainBase string
 }
 
 type server struct {
@@ -66,8 +70,12 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 		}
 	}
 	port := testenv.FreePort(t)
+	host := cfg.publicHost
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	srv := &server{
-		url:     fmt.Sprintf("http://127.0.0.1:%d", port),
+		url:     fmt.Sprintf("http://%s:%d", host, port),
 		dataDir: filepath.Join(dir, "data"),
 		logPath: filepath.Join(dir, "server.log"),
 	}
@@ -127,7 +135,11 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 }
 
 func renderConfig(srv *server, port int, cfg serverConfig) string {
-	return fmt.Sprintf(`listen     = "127.0.0.1:%d"
+	proxy := ""
+	if cfg.subdomainBase != "" {
+		proxy = fmt.Sprintf("proxy { subdomain_base = %q }\n", cfg.subdomainBase)
+	}
+	return proxy + fmt.Sprintf(`listen     = "127.0.0.1:%d"
 public_url = %q
 log_level  = "debug"
 

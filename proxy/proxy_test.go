@@ -488,7 +488,9 @@ func TestProxySubdomain(t *testing.T) {
 		URL string `json:"url"`
 	}
 	env.Do(c, "GET", "/api/v1/workspaces/"+w.ID, nil).Decode(t, &created)
-	if created.URL != "http://"+host+"/" {
+	// The workspace hosts are served by the dashboard's listener: same port.
+	u, _ := url.Parse(env.URL)
+	if created.URL != "http://"+host+":"+u.Port()+"/" {
 		t.Fatalf("url in subdomain mode: %q", created.URL)
 	}
 }

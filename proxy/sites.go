@@ -69,10 +69,16 @@ func (s Sites) WorkspaceURL(id string) string {
 
 // WorkspaceOrigin is the origin a workspace's pages run under.
 func (s Sites) WorkspaceOrigin(id string) string {
-	if s.SubdomainMode() {
-		return s.public.Scheme + "://" + id + "." + s.subdomainBase
+	if !s.SubdomainMode() {
+		return s.PublicOrigin()
 	}
-	return s.PublicOrigin()
+	host := id + "." + s.subdomainBase
+	if _, _, err := net.SplitHostPort(s.subdomainBase); err != nil && s.public.Port() != "" {
+		// Workspaces are served by the dashboard's listener, so a base
+		// without a port shares the public URL's.
+		host = net.JoinHostPort(host, s.public.Port())
+	}
+	return s.public.Scheme + "://" + host
 }
 
 // WorkspaceFromHost returns the workspace id a request's Host names in

@@ -170,6 +170,16 @@ func TestSites(t *testing.T) {
 			t.Errorf("WorkspaceFromHost(%q) = %q, %v", host, got, ok)
 		}
 	}
+	ported, err := NewSites("http://localhost:8080", "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ported.WorkspaceURL(id); got != "http://"+id+".localhost:8080/" {
+		t.Errorf("subdomain url with the public url's port %q", got)
+	}
+	if got, ok := ported.WorkspaceFromHost(id + ".localhost:8080"); !ok || got != id {
+		t.Errorf("WorkspaceFromHost with port = %q, %v", got, ok)
+	}
 	for _, bad := range []string{"ftp://x", "code.example.com", "https://code.example.com/sub"} {
 		if _, err := NewSites(bad, ""); err == nil {
 			t.Errorf("NewSites(%q) accepted", bad)

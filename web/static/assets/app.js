@@ -352,10 +352,25 @@ async function loadAll() {
 
 // ---------- Views ----------
 
-function safeNext() {
+// loginTarget is where to go after logging in: a path on this site, or, in
+// subdomain mode, an address on the origin the server gives for one of the
+// user's own workspaces. Anything else is dropped: the login page is never
+// an open redirect.
+async function loginTarget() {
   const next = new URLSearchParams(location.search).get("next") || "";
-  // Only same-site paths: never an open redirect.
-  return next.startsWith("/") && !next.startsWith("//") && !next.startsWith("/\\") ? next : "";
+  if (next.startsWith("/")) {
+    return !next.startsWith("//") && !next.startsWith("/\\") && !next.startsWith("/login") ? next : "";
+  }
+  let target;
+  try { target = new URL(next); } catch (_) { return ""; }
+  const id = target.hostname.split(".")[0];
+  if (!/^[0-9a-z]{26}$/.test(id)) return "";
+  try {
+    const ws = await api("GET", `/api/v1/workspaces/${id}`);
+    return new URL(ws.url).origin === target.origin ? target.href : "";
+  } catch (_) {
+    return "";
+  }
 }
 
 function showLogin() {
@@ -403,8 +418,8 @@ async function login(e) {
       password: $("login-password").value,
     });
     $("login-password").value = "";
-    const next = safeNext();
-    if (next && next !== "/" && !next.startsWith("/login")) { location.assign(next); return; }
+    const next = await loginTarget();
+    if (next && next !== "/") { location.assign(next); return; }
     await showApp(s.user);
   } catch (err) {
     if (err instanceof APIError && err.code === "TOO_MANY_ATTEMPTS") {
