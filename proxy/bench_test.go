@@ -1,57 +1,130 @@
 package proxy_test
 
 import (
-	"context"
-	"io"
+	"bufio"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 
 	"github.com/codehub-io/codehub/api/apitest"
 )
 
-// benchTarget is one workspace reachable directly and through the proxy.
-type benchTarget struct {
-	env     *apitest.Env
-	client  *http.Client
-	direct  string // http://upstream
-	proxied string // http://codehub/w/{id}
+// The benchmarks compare three ways to the same workspace process: direct,
+// through a bare httputil.ReverseProxy ("stdlib", what the standard
+// library gives for free) and through CodeHub's /w/{id}/ with a session
+// (owner check, route cache, activity marks, metrics, header rewriting).
+// The load comes from proxy/testdata/load, a process of its own, so this
+// process's CPU time is the proxies'. With CODEHUB_BENCH_LOAD_CPUS set
+// (a taskset CPU list) the load generator and the workspace run on those
+// CPUs; run the benchmark itself on the others (`taskset -c 1 go test`) to
+// give the proxy cores of its own, as it has when CodeHub and the
+// workspaces run on different Nomad nodes.
+const loadCPUsEnv = "CODEHUB_BENCH_LOAD_CPUS"
+
+// command starts bin, on the load CPUs when they are set.
+func command(bin string) *exec.Cmd {
+	if cpus := os.Getenv(loadCPUsEnv); cpus != "" {
+		return exec.Command("taskset", "-c", cpus, bin)
+	}
+	return exec.Command(bin)
 }
 
-func newBenchTarget(b *testing.B) benchTarget {
-	b.Helper()
-	env := apitest.New(b, apitest.Config{})
-	alice := env.CreateUser("alice", false)
-	addr := startUpstream(b)
-	w := runningWorkspace(b, env, alice, "bench", addr)
-	c := env.Login(alice)
-	// One pool big enough for 64 concurrent connections to each side.
-	c.Transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128}
-	return benchTarget{env: env, client: c, direct: "http://" + addr, proxied: env.URL + "/w/" + w.ID}
-}
-
-func fetch(b *testing.B, c *http.Client, url string) {
-	res, err := c.Get(url)
+var buildLoad = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(filepath.Dir(upstreamBin), "load")
+	out, err := exec.Command("go", "build", "-o", bin, "./testdata/load").CombinedOutput()
 	if err != nil {
-		b.Error(err)
-		return
+		return "", &exec.Error{Name: "go build ./testdata/load: " + string(out), Err: err}
 	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		b.Errorf("GET %s: %d", url, res.StatusCode)
-	}
+	return bin, nil
+})
+
+// loadTarget and loadCommand mirror the generator's protocol.
+type loadTarget struct {
+	URL    string      `json:"url"`
+	Header http.Header `json:"header,omitempty"`
 }
 
-// rounds alternates direct and proxied load so both see the same machine
-// load; each returns the time its share of the work took.
-const rounds = 10
+type loadCommand struct {
+	Op      string       `json:"op"`
+	Targets []loadTarget `json:"targets"`
+	Conns   int          `json:"conns,omitempty"`
+	N       int          `json:"n"`
+	Size    int          `json:"size,omitempty"`
+}
+
+type loadResult struct {
+	WallNS    int64     `json:"wall_ns"`
+	CPUNS     int64     `json:"cpu_ns"`
+	LatencyNS [][]int64 `json:"latency_ns"`
+	Error     string    `json:"error"`
+}
+
+type loadProc struct {
+	in  *json.Encoder
+	out *json.Decoder
+}
+
+func startLoad(b *testing.B) *loadProc {
+	b.Helper()
+	bin, err := buildLoad()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := command(bin)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start load generator: %v", err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	return &loadProc{in: json.NewEncoder(stdin), out: json.NewDecoder(bufio.NewReader(stdout))}
+}
+
+// side is one way to the workspace and the time it took.
+type side struct {
+	target    loadTarget
+	wall, cpu time.Duration // of the generator
+	ownCPU    time.Duration // of this process: the proxy's
+}
+
+func (l *loadProc) run(b *testing.B, c loadCommand) loadResult {
+	b.Helper()
+	if err := l.in.Encode(c); err != nil {
+		b.Fatalf("send load command: %v", err)
+	}
+	var res loadResult
+	if err := l.out.Decode(&res); err != nil {
+		b.Fatalf("read load result: %v", err)
+	}
+	if res.Error != "" {
+		b.Fatalf("load %s: %s", c.Op, res.Error)
+	}
+	return res
+}
 
 // processCPU is the CPU time this process has used (user + system).
 func processCPU() time.Duration {
@@ -60,142 +133,165 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// phase is the wall and CPU time of one side's share of the work.
-type phase struct{ wall, cpu time.Duration }
-
-func (p *phase) add(q phase) { p.wall += q.wall; p.cpu += q.cpu }
-
-// measure runs n calls of do over conns workers.
-func measure(n, conns int, do func(worker int)) phase {
-	cpu := processCPU()
-	wall := runParallel(n, conns, do)
-	return phase{wall: wall, cpu: processCPU() - cpu}
+// benchTarget is one workspace reachable three ways.
+type benchTarget struct {
+	load   *loadProc
+	sides  []*side // direct, stdlib, codehub
+	origin []string
 }
 
-// runParallel performs n calls of do spread over conns workers.
-func runParallel(n, conns int, do func(worker int)) time.Duration {
-	work := make(chan struct{}, n)
-	for range n {
-		work <- struct{}{}
+func newBenchTarget(b *testing.B) *benchTarget {
+	b.Helper()
+	checkPinning(b)
+	env := apitest.New(b, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	addr := startUpstream(b)
+	w := runningWorkspace(b, env, alice, "bench", addr)
+	c := env.Login(alice)
+	up, _ := url.Parse("http://" + addr)
+	bare := httputil.NewSingleHostReverseProxy(up)
+	bare.Transport = &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, DisableCompression: true}
+	stdlib := httptest.NewServer(bare)
+	b.Cleanup(stdlib.Close)
+	proxied := env.URL + "/w/" + w.ID
+	return &benchTarget{
+		load: startLoad(b),
+		sides: []*side{
+			{target: loadTarget{URL: "http://" + addr}},
+			{target: loadTarget{URL: stdlib.URL}},
+			{target: loadTarget{URL: proxied, Header: dialHeaders(b, c, env.URL, "")}},
+		},
+		origin: []string{"", "", env.URL},
 	}
-	close(work)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range work {
-				do(i)
+}
+
+// checkPinning refuses a pinned run whose proxy shares CPUs with the load.
+func checkPinning(b *testing.B) {
+	cpus := os.Getenv(loadCPUsEnv)
+	if cpus == "" {
+		return
+	}
+	var mine unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil {
+		b.Fatal(err)
+	}
+	for _, part := range strings.Split(cpus, ",") {
+		lo, hi, _ := strings.Cut(part, "-")
+		first, err1 := strconv.Atoi(lo)
+		last, err2 := strconv.Atoi(hi)
+		if hi == "" {
+			last, err2 = first, nil
+		}
+		if err1 != nil || err2 != nil {
+			b.Fatalf("%s=%q: want a CPU list such as 0 or 0-1", loadCPUsEnv, cpus)
+		}
+		for cpu := first; cpu <= last; cpu++ {
+			if mine.IsSet(cpu) {
+				b.Fatalf("%s=%s but this process may run on CPU %d too: start it with taskset on the other CPUs", loadCPUsEnv, cpus, cpu)
 			}
-		}()
+		}
 	}
-	wg.Wait()
-	return time.Since(start)
 }
 
-// reportRatio reports both rates, proxied/direct, and the CPU the proxy
-// spent per call: this process runs the load generator on both sides and
-// the proxy only on the proxied one, so the difference is the proxy's.
-func reportRatio(b *testing.B, unit string, n int, direct, proxied phase) {
-	dr, pr := float64(n)/direct.wall.Seconds(), float64(n)/proxied.wall.Seconds()
-	b.ReportMetric(dr, "direct-"+unit)
-	b.ReportMetric(pr, "proxied-"+unit)
-	b.ReportMetric(pr/dr, "ratio")
-	b.ReportMetric(float64((proxied.cpu-direct.cpu).Microseconds())/float64(n), "proxy-cpu-µs/op")
+// rounds alternates the sides so that each sees the same machine load.
+const rounds = 10
+
+// measure runs c against every side in turn, rounds times, with n
+// operations per side and round.
+func (tg *benchTarget) measure(b *testing.B, c loadCommand) {
+	for range rounds {
+		for _, s := range tg.sides {
+			c.Targets = []loadTarget{s.target}
+			own := processCPU()
+			res := tg.load.run(b, c)
+			s.ownCPU += processCPU() - own
+			s.wall += time.Duration(res.WallNS)
+			s.cpu += time.Duration(res.CPUNS)
+		}
+	}
+}
+
+// report gives each side's rate and the proxies' ratios to direct and
+// their CPU per operation.
+func (tg *benchTarget) report(b *testing.B, unit string, n int) {
+	direct, stdlib, codehub := tg.sides[0], tg.sides[1], tg.sides[2]
+	rate := func(s *side) float64 { return float64(n) / s.wall.Seconds() }
+	perOp := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
+	b.ReportMetric(rate(direct), "direct-"+unit)
+	b.ReportMetric(rate(stdlib), "stdlib-"+unit)
+	b.ReportMetric(rate(codehub), "proxied-"+unit)
+	b.ReportMetric(rate(codehub)/rate(direct), "ratio")
+	b.ReportMetric(rate(stdlib)/rate(direct), "stdlib-ratio")
+	b.ReportMetric(perOp(codehub.ownCPU), "proxy-cpu-µs/op")
+	b.ReportMetric(perOp(stdlib.ownCPU), "stdlib-cpu-µs/op")
+	b.ReportMetric(perOp(direct.cpu), "load-cpu-µs/op")
 }
 
 // BenchmarkHTTPThroughput: 64 concurrent keep-alive connections doing
-// small GETs, straight to the workspace and through /w/{id}/; b.N requests
-// on each side.
+// small GETs; b.N requests on each side.
 func BenchmarkHTTPThroughput(b *testing.B) {
 	tg := newBenchTarget(b)
 	const conns = 64
-	direct, proxied := tg.direct+"/ok", tg.proxied+"/ok"
-	// Open the connections of both sides first.
-	runParallel(conns, conns, func(int) { fetch(b, tg.client, direct) })
-	runParallel(conns, conns, func(int) { fetch(b, tg.client, proxied) })
-	per := max(b.N/rounds, 1)
-	var d, p phase
-	b.ResetTimer()
-	for range rounds {
-		d.add(measure(per, conns, func(int) { fetch(b, tg.client, direct) }))
-		p.add(measure(per, conns, func(int) { fetch(b, tg.client, proxied) }))
+	per := max(b.N/rounds, conns)
+	for _, s := range tg.sides {
+		s.target.URL += "/ok"
+		// Open the connections first.
+		tg.load.run(b, loadCommand{Op: "http", Targets: []loadTarget{s.target}, Conns: conns, N: conns})
 	}
+	b.ResetTimer()
+	tg.measure(b, loadCommand{Op: "http", Conns: conns, N: per})
 	b.StopTimer()
-	reportRatio(b, "req/s", per*rounds, d, p)
+	tg.report(b, "req/s", per*rounds)
 }
 
-// BenchmarkHTTPLatency: one request at a time, alternating direct and
-// proxied so both see the same machine load; reports both medians and the
-// median of the per-pair difference (the latency the proxy adds).
+// BenchmarkHTTPLatency: one request at a time to each side in turn;
+// reports each side's median and the median of the per-round difference
+// between a proxy and direct (the latency the proxy adds).
 func BenchmarkHTTPLatency(b *testing.B) {
 	tg := newBenchTarget(b)
-	direct, proxied := tg.direct+"/ok", tg.proxied+"/ok"
-	fetch(b, tg.client, direct)
-	fetch(b, tg.client, proxied)
-	d := make([]time.Duration, 0, b.N)
-	p := make([]time.Duration, 0, b.N)
-	added := make([]time.Duration, 0, b.N)
+	targets := make([]loadTarget, len(tg.sides))
+	for i, s := range tg.sides {
+		targets[i] = s.target
+		targets[i].URL += "/ok"
+	}
+	tg.load.run(b, loadCommand{Op: "latency", Targets: targets, N: 10})
 	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		fetch(b, tg.client, direct)
-		t1 := time.Now()
-		fetch(b, tg.client, proxied)
-		t2 := time.Now()
-		d = append(d, t1.Sub(t0))
-		p = append(p, t2.Sub(t1))
-		added = append(added, t2.Sub(t1)-t1.Sub(t0))
-	}
+	res := tg.load.run(b, loadCommand{Op: "latency", Targets: targets, N: b.N})
 	b.StopTimer()
-	for _, s := range [][]time.Duration{d, p, added} {
+	p50 := func(ns []int64) float64 {
+		s := slices.Clone(ns)
 		slices.Sort(s)
+		return float64(s[len(s)/2]) / 1e3
 	}
-	b.ReportMetric(float64(d[len(d)/2].Microseconds()), "direct-p50-µs")
-	b.ReportMetric(float64(p[len(p)/2].Microseconds()), "proxied-p50-µs")
-	b.ReportMetric(float64(added[len(added)/2].Microseconds()), "added-p50-µs")
+	added := func(i int) float64 {
+		d := make([]int64, len(res.LatencyNS[0]))
+		for j := range d {
+			d[j] = res.LatencyNS[i][j] - res.LatencyNS[0][j]
+		}
+		return p50(d)
+	}
+	b.ReportMetric(p50(res.LatencyNS[0]), "direct-p50-µs")
+	b.ReportMetric(p50(res.LatencyNS[1]), "stdlib-p50-µs")
+	b.ReportMetric(p50(res.LatencyNS[2]), "proxied-p50-µs")
+	b.ReportMetric(added(1), "stdlib-added-p50-µs")
+	b.ReportMetric(added(2), "added-p50-µs")
 }
 
 // BenchmarkWebSocketEcho: 8 connections per side echoing 1 KiB messages;
 // b.N round trips on each side.
 func BenchmarkWebSocketEcho(b *testing.B) {
 	tg := newBenchTarget(b)
-	ctx := context.Background()
-	const conns = 8
-	msg := []byte(strings.Repeat("x", 1024))
-	dial := func(u, origin string) []*websocket.Conn {
-		cs := make([]*websocket.Conn, conns)
-		for i := range cs {
-			c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(u, "http")+"/ws",
-				&websocket.DialOptions{HTTPHeader: dialHeaders(b, tg.client, tg.env.URL, origin)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { c.CloseNow() })
-			cs[i] = c
+	const conns, size = 8, 1024
+	for i, s := range tg.sides {
+		s.target.URL += "/ws"
+		if tg.origin[i] != "" {
+			s.target.Header.Set("Origin", tg.origin[i])
 		}
-		return cs
+		tg.load.run(b, loadCommand{Op: "ws", Targets: []loadTarget{s.target}, Conns: conns, N: conns, Size: size})
 	}
-	echo := func(cs []*websocket.Conn) func(int) {
-		return func(i int) {
-			if err := cs[i].Write(ctx, websocket.MessageBinary, msg); err != nil {
-				b.Error(err)
-				return
-			}
-			if _, _, err := cs[i].Read(ctx); err != nil {
-				b.Error(err)
-			}
-		}
-	}
-	direct, proxied := echo(dial(tg.direct, "")), echo(dial(tg.proxied, tg.env.URL))
-	per := max(b.N/rounds, 1)
-	var d, p phase
+	per := max(b.N/rounds, conns)
 	b.ResetTimer()
-	for range rounds {
-		d.add(measure(per, conns, direct))
-		p.add(measure(per, conns, proxied))
-	}
+	tg.measure(b, loadCommand{Op: "ws", Conns: conns, N: per, Size: size})
 	b.StopTimer()
-	reportRatio(b, "msg/s", per*rounds, d, p)
+	tg.report(b, "msg/s", per*rounds)
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -71,9 +70,10 @@ type Proxy struct {
 	routes     routeCache
 	reads      singleflight.Group
 	rp         *httputil.ReverseProxy
+	transport  *upstreamTransport
 }
 
-// New builds the proxy with one shared Transport for every upstream.
+// New builds the proxy with one shared transport for every upstream.
 func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, ups controller.Upstreams, act ActivityMarker) (*Proxy, error) {
 	if opts.RouteTTL == 0 {
 		opts.RouteTTL = time.Second
@@ -88,33 +88,17 @@ func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, u
 	p := &Proxy{
 		logger: logger, opts: opts, auth: auth, workspaces: ws, upstreams: ups, activity: act,
 		metrics: m, routes: routeCache{ttl: opts.RouteTTL, entries: map[string]route{}},
+		transport: newUpstreamTransport(),
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
-		Transport:      newTransport(),
+		Transport:      p.transport,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
 		BufferPool:     &bufferPool{},
 		ErrorLog:       logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
 	return p, nil
-}
-
-func newTransport() *http.Transport {
-	return &http.Transport{
-		Proxy: nil,
-		DialContext: (&net.Dialer{
-			Timeout:   5 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		// Bodies pass through untouched; the browser negotiated encoding
-		// with the workspace.
-		DisableCompression: true,
-	}
 }
 
 // bufferPool reuses the copy buffers of response bodies; without it every
@@ -423,6 +407,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	t, _ := r.Context().Value(targetKey{}).(target)
 	p.routes.forget(t.id)
+	p.transport.forget(t.hostport)
 	if errors.Is(err, context.Canceled) {
 		// The client went away; nobody reads an answer.
 		w.WriteHeader(499)

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // startUpstream runs the upstream process and returns its host:port.
 func startUpstream(t testing.TB) string {
 	t.Helper()
-	cmd := exec.Command(upstreamBin)
+	cmd := command(upstreamBin)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
