@@ -23,28 +23,10 @@ func newRedis(t *testing.T) *redis.Client {
 	return c
 }
 
-// clock is a settable time source.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
 func TestFlushKeepsNewestTimestamp(t *testing.T) {
 	ctx := context.Background()
 	rdb := newRedis(t)
-	clk := &clock{now: time.Unix(1_000_000, 0)}
+	clk := testenv.NewClock(time.Unix(1_000_000, 0))
 	r := NewRecorder(hclog.NewNullLogger(), rdb)
 	r.now = clk.Now
 
@@ -96,7 +78,7 @@ func TestFlushKeepsNewestTimestamp(t *testing.T) {
 
 func TestForgetsIdleEntries(t *testing.T) {
 	ctx := context.Background()
-	clk := &clock{now: time.Unix(1_000_000, 0)}
+	clk := testenv.NewClock(time.Unix(1_000_000, 0))
 	r := NewRecorder(hclog.NewNullLogger(), newRedis(t))
 	r.now = clk.Now
 	r.Mark("old")

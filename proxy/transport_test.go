@@ -9,10 +9,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // countingServer is an upstream that counts the connections it accepted.
@@ -35,26 +36,8 @@ func newCountingServer(t *testing.T, h http.Handler) *countingServer {
 	return s
 }
 
-// clock is a settable time source for the pool.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func testTransport() (*upstreamTransport, *clock) {
-	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+func testTransport() (*upstreamTransport, *testenv.Clock) {
+	clk := testenv.NewClock(time.Unix(1_700_000_000, 0))
 	tr := newUpstreamTransport()
 	tr.now = clk.Now
 	return tr, clk
