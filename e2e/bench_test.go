@@ -9,8 +9,6 @@ import (
 	"sort"
 	"testing"
 	"time"
-
-	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // apiClient talks to the server's REST API with a session cookie.
@@ -82,13 +80,7 @@ func (c *apiClient) settle(id, phase string, start time.Time) time.Duration {
 // until the API shows RUNNING with no operation (code-server answers its
 // health check). Reports p50 and p90 of the wakes.
 func BenchmarkWakeToReady(b *testing.B) {
-	codeServer := program(b, envCodeServer, "", "code-server", "scripts/install-code-server.sh installs it")
-	srv := startServer(b, serverConfig{
-		databaseURL: testenv.PostgresURL(b),
-		redisURL:    testenv.RedisURL(b),
-		s3:          testenv.NewS3(b),
-		codeServer:  codeServer,
-	})
+	srv := startServer(b, localConfig(b))
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		b.Fatal(err)

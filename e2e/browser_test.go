@@ -16,8 +16,6 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-
-	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // Variables the test reads; scripts/test.sh sets the code-server one.
@@ -37,13 +35,7 @@ const adminPassword = "e2e-admin-password-1"
 
 func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
-	codeServer := program(t, envCodeServer, "", "code-server", "scripts/install-code-server.sh installs it")
-	srv := startServer(t, serverConfig{
-		databaseURL: testenv.PostgresURL(t),
-		redisURL:    testenv.RedisURL(t),
-		s3:          testenv.NewS3(t),
-		codeServer:  codeServer,
-	})
+	srv := startServer(t, localConfig(t))
 	b := newBrowser(t, chromium, srv)
 
 	b.step("log in", func(ctx context.Context) error {

@@ -50,6 +50,17 @@ type serverConfig struct {
 	subdomainBase string
 }
 
+// localConfig is a single-machine server on this test's own database, Redis
+// and bucket, running workspaces with the code-server the test found.
+func localConfig(t testing.TB) serverConfig {
+	return serverConfig{
+		databaseURL: testenv.PostgresURL(t),
+		redisURL:    testenv.RedisURL(t),
+		s3:          testenv.NewS3(t),
+		codeServer:  program(t, envCodeServer, "", "code-server", "scripts/install-code-server.sh installs it"),
+	}
+}
+
 type server struct {
 	url     string
 	dataDir string

@@ -14,8 +14,6 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-
-	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // TestBrowserSubdomainLogin: in subdomain mode the proxy sends a visitor
@@ -26,15 +24,9 @@ import (
 // workspace hosts need no DNS.
 func TestBrowserSubdomainLogin(t *testing.T) {
 	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
-	codeServer := program(t, envCodeServer, "", "code-server", "scripts/install-code-server.sh installs it")
-	srv := startServer(t, serverConfig{
-		databaseURL:   testenv.PostgresURL(t),
-		redisURL:      testenv.RedisURL(t),
-		s3:            testenv.NewS3(t),
-		codeServer:    codeServer,
-		publicHost:    "localhost",
-		subdomainBase: "localhost",
-	})
+	cfg := localConfig(t)
+	cfg.publicHost, cfg.subdomainBase = "localhost", "localhost"
+	srv := startServer(t, cfg)
 	ws := createWorkspace(t, srv, "subdomain")
 	origin := strings.TrimSuffix(ws.URL, "/")
 	u, err := url.Parse(origin)
