@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -228,20 +229,27 @@ func (tg *benchTarget) report(b *testing.B, unit string, n int) {
 }
 
 // BenchmarkHTTPThroughput: 64 concurrent keep-alive connections doing
-// small GETs; b.N requests on each side.
+// GETs of a tiny response (the proxy's per-request cost at its worst) and
+// of a 64 KiB one (a typical editor asset); b.N requests on each side.
 func BenchmarkHTTPThroughput(b *testing.B) {
-	tg := newBenchTarget(b)
-	const conns = 64
-	per := max(b.N/rounds, conns)
-	for _, s := range tg.sides {
-		s.target.URL += "/ok"
-		// Open the connections first.
-		tg.load.run(b, loadCommand{Op: "http", Targets: []loadTarget{s.target}, Conns: conns, N: conns})
+	for _, size := range []struct {
+		name, path string
+	}{{"3B", "/ok"}, {"64KiB", "/bytes/65536"}} {
+		b.Run(size.name, func(b *testing.B) {
+			tg := newBenchTarget(b)
+			const conns = 64
+			per := max(b.N/rounds, conns)
+			for _, s := range tg.sides {
+				s.target.URL += size.path
+				// Open the connections first.
+				tg.load.run(b, loadCommand{Op: "http", Targets: []loadTarget{s.target}, Conns: conns, N: conns})
+			}
+			b.ResetTimer()
+			tg.measure(b, loadCommand{Op: "http", Conns: conns, N: per})
+			b.StopTimer()
+			tg.report(b, "req/s", per*rounds)
+		})
 	}
-	b.ResetTimer()
-	tg.measure(b, loadCommand{Op: "http", Conns: conns, N: per})
-	b.StopTimer()
-	tg.report(b, "req/s", per*rounds)
 }
 
 // BenchmarkHTTPLatency: one request at a time to each side in turn;
@@ -277,21 +285,25 @@ func BenchmarkHTTPLatency(b *testing.B) {
 	b.ReportMetric(added(2), "added-p50-µs")
 }
 
-// BenchmarkWebSocketEcho: 8 connections per side echoing 1 KiB messages;
-// b.N round trips on each side.
+// BenchmarkWebSocketEcho: 8 connections per side echoing messages of
+// 1 KiB and of 64 KiB; b.N round trips on each side.
 func BenchmarkWebSocketEcho(b *testing.B) {
-	tg := newBenchTarget(b)
-	const conns, size = 8, 1024
-	for i, s := range tg.sides {
-		s.target.URL += "/ws"
-		if tg.origin[i] != "" {
-			s.target.Header.Set("Origin", tg.origin[i])
-		}
-		tg.load.run(b, loadCommand{Op: "ws", Targets: []loadTarget{s.target}, Conns: conns, N: conns, Size: size})
+	for _, size := range []int{1 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			tg := newBenchTarget(b)
+			const conns = 8
+			for i, s := range tg.sides {
+				s.target.URL += "/ws"
+				if tg.origin[i] != "" {
+					s.target.Header.Set("Origin", tg.origin[i])
+				}
+				tg.load.run(b, loadCommand{Op: "ws", Targets: []loadTarget{s.target}, Conns: conns, N: conns, Size: size})
+			}
+			per := max(b.N/rounds, conns)
+			b.ResetTimer()
+			tg.measure(b, loadCommand{Op: "ws", Conns: conns, N: per, Size: size})
+			b.StopTimer()
+			tg.report(b, "msg/s", per*rounds)
+		})
 	}
-	per := max(b.N/rounds, conns)
-	b.ResetTimer()
-	tg.measure(b, loadCommand{Op: "ws", Conns: conns, N: per, Size: size})
-	b.StopTimer()
-	tg.report(b, "msg/s", per*rounds)
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/coder/websocket"
 )
@@ -40,6 +41,23 @@ func main() {
 	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.PathValue("n"))
+		if err != nil || n < 0 || n > 64<<20 {
+			http.Error(w, "want /bytes/{n} with 0 <= n <= 64 MiB", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		chunk := make([]byte, min(n, 64<<10))
+		for n > 0 {
+			m, err := w.Write(chunk[:min(n, len(chunk))])
+			if err != nil {
+				return
+			}
+			n -= m
+		}
 	})
 	mux.HandleFunc("/set-cookie", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Set-Cookie", "codehub_session=planted; Path=/")
