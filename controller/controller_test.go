@@ -92,8 +92,13 @@ func (h *harness) checkVolumeDeletions() {
 			h.t.Errorf("volume of %s deleted without a committed archive", wsID)
 			return
 		}
+		home := h.backend.volumes[wsID].data
+		if home == "" {
+			// Nothing to lose: a volume a restore never filled.
+			return
+		}
 		archived, ok := h.backend.store.data(*key)
-		if home := h.backend.volumes[wsID].data; !ok || archived != home {
+		if !ok || archived != home {
 			h.t.Errorf("volume of %s (%q) deleted; committed archive %s holds %q (exists %v)", wsID, home, *key, archived, ok)
 		}
 	}
@@ -396,6 +401,51 @@ func TestArchiveRetryReusesOpID(t *testing.T) {
 	}
 	if h.backend.count("SubmitArchive") != 2 {
 		t.Fatalf("%d archive submissions, want 2", h.backend.count("SubmitArchive"))
+	}
+}
+
+func TestFailedRestoreVolumeGoesWhenKeptArchived(t *testing.T) {
+	h := newHarness(t)
+	h.checkVolumeDeletions()
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.backend.writeHome(w.ID, "data")
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.converge(c)
+	archived := h.expect(w.ID, workspace.PhaseArchived)
+
+	// Opening it again fails in the restore job (S3 unreachable), and
+	// the user decides to leave it archived.
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	h.backend.jobFail[JobRestore] = "S3_ACCESS_ERROR"
+	for range 6 {
+		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if row := h.row(w.ID); row.Operation != workspace.OpNone || row.ErrorCount != 1 {
+		t.Fatalf("after the failed restore: op %s errors %d", row.Operation, row.ErrorCount)
+	}
+	if _, ok := h.backend.home(w.ID); !ok {
+		t.Fatal("the failed restore left no volume; the test does not reach its case")
+	}
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.advance(time.Minute) // past the backoff
+	h.converge(c)
+	// The failed attempt stays on record until an operation succeeds.
+	got := h.row(w.ID)
+	if got.Phase != workspace.PhaseArchived || got.Operation != workspace.OpNone {
+		t.Fatalf("phase %s op %s, want ARCHIVED with no operation", got.Phase, got.Operation)
+	}
+	if _, ok := h.backend.home(w.ID); ok {
+		t.Error("the half-restored volume is still there")
+	}
+	if deref(got.ArchiveKey) != deref(archived.ArchiveKey) {
+		t.Errorf("archive key changed from %s to %s", deref(archived.ArchiveKey), deref(got.ArchiveKey))
+	}
+	if data, ok := h.backend.store.data(deref(got.ArchiveKey)); !ok || data != "data" {
+		t.Errorf("archive holds %q (exists %v)", data, ok)
 	}
 }
 

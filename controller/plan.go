@@ -243,6 +243,11 @@ func (p *planner) idle() Action {
 		// (it timed out deleting it): finish that archiving.
 		p.finishArchive = true
 		return p.claim(workspace.OpArchiving, StepDeleteVolume)
+	case phase == workspace.PhaseArchived && p.obs.VolumeExists && !p.obs.ContainerLive && !restoreRunning(p.obs):
+		// A volume left by a restore that failed or was given up: it never
+		// held the home (the archive is the only copy), and nobody will
+		// finish it now that the workspace is to stay archived.
+		return p.settle(append(p.purgeStale(), StepDeleteVolume)...)
 	}
 	return p.settle(p.purgeStale()...)
 }
@@ -374,6 +379,11 @@ func (p *planner) restoring() Action {
 		return p.fail(reason, jobMessage(job), workspace.TerminalReason(reason), StepPurgeRestoreJob)
 	}
 	return p.settle()
+}
+
+// restoreRunning reports a restore job that may still write the volume.
+func restoreRunning(obs Observed) bool {
+	return obs.Restore != nil && !terminalJob(obs.Restore)
 }
 
 // committed reports whether the archive of w's op id is its archive_key.

@@ -175,8 +175,10 @@ func checkPlanRules(t *testing.T, name string, w workspace.Workspace, obs Observ
 	}
 	for _, s := range a.Steps {
 		// Ordering: a volume is deleted only after its archive is
-		// committed, or when the workspace is being deleted.
-		if s == StepDeleteVolume && next.Operation != workspace.OpDeleting && !committed(next) {
+		// committed, when the workspace is being deleted, or when the
+		// volume never held the home the archive keeps.
+		if s == StepDeleteVolume && next.Operation != workspace.OpDeleting && !committed(next) &&
+			(next.ArchiveKey == nil || workspace.VolumeHoldsHome(next)) {
 			t.Errorf("%s: volume deletion planned without a committed archive", name)
 		}
 		if s == StepDeleteVolume && obs.ContainerLive {
@@ -437,6 +439,32 @@ func TestPlanRules(t *testing.T) {
 		a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg)
 		if a.Next.Operation != workspace.OpArchiving || deref(a.Next.OpID) != opOld || !slices.Equal(a.Steps, []Step{StepDeleteVolume}) {
 			t.Errorf("op %s op id %s steps %v", a.Next.Operation, deref(a.Next.OpID), a.Steps)
+		}
+	})
+	t.Run("a failed restore's volume goes once the workspace is to stay archived", func(t *testing.T) {
+		// RESTORING provisioned a volume and its job failed; then the user
+		// chose to keep the workspace archived.
+		w := stored(workspace.PhaseArchived, workspace.DesiredArchived, observed(workspace.PhaseStandby))
+		w.OpID = ptr(opNew)
+		w.ErrorReason, w.ErrorCount = ptr(workspace.ReasonRestoreFailed), 1
+		obs := observed(workspace.PhaseStandby)
+		obs.Restore = &JobResult{Status: JobRunning}
+		if a := Plan(w, obs, ArchiveCheck{}, t0, testCfg); len(a.Steps) > 0 || a.Next.Operation != workspace.OpNone {
+			t.Errorf("with the restore job still running: op %s steps %v", a.Next.Operation, a.Steps)
+		}
+		obs.Restore = &JobResult{Status: JobFailed}
+		a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+		if a.Next.Operation != workspace.OpNone || !slices.Equal(a.Steps, []Step{StepPurgeRestoreJob, StepDeleteVolume}) {
+			t.Errorf("op %s steps %v", a.Next.Operation, a.Steps)
+		}
+		if deref(a.Next.ArchiveKey) != keyOld || a.Next.Phase != workspace.PhaseArchived {
+			t.Errorf("archive key %s phase %s: the archive must stay the workspace's", deref(a.Next.ArchiveKey), a.Next.Phase)
+		}
+		// Restored volumes are the home: never deleted this way.
+		w.RestoreMarker = ptr(keyOld)
+		w.Phase = workspace.PhaseStandby
+		if a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg); slices.Contains(a.Steps, StepDeleteVolume) {
+			t.Errorf("a restored home was planned for deletion: %v", a.Steps)
 		}
 	})
 	t.Run("backoff doubles up to the cap", func(t *testing.T) {
