@@ -41,8 +41,14 @@ bench-archive: deps
 bench-engine: deps
 	scripts/with-services.sh go test -run '^$$' -bench 'ConvergedTick|FailoverTakeover|TickWithChanges' -benchmem -benchtime 10x ./controller/
 
+# Twice: everything sharing the machine's cores, then (with two or more)
+# the load generator and the workspace on CPU 0 and the proxy on the rest.
 bench-proxy: deps
 	scripts/with-services.sh go test -run '^$$' -bench . -benchtime 3s ./proxy/
+	@if [ "$$(nproc)" -ge 2 ]; then \
+		CODEHUB_BENCH_LOAD_CPUS=0 scripts/with-services.sh taskset -c 1-$$(( $$(nproc) - 1 )) \
+			go test -run '^$$' -bench . -benchtime 3s ./proxy/; \
+	fi
 
 clean:
 	rm -rf bin

@@ -68,9 +68,9 @@ type upstreamConn struct {
 	idleSince time.Time
 }
 
-// errClosedBeforeResponse marks a reused connection the workspace had
-// closed while it sat in the pool; an idempotent request is sent again on
-// a new one.
+// errClosedBeforeResponse marks a connection that broke before the first
+// byte of an answer, as one the workspace closed while it sat in the pool
+// does; an idempotent request is then sent again on a new connection.
 var errClosedBeforeResponse = errors.New("upstream closed the connection before answering")
 
 // RoundTrip implements http.RoundTripper.
