@@ -46,6 +46,9 @@ type Options struct {
 	TrustedProxies []netip.Prefix
 	// HeartbeatInterval of event streams; 0 means HeartbeatInterval.
 	HeartbeatInterval time.Duration
+	// RouteTTL is how long the proxy reuses a running workspace's owner
+	// and upstream; 0 means 1 s.
+	RouteTTL time.Duration
 	// Registry receives every metric of the API and the proxy and is
 	// served at /metrics; nil creates a private one. Pass the registry the
 	// controller registers with to serve all of CodeHub's metrics together.
@@ -108,6 +111,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	}
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
+		RouteTTL: opts.RouteTTL,
 	}, s.sessions, deps.Workspaces, deps.Upstreams, s.activity)
 	if err != nil {
 		return nil, err

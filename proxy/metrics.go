@@ -7,6 +7,8 @@ type metrics struct {
 	duration   prometheus.Histogram
 	websockets prometheus.Gauge
 	wakes      *prometheus.CounterVec
+	// upstreamErrors counts requests a workspace did not answer.
+	upstreamErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,8 +30,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "codehub_proxy_wakes_total",
 			Help: "Auto-wake attempts by result (started, limit, conflict, error).",
 		}, []string{"result"}),
+		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codehub_proxy_upstream_errors_total",
+			Help: "Proxied requests the workspace did not answer (connection refused or reset, bad response).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.websockets, m.wakes} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.websockets, m.wakes, m.upstreamErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -121,6 +121,11 @@ type target struct {
 	path     string
 	rawPath  string
 	prefix   string
+	// user is the authenticated owner the request is served for.
+	user string
+	// rejudged is set once a failed upstream sent the request back to the
+	// workspace's state.
+	rejudged bool
 }
 
 type targetKey struct{}
@@ -188,6 +193,7 @@ func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 		p.unauthenticated(w, r, t.id)
 		return
 	}
+	t.user = userID
 	if rt, ok := p.routes.get(t.id); ok {
 		if rt.owner != userID {
 			p.forbidden(w, r)
@@ -354,6 +360,7 @@ func (p *Proxy) resolveAndForward(w *responseRecorder, r *http.Request, t target
 }
 
 func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
+	// Carried to rewrite and, on failure, to upstreamError.
 	if isWebSocketUpgrade(r) {
 		if origin := r.Header.Get("Origin"); origin != "" && !strings.EqualFold(origin, p.opts.Sites.WorkspaceOrigin(t.id)) {
 			render(w, r, page{Status: http.StatusForbidden, Code: CodeForbidden, Title: "Forbidden",
@@ -414,7 +421,33 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		return
 	}
 	p.logger.Debug("upstream failed", "workspace_id", t.id, "error", err)
-	p.badGateway(w, r)
+	p.metrics.upstreamErrors.Inc()
+	rec, ok := w.(*responseRecorder)
+	if !ok || t.rejudged || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		p.badGateway(w, r)
+		return
+	}
+	// The route came from the cache and the workspace may have stopped
+	// since: answer from its current state (a stopped workspace wakes and
+	// shows the starting page) rather than with a dead end. Nothing of the
+	// response is written yet, and the request has no body to replay. r is
+	// ReverseProxy's outgoing copy: same context, method and headers
+	// (less CodeHub's credentials); its URL is not used again.
+	ws, err := p.lookup(r.Context(), t.id)
+	switch {
+	case errors.Is(err, workspace.ErrNotFound):
+		p.notFound(w, r)
+		return
+	case err != nil:
+		p.badGateway(w, r)
+		return
+	case ws.OwnerID != t.user:
+		p.forbidden(w, r)
+		return
+	}
+	t.rejudged = true
+	p.answer(rec, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)), t, ws,
+		decide(ws.Phase, ws.DesiredState, ws.Operation, isNavigation(r)))
 }
 
 func (p *Proxy) badGateway(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/codehub-io/codehub/activity"
 	"github.com/codehub-io/codehub/api/apitest"
+	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -502,4 +503,46 @@ func cookieHeader(c *http.Client, rawURL string) []string {
 		parts = append(parts, ck.Name+"="+ck.Value)
 	}
 	return []string{"Cookie", strings.Join(parts, "; ")}
+}
+
+// TestProxyStaleRoute: a workspace stops while its route is still cached;
+// the next request finds the upstream gone and is answered from the
+// workspace's current state instead of with a 502.
+func TestProxyStaleRoute(t *testing.T) {
+	env := apitest.New(t, apitest.Config{RouteTTL: time.Hour})
+	alice := env.CreateUser("alice", false)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	w := runningWorkspace(t, env, alice, "web", strings.TrimPrefix(up.URL, "http://"))
+	c := env.Login(alice)
+	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != 200 {
+		t.Fatalf("running: %d %s", res.StatusCode, res.Body)
+	}
+	up.Close()
+	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
+	env.Exec(`UPDATE workspaces SET desired_state = 'STANDBY' WHERE id = $1`, w.ID)
+
+	// A background request learns the workspace's state (and, not being
+	// a navigation, does not wake it), not that it failed to answer.
+	res := get(t, c, env.URL+"/w/"+w.ID+"/x", "Sec-Fetch-Mode", "cors", "Sec-Fetch-Dest", "empty")
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(res.Body), proxy.CodeNotStarted) {
+		t.Fatalf("background request after the stop: %d %s", res.StatusCode, res.Body)
+	}
+	if got := env.Workspace(w.ID).DesiredState; got != workspace.DesiredStandby {
+		t.Fatalf("a background request changed the desired state to %s", got)
+	}
+	// A browser opening it wakes it.
+	res = get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", html)
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(res.Body), "Starting") {
+		t.Fatalf("navigation after the stop: %d %s", res.StatusCode, res.Body)
+	}
+	if got := env.Workspace(w.ID).DesiredState; got != workspace.DesiredRunning {
+		t.Errorf("desired state after opening it: %s", got)
+	}
+	// Another user's request for it is still refused.
+	bob := env.CreateUser("bob", false)
+	if res := get(t, env.Login(bob), env.URL+"/w/"+w.ID+"/"); res.StatusCode != http.StatusForbidden {
+		t.Errorf("other user: %d", res.StatusCode)
+	}
 }
