@@ -360,7 +360,6 @@ func (p *Proxy) resolveAndForward(w *responseRecorder, r *http.Request, t target
 }
 
 func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
-	// Carried to rewrite and, on failure, to upstreamError.
 	if isWebSocketUpgrade(r) {
 		if origin := r.Header.Get("Origin"); origin != "" && !strings.EqualFold(origin, p.opts.Sites.WorkspaceOrigin(t.id)) {
 			render(w, r, page{Status: http.StatusForbidden, Code: CodeForbidden, Title: "Forbidden",
@@ -371,6 +370,7 @@ func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 		defer p.metrics.websockets.Dec()
 	}
 	w.mark()
+	// t travels to rewrite and, on failure, to upstreamError.
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 }
 
@@ -446,8 +446,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		return
 	}
 	t.rejudged = true
-	p.answer(rec, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)), t, ws,
-		decide(ws.Phase, ws.DesiredState, ws.Operation, isNavigation(r)))
+	p.answer(rec, r, t, ws, decide(ws.Phase, ws.DesiredState, ws.Operation, isNavigation(r)))
 }
 
 func (p *Proxy) badGateway(w http.ResponseWriter, r *http.Request) {
