@@ -11,6 +11,7 @@ import (
 	"path"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -113,11 +114,10 @@ type extractor struct {
 	made    map[string]bool // directories known to exist
 	buf     []byte
 
-	// The directory of the previous entry, opened as a Root of its own:
-	// entries come grouped by directory, and resolving a single name in it
-	// costs one system call where resolving the whole path costs one per
-	// component.
-	parentRoot *os.Root
+	// The directory of the previous entry, open: entries come grouped by
+	// directory, and creating a single name in it costs one system call
+	// where resolving the whole path costs one per component.
+	parentDir  *os.File
 	parentName string
 }
 
@@ -176,38 +176,34 @@ func (x *extractor) write(e entry, tr io.Reader) error {
 	if e.hard {
 		return x.hardlink(e)
 	}
+	if e.kind == kindSymlink {
+		return x.root.Symlink(e.link, e.name)
+	}
 	dir, err := x.openParent(path.Dir(e.name))
 	if err != nil {
 		return err
 	}
-	base := path.Base(e.name)
-	if e.kind == kindSymlink {
-		return dir.Symlink(e.link, base)
-	}
-	return x.file(dir, base, e, tr)
+	return x.file(dir, path.Base(e.name), e, tr)
 }
 
-// openParent returns a Root for dir, reusing the previous entry's.
-func (x *extractor) openParent(dir string) (*os.Root, error) {
-	if dir == "." {
-		return x.root, nil
-	}
-	if x.parentRoot != nil && x.parentName == dir {
-		return x.parentRoot, nil
+// openParent opens dir through the root, reusing the previous entry's.
+func (x *extractor) openParent(dir string) (*os.File, error) {
+	if x.parentDir != nil && x.parentName == dir {
+		return x.parentDir, nil
 	}
 	x.closeParent()
-	r, err := x.root.OpenRoot(dir)
+	f, err := x.root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
-	x.parentRoot, x.parentName = r, dir
-	return r, nil
+	x.parentDir, x.parentName = f, dir
+	return f, nil
 }
 
 func (x *extractor) closeParent() {
-	if x.parentRoot != nil {
-		x.parentRoot.Close()
-		x.parentRoot = nil
+	if x.parentDir != nil {
+		x.parentDir.Close()
+		x.parentDir = nil
 	}
 }
 
@@ -253,8 +249,8 @@ func (x *extractor) hardlink(e entry) error {
 	return x.root.Link(e.link, e.name)
 }
 
-func (x *extractor) file(dir *os.Root, base string, e entry, tr io.Reader) error {
-	f, err := dir.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+func (x *extractor) file(dir *os.File, base string, e entry, tr io.Reader) error {
+	f, err := createIn(dir, base, e.name)
 	if err != nil {
 		return err
 	}
@@ -264,15 +260,15 @@ func (x *extractor) file(dir *os.Root, base string, e entry, tr io.Reader) error
 		err = fmt.Errorf("entry %q: %d of %d bytes", e.name, n, e.size)
 	}
 	if err == nil {
-		err = f.Chmod(e.mode)
+		err = f.chmod(e.mode)
+	}
+	if err == nil {
+		err = f.setTimes(e.mtime)
 	}
 	if closeErr := f.Close(); err == nil {
 		err = closeErr
 	}
-	if err != nil {
-		return err
-	}
-	return dir.Chtimes(base, e.mtime, e.mtime)
+	return err
 }
 
 // finishDirs applies directory modes and mtimes after their contents are

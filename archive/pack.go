@@ -164,7 +164,7 @@ func (p *packer) add(file, name string) error {
 }
 
 func (p *packer) addFile(file string, hdr *tar.Header) error {
-	f, err := os.Open(file)
+	f, err := openRegular(file)
 	if err != nil {
 		return err
 	}
@@ -181,4 +181,25 @@ func (p *packer) addFile(file string, hdr *tar.Header) error {
 		return fmt.Errorf("copy %s: file shrank from %d to %d bytes while archiving", file, hdr.Size, n)
 	}
 	return nil
+}
+
+// compressTree writes the tar stream of root to enc, walking the tree in a
+// goroutine of its own so that reading files and building headers overlap
+// with compression.
+func compressTree(ctx context.Context, logger hclog.Logger, root string, enc io.Writer, read *atomic.Int64) error {
+	pipe := newChunkPipe()
+	walked := make(chan error, 1)
+	go func() {
+		err := writeTree(ctx, logger, root, pipe, read)
+		pipe.closeWrite(err)
+		walked <- err
+	}()
+	_, encErr := pipe.WriteTo(enc)
+	pipe.closeRead(encErr)
+	walkErr := <-walked
+	// A failed encoder also fails the walker, with the encoder's error.
+	if encErr != nil {
+		return encErr
+	}
+	return walkErr
 }

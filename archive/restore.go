@@ -107,20 +107,34 @@ func (s *Store) fetch(ctx context.Context, log hclog.Logger, out *lineWriter, ke
 	return nil
 }
 
+// unpack decompresses in a goroutine of its own and extracts in this one,
+// so that the file system calls of extraction overlap with decompression
+// and hashing.
 func unpack(ctx context.Context, body io.Reader, root *os.Root, prog *progress) error {
 	zr, err := zstd.NewReader(body, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow))
 	if err != nil {
 		return withCode(CodeUnknown, err)
 	}
 	defer zr.Close()
-	if err := extractTar(ctx, zr, root, &prog.wrote); err != nil {
-		return err
+	pipe := newChunkPipe()
+	decoded := make(chan struct{})
+	go func() {
+		defer close(decoded)
+		_, err := zr.WriteTo(pipe)
+		pipe.closeWrite(err)
+	}()
+	err = extractTar(ctx, pipe, root, &prog.wrote)
+	if err == nil {
+		// Reading to the end checks the zstd frame checksum past the tar
+		// trailer.
+		if _, copyErr := io.Copy(io.Discard, pipe); copyErr != nil {
+			err = extractError(fmt.Errorf("decompress: %w", copyErr))
+		}
 	}
-	// Reading to the end checks the zstd frame checksum past the tar trailer.
-	if _, err := io.Copy(io.Discard, zr); err != nil {
-		return extractError(fmt.Errorf("decompress: %w", err))
-	}
-	return nil
+	pipe.closeRead(err)
+	// The caller reads the rest of body once the decoder is done with it.
+	<-decoded
+	return err
 }
 
 func verify(sum hash.Hash, size int64, meta Meta) error {
