@@ -187,28 +187,61 @@ func classifyLocal(err error) error {
 // abortStaleUploads discards parts left by killed attempts at key. It only
 // frees space, so failures are logged, not returned.
 func (s *Store) abortStaleUploads(ctx context.Context, log hclog.Logger, key string) {
+	uploads, err := s.uploads(ctx, key)
+	if err != nil {
+		log.Warn("list unfinished uploads", "error", err)
+		return
+	}
+	for _, u := range uploads {
+		if u.Key != key {
+			continue
+		}
+		if err := s.AbortUpload(ctx, u); err != nil {
+			log.Warn("abort unfinished upload", "upload_id", u.ID, "error", err)
+			continue
+		}
+		log.Info("aborted unfinished upload of an earlier attempt", "upload_id", u.ID)
+	}
+}
+
+// Upload is a multipart upload that was neither completed nor aborted.
+type Upload struct {
+	Key       string
+	ID        string
+	Initiated time.Time
+}
+
+// Unfinished lists the unfinished multipart uploads under a workspace's
+// archives: attempts killed before they completed or aborted their upload,
+// whose parts S3 keeps (and bills) until someone aborts them.
+func (s *Store) Unfinished(ctx context.Context, workspaceID string) ([]Upload, error) {
+	return s.uploads(ctx, "archives/"+workspaceID+"/")
+}
+
+func (s *Store) uploads(ctx context.Context, prefix string) ([]Upload, error) {
+	var out []Upload
 	keyMarker, idMarker := "", ""
 	for {
-		res, err := s.core.ListMultipartUploads(ctx, s.bucket, key, keyMarker, idMarker, "", 1000)
+		res, err := s.core.ListMultipartUploads(ctx, s.bucket, prefix, keyMarker, idMarker, "", 1000)
 		if err != nil {
-			log.Warn("list unfinished uploads", "error", err)
-			return
+			return nil, s3Error(fmt.Errorf("list unfinished uploads under %s: %w", prefix, err), CodeS3Access)
 		}
 		for _, u := range res.Uploads {
-			if u.Key != key {
-				continue
-			}
-			if err := s.core.AbortMultipartUpload(ctx, s.bucket, key, u.UploadID); err != nil {
-				log.Warn("abort unfinished upload", "upload_id", u.UploadID, "error", err)
-				continue
-			}
-			log.Info("aborted unfinished upload of an earlier attempt", "upload_id", u.UploadID)
+			out = append(out, Upload{Key: u.Key, ID: u.UploadID, Initiated: u.Initiated})
 		}
 		if !res.IsTruncated {
-			return
+			return out, nil
 		}
 		keyMarker, idMarker = res.NextKeyMarker, res.NextUploadIDMarker
 	}
+}
+
+// AbortUpload discards an unfinished upload and its parts.
+func (s *Store) AbortUpload(ctx context.Context, u Upload) error {
+	if err := s.core.AbortMultipartUpload(ctx, s.bucket, u.Key, u.ID); err != nil {
+		return s3Error(fmt.Errorf("abort upload %s of %s: %w", u.ID, u.Key, err), CodeS3Access)
+	}
+	return nil
 }
 
 // CreateEmpty writes an archive of an empty home at key, in the same format

@@ -301,3 +301,54 @@ func TestListAndDelete(t *testing.T) {
 		t.Fatalf("List after delete = %v", got)
 	}
 }
+
+func TestUnfinishedUploads(t *testing.T) {
+	store, _ := newTestStore(t)
+	ctx := context.Background()
+	ws, other := "01jb3x7k9q2m5n8p4r6s0t1v2w", "01jb3x7k9q2m5n8p4r6s0t1v2x"
+	killed, running, elsewhere := Key(ws, "01jb3x8a0000000000000000aa"), Key(ws, "01jb3x9a0000000000000000aa"), Key(other, "01jb3x8a0000000000000000aa")
+	ids := map[string]string{}
+	for _, k := range []string{killed, running, elsewhere} {
+		id, err := store.core.NewMultipartUpload(ctx, store.bucket, k, minio.PutObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := bytes.Repeat([]byte("x"), 1<<20)
+		if _, err := store.core.PutObjectPart(ctx, store.bucket, k, id, 1, bytes.NewReader(part), int64(len(part)), minio.PutObjectPartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ids[k] = id
+	}
+	got, err := store.Unfinished(ctx, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, u := range got {
+		keys[u.Key] = u.ID
+		if u.Initiated.IsZero() {
+			t.Errorf("upload %s of %s has no start time", u.ID, u.Key)
+		}
+	}
+	if len(got) != 2 || keys[killed] != ids[killed] || keys[running] != ids[running] {
+		t.Fatalf("Unfinished(%s) = %+v, want the uploads of %s and %s", ws, got, killed, running)
+	}
+	for _, u := range got {
+		if u.Key == killed {
+			if err := store.AbortUpload(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := pendingUploads(t, store, killed); n != 0 {
+		t.Errorf("%d uploads of %s left after the abort", n, killed)
+	}
+	for _, k := range []string{running, elsewhere} {
+		if n := pendingUploads(t, store, k); n != 1 {
+			t.Errorf("%d uploads of %s, want it untouched", n, k)
+		}
+	}
+	if err := store.AbortUpload(ctx, Upload{Key: killed, ID: ids[killed]}); CodeOf(err) != CodeS3Access {
+		t.Errorf("aborting an aborted upload: %v", err)
+	}
+}

@@ -36,6 +36,10 @@ type ArchiveStore interface {
 	List(ctx context.Context, workspaceID string) ([]string, error)
 	// Delete removes the archive at key and its meta.
 	Delete(ctx context.Context, key string) error
+	// Unfinished lists the unfinished multipart uploads of a workspace's
+	// archives; AbortUpload discards one.
+	Unfinished(ctx context.Context, workspaceID string) ([]archive.Upload, error)
+	AbortUpload(ctx context.Context, u archive.Upload) error
 }
 
 // ErrDeposed means a newer leader exists: this controller must stop.

@@ -369,9 +369,11 @@ type fakeArchives struct {
 	mu      sync.Mutex
 	objects map[string]string
 	// puts counts writes per key: more than one is a duplicate upload.
-	puts  map[string]int
-	fail  map[string]error
-	calls map[string]int
+	puts map[string]int
+	// uploads are unfinished multipart uploads by id.
+	uploads map[string]archive.Upload
+	fail    map[string]error
+	calls   map[string]int
 	// crashBefore and afterWrite are the crash hooks of the backend,
 	// applied to CreateEmpty, the controller's own archive write.
 	crashBefore func() bool
@@ -379,7 +381,8 @@ type fakeArchives struct {
 }
 
 func newFakeArchives() *fakeArchives {
-	return &fakeArchives{objects: map[string]string{}, puts: map[string]int{}, fail: map[string]error{}, calls: map[string]int{}}
+	return &fakeArchives{objects: map[string]string{}, puts: map[string]int{}, uploads: map[string]archive.Upload{},
+		fail: map[string]error{}, calls: map[string]int{}}
 }
 
 var _ ArchiveStore = (*fakeArchives)(nil)
@@ -466,6 +469,32 @@ func (s *fakeArchives) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	delete(s.objects, key)
+	return nil
+}
+
+func (s *fakeArchives) Unfinished(ctx context.Context, workspaceID string) ([]archive.Upload, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("Unfinished"); err != nil {
+		return nil, err
+	}
+	var out []archive.Upload
+	for _, u := range s.uploads {
+		if strings.HasPrefix(u.Key, "archives/"+workspaceID+"/") {
+			out = append(out, u)
+		}
+	}
+	slices.SortFunc(out, func(a, b archive.Upload) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func (s *fakeArchives) AbortUpload(ctx context.Context, u archive.Upload) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call("AbortUpload"); err != nil {
+		return err
+	}
+	delete(s.uploads, u.ID)
 	return nil
 }
 

@@ -29,7 +29,9 @@ type GCConfig struct {
 // deleted longer than the grace ago, and all but the newest KeepArchives of
 // a live workspace. It never deletes a workspace's current archive_key, nor
 // the archive of its op id (an archive being made, or the one an ERROR
-// workspace may need when recovered).
+// workspace may need when recovered). It also aborts the multipart uploads
+// that archive attempts killed mid-way left behind, whose parts S3 keeps
+// until someone does.
 type GCRunner struct {
 	logger   hclog.Logger
 	svc      *workspace.Service
@@ -72,6 +74,9 @@ func (g *GCRunner) RunOnce(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return garbage, fmt.Errorf("list archives of %s: %w", w.ID, err)
 		}
+		if err := g.abortStaleUploads(ctx, w); err != nil {
+			return garbage, err
+		}
 		for _, key := range Garbage(w, keys, g.cfg.KeepArchives) {
 			if g.cfg.DryRun {
 				g.logger.Info("gc would delete archive", "workspace_id", w.ID, "key", key)
@@ -87,6 +92,48 @@ func (g *GCRunner) RunOnce(ctx context.Context) ([]string, error) {
 		}
 	}
 	return garbage, nil
+}
+
+func (g *GCRunner) abortStaleUploads(ctx context.Context, w workspace.Workspace) error {
+	uploads, err := g.archives.Unfinished(ctx, w.ID)
+	if err != nil {
+		return fmt.Errorf("list unfinished uploads of %s: %w", w.ID, err)
+	}
+	for _, u := range StaleUploads(w, uploads, g.now(), abandonedUploadAge) {
+		if g.cfg.DryRun {
+			g.logger.Info("gc would abort unfinished upload", "workspace_id", w.ID, "key", u.Key, "upload_id", u.ID, "initiated", u.Initiated)
+			continue
+		}
+		if err := g.archives.AbortUpload(ctx, u); err != nil {
+			return fmt.Errorf("abort upload %s of %s: %w", u.ID, u.Key, err)
+		}
+		g.logger.Info("gc aborted unfinished upload", "workspace_id", w.ID, "key", u.Key, "upload_id", u.ID, "initiated", u.Initiated)
+		g.cfg.Metrics.gcAbortedUpload()
+	}
+	return nil
+}
+
+// abandonedUploadAge is how old an unfinished upload must be before the GC
+// aborts it: a younger one may belong to an attempt that has just begun and
+// is not yet visible as the workspace's operation.
+const abandonedUploadAge = time.Hour
+
+// StaleUploads picks the unfinished uploads of w to abort: every one
+// started at least minAge before now, except that of the archive w is
+// making right now (a large home can take hours to upload).
+func StaleUploads(w workspace.Workspace, uploads []archive.Upload, now time.Time, minAge time.Duration) []archive.Upload {
+	inFlight := ""
+	if w.Operation == workspace.OpArchiving && w.OpID != nil {
+		inFlight = archive.Key(w.ID, *w.OpID)
+	}
+	var out []archive.Upload
+	for _, u := range uploads {
+		if u.Key == inFlight || now.Sub(u.Initiated) < minAge {
+			continue
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // Garbage picks the archives of w to delete among keys. w is live, or

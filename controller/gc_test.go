@@ -42,6 +42,34 @@ func TestGarbage(t *testing.T) {
 	}
 }
 
+func TestStaleUploads(t *testing.T) {
+	now := t0
+	up := func(op string, age time.Duration) archive.Upload {
+		return archive.Upload{Key: archive.Key(wsID, op), ID: op + "-upload", Initiated: now.Add(-age)}
+	}
+	killed, young, current := up(opOld, 3*time.Hour), up(opOld, 10*time.Minute), up(opNew, 5*time.Hour)
+	uploads := []archive.Upload{killed, young, current}
+	cases := []struct {
+		name string
+		w    workspace.Workspace
+		want []archive.Upload
+	}{
+		{"idle: every old one", workspace.Workspace{ID: wsID, Phase: workspace.PhaseStandby}, []archive.Upload{killed, current}},
+		{"archiving keeps its own upload however old", workspace.Workspace{ID: wsID, Phase: workspace.PhaseStandby,
+			Operation: workspace.OpArchiving, OpID: ptr(opNew)}, []archive.Upload{killed}},
+		{"a failed archive's op id does not protect its upload", workspace.Workspace{ID: wsID, Phase: workspace.PhaseStandby,
+			OpID: ptr(opNew)}, []archive.Upload{killed, current}},
+		{"deleted", workspace.Workspace{ID: wsID, Phase: workspace.PhaseDeleted, DeletedAt: ptr(t0)}, []archive.Upload{killed, current}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := StaleUploads(c.w, uploads, now, time.Hour); !slices.Equal(got, c.want) {
+				t.Errorf("stale = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
 func TestGCRunner(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
@@ -62,13 +90,24 @@ func TestGCRunner(t *testing.T) {
 	h.exec(`UPDATE workspaces SET deleted_at = now() - interval '3 hours', desired_state = 'DELETED', phase = 'DELETED' WHERE id = $1`, gone.ID)
 	h.exec(`UPDATE workspaces SET deleted_at = now() - interval '1 hour', desired_state = 'DELETED', phase = 'DELETED' WHERE id = $1`, recent.ID)
 
+	// A killed archive attempt of the live workspace left an upload, and so
+	// did a gone workspace; a third one has just begun.
+	stale := []archive.Upload{
+		{Key: archive.Key(live.ID, workspace.NewID()), ID: "killed", Initiated: time.Now().Add(-3 * time.Hour)},
+		{Key: archive.Key(gone.ID, workspace.NewID()), ID: "gone", Initiated: time.Now().Add(-3 * time.Hour)},
+	}
+	fresh := archive.Upload{Key: archive.Key(live.ID, workspace.NewID()), ID: "fresh", Initiated: time.Now()}
+	for _, u := range append(stale, fresh) {
+		h.backend.store.uploads[u.ID] = u
+	}
+
 	cfg := GCConfig{KeepArchives: 3, DeletedGrace: 2 * time.Hour, DryRun: true}
 	dry, err := NewGCRunner(hclog.NewNullLogger(), h.svc, h.backend.store, cfg).RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dry) != 3 || len(h.backend.store.keys(live.ID)) != 5 || len(h.backend.store.keys(gone.ID)) != 2 {
-		t.Fatalf("dry run: named %v and deleted something", dry)
+	if len(dry) != 3 || len(h.backend.store.keys(live.ID)) != 5 || len(h.backend.store.keys(gone.ID)) != 2 || len(h.backend.store.uploads) != 3 {
+		t.Fatalf("dry run: named %v and deleted or aborted something", dry)
 	}
 	cfg.DryRun = false
 	deleted, err := NewGCRunner(hclog.NewNullLogger(), h.svc, h.backend.store, cfg).RunOnce(ctx)
@@ -87,5 +126,8 @@ func TestGCRunner(t *testing.T) {
 	}
 	if got := h.backend.store.keys(recent.ID); !slices.Equal(got, recentKeys) {
 		t.Errorf("archives of a workspace deleted 1h ago: %v, want %v", got, recentKeys)
+	}
+	if _, kept := h.backend.store.uploads["fresh"]; !kept || len(h.backend.store.uploads) != 1 {
+		t.Errorf("unfinished uploads left: %v, want only the one just begun", h.backend.store.uploads)
 	}
 }

@@ -33,6 +33,7 @@ type Metrics struct {
 	ttlExpiries *prometheus.CounterVec
 	passes      prometheus.Histogram
 	gcDeleted   prometheus.Counter
+	gcAborted   prometheus.Counter
 }
 
 // NewMetrics registers the engine's metrics with reg.
@@ -66,12 +67,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "codehub_gc_archives_deleted_total",
 			Help: "Archives deleted by the archive GC.",
 		}),
+		gcAborted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codehub_gc_uploads_aborted_total",
+			Help: "Unfinished multipart uploads of killed archive attempts aborted by the archive GC.",
+		}),
 	}
 	// Known label values start at zero, so rates exist before the first event.
 	for _, kind := range []string{expiryStandby, expiryArchive} {
 		m.ttlExpiries.WithLabelValues(kind)
 	}
-	for _, c := range []prometheus.Collector{m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted} {
+	for _, c := range []prometheus.Collector{m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -136,5 +141,11 @@ func (m *Metrics) ttlExpired(desired workspace.DesiredState) {
 func (m *Metrics) gcDeletedArchive() {
 	if m != nil {
 		m.gcDeleted.Inc()
+	}
+}
+
+func (m *Metrics) gcAbortedUpload() {
+	if m != nil {
+		m.gcAborted.Inc()
 	}
 }
