@@ -184,9 +184,6 @@ func (t *upstreamTransport) conn(ctx context.Context, host string) (*upstreamCon
 // code-server) closes idle connections after 5 s, so a pool without this
 // check would hand out dead connections after every pause.
 func alive(uc *upstreamConn) bool {
-	if uc.br.Buffered() > 0 {
-		return false
-	}
 	sc, ok := uc.Conn.(syscall.Conn)
 	if !ok {
 		return true
@@ -230,6 +227,12 @@ func (t *upstreamTransport) take(host string) *upstreamConn {
 
 // put returns a connection whose last response was read to the end.
 func (t *upstreamTransport) put(uc *upstreamConn) {
+	if uc.br.Buffered() > 0 {
+		// The workspace sent more than its response: the next exchange
+		// would take those bytes for its answer.
+		uc.Close()
+		return
+	}
 	uc.idleSince = t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()

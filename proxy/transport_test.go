@@ -305,3 +305,43 @@ func TestTransportBodiesUseTheStandardTransport(t *testing.T) {
 		t.Error("a request with a body went through the pool")
 	}
 }
+
+func TestTransportDropsConnectionsWithUnaskedBytes(t *testing.T) {
+	// A workspace that writes more than its response: a raw server, since
+	// net/http never does.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged")
+				}
+			}()
+		}
+	}()
+	tr, _ := testTransport()
+	url := "http://" + ln.Addr().String() + "/"
+	for range 2 {
+		if res, body := roundTrip(t, tr, context.Background(), "GET", url, nil); res.StatusCode != 200 || body != "ok" {
+			t.Fatalf("got %d %q, want the real answer", res.StatusCode, body)
+		}
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Errorf("%d connections, want the first one dropped", n)
+	}
+}
