@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,6 +109,14 @@ type WorkspaceController struct {
 	// rows caches the workspace rows last read, by id; a pass reloads
 	// only rows whose version moved. Only Tick touches it.
 	rows map[string]*workspace.Workspace
+	// orphans are the ids reportOrphans saw last pass: since when, and
+	// whether they were reported.
+	orphans map[string]orphan
+}
+
+type orphan struct {
+	since    time.Time
+	reported bool
 }
 
 // NewWorkspaceController returns a controller over the workspaces in pool.
@@ -116,7 +125,7 @@ func NewWorkspaceController(logger hclog.Logger, pool *pgxpool.Pool, backend Bac
 		cfg.NewOpID = workspace.NewID
 	}
 	return &WorkspaceController{logger: logger, pool: pool, backend: backend, archives: archives, cfg: cfg, now: time.Now,
-		rows: map[string]*workspace.Workspace{}}
+		rows: map[string]*workspace.Workspace{}, orphans: map[string]orphan{}}
 }
 
 // SetClock replaces the clock (tests drive timeouts and backoff with it).
@@ -173,7 +182,55 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 			stats.InFlight++
 		}
 	}
+	c.reportOrphans(Orphans(snap, ws), now)
 	return stats, nil
+}
+
+// Orphans returns, sorted, the ids the backend holds objects of (a volume,
+// a job) that are no unfinished workspace's.
+func Orphans(snap Snapshot, ws []*workspace.Workspace) []string {
+	known := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		known[w.ID] = true
+	}
+	var out []string
+	for id, obs := range snap.Workspaces {
+		if !known[id] && obs != (Observed{}) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// orphanGrace is how long objects must outlive their workspace before they
+// count as orphaned: a deleted workspace's volume may take a moment to go.
+const orphanGrace = time.Minute
+
+// reportOrphans warns once about each orphan that lasted orphanGrace and
+// keeps the gauge current. Orphans are only reported, never removed: after
+// a database restored from an older backup, an orphaned volume may hold the
+// only copy of a home.
+func (c *WorkspaceController) reportOrphans(ids []string, now time.Time) {
+	current := make(map[string]orphan, len(ids))
+	counted := 0
+	for _, id := range ids {
+		o, seen := c.orphans[id]
+		if !seen {
+			o = orphan{since: now}
+		}
+		if now.Sub(o.since) >= orphanGrace {
+			counted++
+			if !o.reported {
+				c.logger.Warn("backend holds objects of a workspace the database does not know; remove them by hand once sure they hold nothing needed",
+					"workspace_id", id, "since", o.since)
+				o.reported = true
+			}
+		}
+		current[id] = o
+	}
+	c.orphans = current
+	c.cfg.Metrics.setOrphans(counted)
 }
 
 // load returns every unfinished workspace, reading from the database only

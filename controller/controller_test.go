@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/store"
@@ -582,4 +584,67 @@ func TestClaimLosesToConcurrentDesiredChange(t *testing.T) {
 
 func collect(rows pgx.Rows) ([]workspace.Workspace, error) {
 	return pgx.CollectRows(rows, pgx.RowToStructByName[workspace.Workspace])
+}
+
+func TestOrphans(t *testing.T) {
+	known := &workspace.Workspace{ID: "01jb3x7k9q2m5n8p4r6s0t1v20"}
+	snap := Snapshot{Workspaces: map[string]Observed{
+		known.ID:                     {VolumeExists: true},
+		"01jb3x7k9q2m5n8p4r6s0t1v22": {ContainerLive: true},
+		"01jb3x7k9q2m5n8p4r6s0t1v21": {Archive: &JobResult{Status: JobSucceeded}},
+		"01jb3x7k9q2m5n8p4r6s0t1v23": {},
+	}}
+	got := Orphans(snap, []*workspace.Workspace{known})
+	want := []string{"01jb3x7k9q2m5n8p4r6s0t1v21", "01jb3x7k9q2m5n8p4r6s0t1v22"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Orphans = %v, want %v", got, want)
+	}
+}
+
+func TestOrphanedVolumeIsReportedNotRemoved(t *testing.T) {
+	h := newHarness(t)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Metrics = m
+	c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, h.backend, h.backend.store, cfg)
+	c.SetClock(h.now)
+	w := h.create("dev")
+	h.converge(c)
+	// A volume the database knows nothing of, as after restoring an older
+	// backup of the database.
+	const stranger = "01jb3x7k9q2m5n8p4r6s0t1v2z"
+	h.backend.mu.Lock()
+	h.backend.volumes[stranger] = &fakeVolume{ready: true, data: "someone's home"}
+	h.backend.mu.Unlock()
+
+	tick := func() {
+		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick()
+	if got := testutil.ToFloat64(m.orphans); got != 0 {
+		t.Fatalf("orphan counted before its grace: %v", got)
+	}
+	h.advance(2 * orphanGrace)
+	tick()
+	if got := testutil.ToFloat64(m.orphans); got != 1 {
+		t.Fatalf("orphaned workspaces = %v, want 1", got)
+	}
+	if data, ok := h.backend.home(stranger); !ok || data != "someone's home" {
+		t.Fatalf("orphaned volume touched: %q, exists %v", data, ok)
+	}
+	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+
+	h.backend.mu.Lock()
+	delete(h.backend.volumes, stranger)
+	h.backend.mu.Unlock()
+	tick()
+	if got := testutil.ToFloat64(m.orphans); got != 0 {
+		t.Errorf("orphaned workspaces after removal = %v", got)
+	}
 }

@@ -34,6 +34,7 @@ type Metrics struct {
 	passes      prometheus.Histogram
 	gcDeleted   prometheus.Counter
 	gcAborted   prometheus.Counter
+	orphans     prometheus.Gauge
 }
 
 // NewMetrics registers the engine's metrics with reg.
@@ -71,12 +72,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "codehub_gc_uploads_aborted_total",
 			Help: "Unfinished multipart uploads of killed archive attempts aborted by the archive GC.",
 		}),
+		orphans: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "codehub_orphaned_workspaces",
+			Help: "Workspace ids the backend holds volumes or jobs of that are no unfinished workspace in the database (reported, never removed).",
+		}),
 	}
 	// Known label values start at zero, so rates exist before the first event.
 	for _, kind := range []string{expiryStandby, expiryArchive} {
 		m.ttlExpiries.WithLabelValues(kind)
 	}
-	for _, c := range []prometheus.Collector{m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted} {
+	for _, c := range []prometheus.Collector{m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted, m.orphans} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -141,6 +146,12 @@ func (m *Metrics) ttlExpired(desired workspace.DesiredState) {
 func (m *Metrics) gcDeletedArchive() {
 	if m != nil {
 		m.gcDeleted.Inc()
+	}
+}
+
+func (m *Metrics) setOrphans(n int) {
+	if m != nil {
+		m.orphans.Set(float64(n))
 	}
 }
 
