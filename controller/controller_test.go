@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/codehub-io/codehub/internal/testenv"
@@ -603,11 +602,7 @@ func TestOrphans(t *testing.T) {
 
 func TestOrphanedVolumeIsReportedNotRemoved(t *testing.T) {
 	h := newHarness(t)
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, _ := newTestMetrics(t)
 	cfg := DefaultConfig()
 	cfg.Metrics = m
 	c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, h.backend, h.backend.store, cfg)
