@@ -128,10 +128,42 @@ func (h *harness) advance(d time.Duration) {
 }
 
 func (h *harness) controller() *WorkspaceController {
+	return h.controllerWithMetrics(nil)
+}
+
+// controllerWithMetrics is a controller on the harness's clock recording to m.
+func (h *harness) controllerWithMetrics(m *Metrics) *WorkspaceController {
 	cfg := DefaultConfig()
+	cfg.Metrics = m
 	c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, h.backend, h.backend.store, cfg)
 	c.SetClock(h.now)
 	return c
+}
+
+// tick runs passes of c, failing the test on a pass error.
+func (h *harness) tick(c *WorkspaceController, passes int) {
+	h.t.Helper()
+	for range passes {
+		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+// archiveTimesOut takes a new workspace to STANDBY and asks to archive it
+// with the backend holding every job, then lets ARCHIVING run out of time.
+func (h *harness) archiveTimesOut(c *WorkspaceController) workspace.Workspace {
+	h.t.Helper()
+	w := h.create("dev")
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.backend.hold = true
+	h.tick(c, 3)
+	h.advance(time.Hour)
+	h.tick(c, 1)
+	return w
 }
 
 func (h *harness) create(name string) workspace.Workspace {
@@ -385,11 +417,7 @@ func TestArchiveRetryReusesOpID(t *testing.T) {
 	h.converge(c)
 	h.setDesired(w.ID, workspace.DesiredArchived)
 	h.backend.jobFail[JobArchive] = "S3_ACCESS_ERROR"
-	for range 5 {
-		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.tick(c, 5)
 	failedRow := h.row(w.ID)
 	if deref(failedRow.ErrorReason) != workspace.ReasonUnreachable || failedRow.ErrorCount != 1 || failedRow.Operation != workspace.OpNone {
 		t.Fatalf("after a failed archive job: reason %s count %d op %s", deref(failedRow.ErrorReason), failedRow.ErrorCount, failedRow.Operation)
@@ -420,11 +448,7 @@ func TestFailedRestoreVolumeGoesWhenKeptArchived(t *testing.T) {
 	// the user decides to leave it archived.
 	h.setDesired(w.ID, workspace.DesiredRunning)
 	h.backend.jobFail[JobRestore] = "S3_ACCESS_ERROR"
-	for range 6 {
-		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.tick(c, 6)
 	if row := h.row(w.ID); row.Operation != workspace.OpNone || row.ErrorCount != 1 {
 		t.Fatalf("after the failed restore: op %s errors %d", row.Operation, row.ErrorCount)
 	}
@@ -456,9 +480,7 @@ func TestRetriesExhaustedThenRecover(t *testing.T) {
 	w := h.create("dev")
 	for range workspace.MaxErrorCount {
 		h.backend.fail["ProvisionVolume"] = errors.New("nomad unavailable")
-		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-			t.Fatal(err)
-		}
+		h.tick(c, 1)
 		h.advance(10 * time.Minute)
 	}
 	got := h.row(w.ID)
@@ -484,9 +506,7 @@ func TestContainerWithoutVolumeThenDelete(t *testing.T) {
 	h.backend.mu.Lock()
 	delete(h.backend.volumes, w.ID)
 	h.backend.mu.Unlock()
-	if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-		t.Fatal(err)
-	}
+	h.tick(c, 1)
 	got := h.row(w.ID)
 	if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonContainerWithoutVolume {
 		t.Fatalf("phase %s reason %s", got.Phase, deref(got.ErrorReason))
@@ -504,21 +524,7 @@ func TestContainerWithoutVolumeThenDelete(t *testing.T) {
 func TestOperationTimeout(t *testing.T) {
 	h := newHarness(t)
 	c := h.controller()
-	w := h.create("dev")
-	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredStandby)
-	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredArchived)
-	h.backend.hold = true
-	for range 3 {
-		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.advance(time.Hour)
-	if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-		t.Fatal(err)
-	}
+	w := h.archiveTimesOut(c)
 	got := h.row(w.ID)
 	if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonTimeout || got.Operation != workspace.OpNone {
 		t.Fatalf("phase %s reason %s op %s", got.Phase, deref(got.ErrorReason), got.Operation)
@@ -603,10 +609,7 @@ func TestOrphans(t *testing.T) {
 func TestOrphanedVolumeIsReportedNotRemoved(t *testing.T) {
 	h := newHarness(t)
 	m, _ := newTestMetrics(t)
-	cfg := DefaultConfig()
-	cfg.Metrics = m
-	c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, h.backend, h.backend.store, cfg)
-	c.SetClock(h.now)
+	c := h.controllerWithMetrics(m)
 	w := h.create("dev")
 	h.converge(c)
 	// A volume the database knows nothing of, as after restoring an older
@@ -616,17 +619,12 @@ func TestOrphanedVolumeIsReportedNotRemoved(t *testing.T) {
 	h.backend.volumes[stranger] = &fakeVolume{ready: true, data: "someone's home"}
 	h.backend.mu.Unlock()
 
-	tick := func() {
-		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tick()
+	h.tick(c, 1)
 	if got := testutil.ToFloat64(m.orphans); got != 0 {
 		t.Fatalf("orphan counted before its grace: %v", got)
 	}
 	h.advance(2 * orphanGrace)
-	tick()
+	h.tick(c, 1)
 	if got := testutil.ToFloat64(m.orphans); got != 1 {
 		t.Fatalf("orphaned workspaces = %v, want 1", got)
 	}
@@ -638,7 +636,7 @@ func TestOrphanedVolumeIsReportedNotRemoved(t *testing.T) {
 	h.backend.mu.Lock()
 	delete(h.backend.volumes, stranger)
 	h.backend.mu.Unlock()
-	tick()
+	h.tick(c, 1)
 	if got := testutil.ToFloat64(m.orphans); got != 0 {
 		t.Errorf("orphaned workspaces after removal = %v", got)
 	}

@@ -65,10 +65,7 @@ func TestNewMetricsRefusesSecondRegistration(t *testing.T) {
 func TestControllerMetrics(t *testing.T) {
 	h := newHarness(t)
 	m, reg := newTestMetrics(t)
-	cfg := DefaultConfig()
-	cfg.Metrics = m
-	c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, h.backend, h.backend.store, cfg)
-	c.SetClock(h.now)
+	c := h.controllerWithMetrics(m)
 	w := h.create("dev")
 
 	passes := 0
@@ -137,25 +134,7 @@ func TestControllerMetrics(t *testing.T) {
 func TestControllerMetricsTimeout(t *testing.T) {
 	h := newHarness(t)
 	m, _ := newTestMetrics(t)
-	cfg := DefaultConfig()
-	cfg.Metrics = m
-	c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, h.backend, h.backend.store, cfg)
-	c.SetClock(h.now)
-	w := h.create("dev")
-	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredStandby)
-	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredArchived)
-	h.backend.hold = true
-	for range 3 {
-		if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.advance(time.Hour)
-	if _, err := c.Tick(context.Background(), h.epoch); err != nil {
-		t.Fatal(err)
-	}
+	h.archiveTimesOut(h.controllerWithMetrics(m))
 	archiving := string(workspace.OpArchiving)
 	for result, want := range map[string]float64{resultStarted: 1, resultTimeout: 1, resultFailed: 0, resultSucceeded: 0} {
 		if got := testutil.ToFloat64(m.operations.WithLabelValues(archiving, result)); got != want {
