@@ -48,6 +48,24 @@ func openMigrated(ctx context.Context, url string, logger hclog.Logger) (*pgxpoo
 	return pool, nil
 }
 
+// adminDB opens, for an admin command, the migrated database of the config
+// at path, under a context that ends on SIGINT or SIGTERM; closeDB releases
+// both. Problems are printed to stderr, prefixed with command.
+func adminDB(command, path string, stderr io.Writer) (ctx context.Context, pool *pgxpool.Pool, closeDB func(), ok bool) {
+	cfg, err := loadConfig(path, stderr)
+	if err != nil {
+		return nil, nil, nil, false
+	}
+	ctx, stop := signalContext()
+	pool, err = openMigrated(ctx, cfg.Database.URL.Reveal(), cliLogger("migrate", stderr))
+	if err != nil {
+		stop()
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		return nil, nil, nil, false
+	}
+	return ctx, pool, func() { pool.Close(); stop() }, true
+}
+
 // cliLogger is the logger of the admin commands: warnings and errors only,
 // on stderr, so their own output stays clean.
 func cliLogger(name string, stderr io.Writer) hclog.Logger {

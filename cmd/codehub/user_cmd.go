@@ -64,18 +64,12 @@ func runUser(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 			return 2
 		}
 	}
-	cfg, err := loadConfig(*path, stderr)
-	if err != nil {
+	ctx, pool, closeDB, ok := adminDB("codehub user", *path, stderr)
+	if !ok {
 		return 1
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), cliLogger("migrate", stderr))
-	if err != nil {
-		fmt.Fprintf(stderr, "codehub user: %v\n", err)
-		return 1
-	}
-	defer pool.Close()
+	defer closeDB()
+	var err error
 	switch sub {
 	case "add":
 		err = addUser(ctx, pool, *username, password, *admin, stdout)

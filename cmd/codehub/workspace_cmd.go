@@ -29,18 +29,11 @@ func runWorkspace(args []string, stdout, stderr io.Writer, _ io.Reader) int {
 		return 2
 	}
 	id := fs.Arg(0)
-	cfg, err := loadConfig(*path, stderr)
-	if err != nil {
+	ctx, pool, closeDB, ok := adminDB("codehub workspace recover", *path, stderr)
+	if !ok {
 		return 1
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	pool, err := openMigrated(ctx, cfg.Database.URL.Reveal(), cliLogger("migrate", stderr))
-	if err != nil {
-		fmt.Fprintf(stderr, "codehub workspace recover: %v\n", err)
-		return 1
-	}
-	defer pool.Close()
+	defer closeDB()
 	logger := cliLogger("workspace", stderr)
 	svc := workspace.NewService(logger, pool, workspace.Options{})
 	w, err := svc.Recover(ctx, id)
