@@ -182,12 +182,18 @@ func (s *Server) ownedWorkspace(w http.ResponseWriter, r *http.Request, sess sto
 	return ws, true
 }
 
-func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) {
+// userWorkspace authenticates the request and loads the workspace of its
+// path for that user, answering 401, 403 or 404 itself.
+func (s *Server) userWorkspace(w http.ResponseWriter, r *http.Request) (workspace.Workspace, bool) {
 	sess, ok := s.requireUser(w, r)
 	if !ok {
-		return
+		return workspace.Workspace{}, false
 	}
-	ws, ok := s.ownedWorkspace(w, r, sess)
+	return s.ownedWorkspace(w, r, sess)
+}
+
+func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) {
+	ws, ok := s.userWorkspace(w, r)
 	if !ok {
 		return
 	}
@@ -241,11 +247,7 @@ func (s *Server) patchWorkspace(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) {
-	sess, ok := s.requireUser(w, r)
-	if !ok {
-		return
-	}
-	ws, ok := s.ownedWorkspace(w, r, sess)
+	ws, ok := s.userWorkspace(w, r)
 	if !ok {
 		return
 	}
