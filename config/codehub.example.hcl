@@ -169,15 +169,25 @@ workspace {
   #   %PORT%  the port the program must listen on
   #   %HOME%  the workspace's home directory
   # They use percent signs because HCL itself interpolates ${...} and %{...}.
-  # code-server has no authentication of its own here: codehub's proxy is the
-  # only way in, so never publish the workspace port elsewhere.
   args = [
     "--bind-addr", "0.0.0.0:%PORT%",
-    "--auth", "none",
+    "--auth", "password",
     "--disable-telemetry",
     "--disable-update-check",
     "%HOME%",
   ]
+
+  # How the workspace program knows codehub's proxy from anyone else who
+  # reaches its port on the node:
+  #   "code-server"  code-server's password auth, with its hashed password set
+  #                  (through a Nomad Variable, never in the jobspec) to a
+  #                  token only this workspace and codehub know; the proxy
+  #                  sends it as code-server's session cookie. Needs
+  #                  "--auth password" (code-server's default) in args.
+  #   "none"         the port serves whoever reaches it: only for programs
+  #                  that cannot check the token, on a network nobody else
+  #                  can reach.
+  upstream_auth = "code-server"
 
   # Port code-server listens on inside the workspace (docker driver).
   port = 8080

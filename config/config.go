@@ -30,6 +30,17 @@ const (
 	PlaceholderHome = "%HOME%"
 )
 
+// Ways a workspace program authenticates the proxy (workspace.upstream_auth).
+const (
+	// UpstreamAuthCodeServer runs code-server with password auth and its
+	// hashed password set to the workspace's upstream token, which the proxy
+	// sends as code-server's session cookie: the workspace port answers
+	// nobody else.
+	UpstreamAuthCodeServer = "code-server"
+	// UpstreamAuthNone trusts whoever reaches the port.
+	UpstreamAuthNone = "none"
+)
+
 // Config is the whole configuration of a codehub process. Every block is
 // non-nil after Default or Load, except Consul, which is nil when Consul is
 // not used.
@@ -149,12 +160,15 @@ type Workspace struct {
 	Command string `hcl:"command,optional"`
 	// Args are the program's arguments, with PlaceholderPort and
 	// PlaceholderHome filled in by ExpandArgs.
-	Args   []string `hcl:"args,optional"`
-	Port   int      `hcl:"port,optional"`
-	UID    int      `hcl:"uid,optional"`
-	GID    int      `hcl:"gid,optional"`
-	CPU    int      `hcl:"cpu,optional"`    // MHz
-	Memory int      `hcl:"memory,optional"` // MiB
+	Args []string `hcl:"args,optional"`
+	// UpstreamAuth is how the workspace program tells the proxy from anyone
+	// else reaching its port: UpstreamAuthCodeServer or UpstreamAuthNone.
+	UpstreamAuth string `hcl:"upstream_auth,optional"`
+	Port         int    `hcl:"port,optional"`
+	UID          int    `hcl:"uid,optional"`
+	GID          int    `hcl:"gid,optional"`
+	CPU          int    `hcl:"cpu,optional"`    // MHz
+	Memory       int    `hcl:"memory,optional"` // MiB
 
 	// StandbyTTL is how long a running workspace may go without access
 	// before it is stopped.

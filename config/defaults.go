@@ -97,11 +97,12 @@ func defaultWorkspace() *Workspace {
 		Command: "/usr/bin/code-server",
 		Args: []string{
 			"--bind-addr", "0.0.0.0:" + PlaceholderPort,
-			"--auth", "none",
+			"--auth", "password",
 			"--disable-telemetry",
 			"--disable-update-check",
 			PlaceholderHome,
 		},
+		UpstreamAuth:  UpstreamAuthCodeServer,
 		Port:          8080,
 		UID:           1000,
 		GID:           1000,

@@ -257,6 +257,15 @@ func (c *Config) checkWorkspace(ch *checker) {
 			}
 		}
 	}
+	switch w.UpstreamAuth {
+	case UpstreamAuthCodeServer:
+		if authNone(w.Args) {
+			ch.add("workspace.upstream_auth", "%q needs code-server's password auth, but workspace.args turn it off with --auth none", w.UpstreamAuth)
+		}
+	case UpstreamAuthNone:
+	default:
+		ch.add("workspace.upstream_auth", "must be %q or %q", UpstreamAuthCodeServer, UpstreamAuthNone)
+	}
 	if w.Port < 1 || w.Port > 65535 {
 		ch.add("workspace.port", "must be from 1 to 65535")
 	}
@@ -325,4 +334,14 @@ func (c *Config) checkProxy(ch *checker) {
 	if base != "" && base != domain && !strings.HasSuffix(base, "."+domain) {
 		ch.add("proxy.cookie_domain", "%q must cover the workspace hosts under %q", domain, base)
 	}
+}
+
+// authNone reports args that switch code-server's own auth off.
+func authNone(args []string) bool {
+	for i, a := range args {
+		if a == "--auth=none" || a == "--auth" && i+1 < len(args) && args[i+1] == "none" {
+			return true
+		}
+	}
+	return false
 }

@@ -57,6 +57,16 @@ func TestValidateRules(t *testing.T) {
 			c.Proxy.CookieDomain = "other.org"
 		}, []string{"proxy.cookie_domain"}},
 		{"cookie_domain not a DNS name", func(c *Config) { c.Proxy.CookieDomain = "Bad_Domain" }, []string{"proxy.cookie_domain"}},
+		{"upstream_auth unknown", func(c *Config) { c.Workspace.UpstreamAuth = "basic" }, []string{"workspace.upstream_auth"}},
+		{"upstream_auth with code-server auth off", func(c *Config) {
+			c.Workspace.Args = []string{"--auth", "none", "--bind-addr", "0.0.0.0:%PORT%"}
+		}, []string{"workspace.upstream_auth"}},
+		{"upstream_auth with code-server auth off, one arg", func(c *Config) { c.Workspace.Args = []string{"--auth=none"} }, []string{"workspace.upstream_auth"}},
+		{"upstream_auth none with auth off", func(c *Config) {
+			c.Workspace.UpstreamAuth = UpstreamAuthNone
+			c.Workspace.Args = []string{"--auth", "none"}
+		}, nil},
+		{"upstream_auth with a program that names none elsewhere", func(c *Config) { c.Workspace.Args = []string{"--cache", "none"} }, nil},
 		{"nomad driver unknown", func(c *Config) { c.Backend.Nomad.Driver = "podman" }, []string{"backend.nomad.driver"}},
 		{"docker without job_image", func(c *Config) { c.Backend.Nomad.JobImage = "" }, []string{"backend.nomad.job_image"}},
 		{"docker with codehub_path", func(c *Config) { c.Backend.Nomad.CodehubPath = "/usr/local/bin/codehub" }, []string{"backend.nomad.codehub_path"}},
