@@ -2,7 +2,8 @@
 // workspace service job and the archive and restore batch jobs. The text it
 // returns is exactly what the Nomad server parses and what operators see as
 // the job's source in the Nomad UI, so it must never hold a secret: batch
-// jobs read S3 credentials from a Nomad Variable at run time.
+// jobs read S3 credentials, and workspaces their upstream token, from a Nomad
+// Variable at run time.
 package jobspecs
 
 import (
@@ -164,6 +165,10 @@ type Values struct {
 	// VariablePath is the Nomad Variable holding the S3 credentials, read by
 	// the task's template block through its workload identity.
 	VariablePath string
+
+	// TokenVariablePath is the Nomad Variable whose "token" item the
+	// workspace program gets as HASHED_PASSWORD; empty runs it without one.
+	TokenVariablePath string
 }
 
 var funcs = template.FuncMap{

@@ -74,6 +74,9 @@ func TestRenderGolden(t *testing.T) {
 		{"workspace-docker", KindWorkspace, "docker", nil},
 		{"workspace-exec", KindWorkspace, "exec", nil},
 		{"workspace-raw_exec", KindWorkspace, "raw_exec", nil},
+		{"workspace-raw_exec-token", KindWorkspace, "raw_exec", func(v *Values) {
+			v.TokenVariablePath = "nomad/jobs/" + v.JobID
+		}},
 		{"workspace-docker-host-network", KindWorkspace, "docker", func(v *Values) {
 			v.NetworkMode = "host"
 			v.Port = 0
@@ -110,6 +113,46 @@ func TestRenderGolden(t *testing.T) {
 			}
 			if got != string(want) {
 				t.Errorf("rendered %s differs from %s (run with -update after checking the diff):\n%s", tc.name, golden, got)
+			}
+		})
+	}
+}
+
+// The upstream token reaches the workspace only through the template block
+// reading its variable: Values cannot carry it, and no line of the HCL may
+// assign HASHED_PASSWORD anything but the template's lookup.
+func TestWorkspaceTokenOnlyFromVariable(t *testing.T) {
+	r, err := NewRenderer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, driver := range []string{"docker", "exec", "raw_exec"} {
+		t.Run(driver, func(t *testing.T) {
+			v := baseValues(KindWorkspace, driver)
+			plain, err := r.Render(KindWorkspace, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(plain, "HASHED_PASSWORD") || strings.Contains(plain, "nomadVar") {
+				t.Fatalf("workspace without a token variable reads one:\n%s", plain)
+			}
+
+			v.TokenVariablePath = "nomad/jobs/" + v.JobID
+			got, err := r.Render(KindWorkspace, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := `{{ with nomadVar "nomad/jobs/ws-` + testWorkspaceID + `" }}`; !strings.Contains(got, want) {
+				t.Errorf("rendered HCL lacks %q", want)
+			}
+			var assignments []string
+			for _, line := range strings.Split(got, "\n") {
+				if strings.Contains(line, "HASHED_PASSWORD") {
+					assignments = append(assignments, strings.TrimSpace(line))
+				}
+			}
+			if len(assignments) != 1 || assignments[0] != "HASHED_PASSWORD={{ .token }}" {
+				t.Fatalf("HASHED_PASSWORD lines = %q, want only the template's lookup", assignments)
 			}
 		})
 	}

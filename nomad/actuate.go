@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -111,8 +112,13 @@ func (b *Backend) HomeDir(ctx context.Context, wsID string) (string, error) {
 	return b.hostPath(ctx, wsID)
 }
 
-// StartWorkspace renders and registers ws-{id}. Registering the spec that
-// is already running is skipped.
+// errNoTokens reports upstream auth without a source of tokens.
+var errNoTokens = errors.New("nomad: workspace upstream auth is on but the backend has no upstream tokens")
+
+// StartWorkspace renders and registers ws-{id}, writing its upstream token
+// variable first: the task's template waits for a variable that is missing.
+// Registering the spec that is already running is skipped, and so is the
+// variable write.
 func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceSpec) error {
 	home, err := b.HomeDir(ctx, spec.WorkspaceID)
 	if err != nil {
@@ -122,7 +128,21 @@ func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceS
 	if err != nil {
 		return err
 	}
-	return b.register(ctx, jobID(spec.WorkspaceID), hcl)
+	id := jobID(spec.WorkspaceID)
+	same, err := b.sameSubmission(ctx, id, hcl)
+	if err != nil || same {
+		return err
+	}
+	if b.opts.Workspace.UpstreamAuth {
+		if b.opts.UpstreamToken == nil {
+			return errNoTokens
+		}
+		token := api.VariableItems{"token": b.opts.UpstreamToken(spec.WorkspaceID)}
+		if err := b.writeVariable(ctx, id, token); err != nil {
+			return err
+		}
+	}
+	return b.submit(ctx, id, hcl)
 }
 
 // StopWorkspace deregisters ws-{id} without purging it, so its allocations
@@ -156,22 +176,27 @@ func (b *Backend) submitBatch(ctx context.Context, kind controller.JobKind, job 
 		return err
 	}
 	id := batchJobID(job.WorkspaceID, kind)
-	if err := b.writeCredentials(ctx, id); err != nil {
+	same, err := b.sameSubmission(ctx, id, hcl)
+	if err != nil || same {
 		return err
 	}
-	return b.register(ctx, id, hcl)
+	credentials := api.VariableItems{
+		"access_key": b.opts.S3.AccessKey.Reveal(),
+		"secret_key": b.opts.S3.SecretKey.Reveal(),
+	}
+	if err := b.writeVariable(ctx, id, credentials); err != nil {
+		return err
+	}
+	return b.submit(ctx, id, hcl)
 }
 
-// writeCredentials stores the S3 keys where only the job's workload
-// identity can read them (nomad/jobs/<job id>).
-func (b *Backend) writeCredentials(ctx context.Context, id string) error {
+// writeVariable stores secrets of job id where only that job's workload
+// identity can read them (nomad/jobs/<job id>), replacing what was there.
+func (b *Backend) writeVariable(ctx context.Context, id string, items api.VariableItems) error {
 	v := &api.Variable{
 		Namespace: b.opts.Namespace,
 		Path:      variablePath(id),
-		Items: api.VariableItems{
-			"access_key": b.opts.S3.AccessKey.Reveal(),
-			"secret_key": b.opts.S3.SecretKey.Reveal(),
-		},
+		Items:     items,
 	}
 	if _, _, err := b.client.Variables().Create(v, b.write(ctx)); err != nil {
 		return classify("write variable "+v.Path, err)
@@ -179,15 +204,11 @@ func (b *Backend) writeCredentials(ctx context.Context, id string) error {
 	return nil
 }
 
-// register lets the server parse the HCL and registers it with the HCL as
-// the job's submission. A job already registered from the same source and
-// not stopped is left alone: resubmitting an actuator is a no-op, and a
-// finished batch job is never rerun by accident.
-func (b *Backend) register(ctx context.Context, id, hcl string) error {
-	same, err := b.sameSubmission(ctx, id, hcl)
-	if err != nil || same {
-		return err
-	}
+// submit lets the server parse the HCL and registers it with the HCL as
+// the job's submission. Callers first skip a job already registered from
+// the same source and not stopped (sameSubmission): resubmitting an
+// actuator is a no-op, and a finished batch job is never rerun by accident.
+func (b *Backend) submit(ctx context.Context, id, hcl string) error {
 	// The parse endpoint through Raw, so the request carries the namespace
 	// (ACL checks) and the context, which ParseHCLOpts does not pass.
 	var job api.Job
@@ -223,8 +244,9 @@ func (b *Backend) sameSubmission(ctx context.Context, id, hcl string) (bool, err
 	return sub != nil && sub.Source == hcl, nil
 }
 
-// PurgeJob forgets a job. A workspace job is only purged once none of its
-// allocations is live: a purged job would hide a running container.
+// PurgeJob forgets a job and its variable (S3 keys or upstream token). A
+// workspace job is only purged once none of its allocations is live: a
+// purged job would hide a running container.
 func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.JobKind) error {
 	id := batchJobID(wsID, kind)
 	allocs, _, err := b.client.Jobs().Allocations(id, true, b.query(ctx))
@@ -241,9 +263,6 @@ func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.Job
 	}
 	for _, a := range allocs {
 		b.allocs.forget(a.ID)
-	}
-	if kind == controller.JobWorkspace {
-		return nil
 	}
 	if _, err := b.client.Variables().Delete(variablePath(id), b.write(ctx)); err != nil && !isNotFound(err) {
 		return classify("delete variable "+variablePath(id), err)
@@ -271,6 +290,9 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	v.Service = serviceName(spec.WorkspaceID)
 	v.Provider = b.opts.ServiceProvider
 	v.CheckInterval = b.opts.CheckInterval.String()
+	if w.UpstreamAuth {
+		v.TokenVariablePath = variablePath(jobID(spec.WorkspaceID))
+	}
 	return b.renderer.Render(jobspecs.KindWorkspace, v)
 }
 

@@ -153,6 +153,18 @@ func TestStartWorkspace(t *testing.T) {
 			t.Errorf("rendered HCL lacks %q", want)
 		}
 	}
+	// Without UpstreamToken the program runs without auth: no variable is
+	// written and the task reads none.
+	for _, route := range f.routesCalled() {
+		if strings.HasPrefix(route, "PUT /v1/var/") {
+			t.Errorf("variable written without an upstream token: %s", route)
+		}
+	}
+	for _, unwanted := range []string{"HASHED_PASSWORD", "nomadVar"} {
+		if strings.Contains(parse.JobHCL, unwanted) {
+			t.Errorf("rendered HCL has %q without an upstream token", unwanted)
+		}
+	}
 
 	// The same spec registered and running: starting again is a no-op.
 	version := uint64(3)
@@ -177,6 +189,101 @@ func TestStartWorkspace(t *testing.T) {
 	}
 	if n := len(f.calls("PUT /v1/jobs")); n != 2 {
 		t.Errorf("%d register calls after starting a stopped job, want 2", n)
+	}
+}
+
+func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
+	f := newFakeNomad(t)
+	volumeFixture(f, nil)
+	parseFixture(f)
+	varRoute := "PUT /v1/var/nomad/jobs/ws-" + testWS
+	f.json(varRoute, &api.Variable{})
+	opts := testOptions()
+	opts.Workspace.UpstreamAuth = true
+	var asked []string
+	opts.UpstreamToken = func(id string) string {
+		asked = append(asked, id)
+		return "tok-" + id + "-never-in-hcl"
+	}
+	token := "tok-" + testWS + "-never-in-hcl"
+	b := newTestBackend(t, f, opts)
+	spec := controller.WorkspaceSpec{WorkspaceID: testWS, OwnerID: "01owner0000000000000000000"}
+
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) == 0 || asked[0] != testWS {
+		t.Fatalf("token asked for %v, want %s", asked, testWS)
+	}
+	vars := f.calls(varRoute)
+	if len(vars) != 1 {
+		t.Fatalf("%d variable writes, want 1", len(vars))
+	}
+	var v api.Variable
+	if err := json.Unmarshal([]byte(vars[0].Body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Items) != 1 || v.Items["token"] != token || v.Namespace != "default" {
+		t.Fatalf("variable = %+v, want namespace default and only the token item", v)
+	}
+	// The task's template blocks until its variable exists.
+	if order := f.routesInOrder(); indexOf(order, varRoute) > indexOf(order, "PUT /v1/jobs") {
+		t.Fatalf("job registered before its token was written: %v", order)
+	}
+	for _, route := range []string{"PUT /v1/jobs/parse", "PUT /v1/jobs"} {
+		for _, c := range f.calls(route) {
+			if strings.Contains(c.Body, token) {
+				t.Errorf("%s body contains the upstream token", route)
+			}
+		}
+	}
+	var parse api.JobsParseRequest
+	if err := json.Unmarshal([]byte(f.calls("PUT /v1/jobs/parse")[0].Body), &parse); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`nomadVar "nomad/jobs/ws-` + testWS + `"`,
+		`HASHED_PASSWORD={{ .token }}`,
+		`destination = "secrets/upstream.env"`,
+	} {
+		if !strings.Contains(parse.JobHCL, want) {
+			t.Errorf("rendered HCL lacks %q", want)
+		}
+	}
+
+	// Starting the running spec again writes nothing.
+	version := uint64(1)
+	stop := false
+	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
+	f.json("GET /v1/job/ws-"+testWS+"/submission", &api.JobSubmission{Source: parse.JobHCL, Format: "hcl2"})
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("PUT /v1/jobs")); n != 1 {
+		t.Errorf("%d register calls after an unchanged start, want 1", n)
+	}
+	if n := len(f.calls(varRoute)); n != 1 {
+		t.Errorf("%d variable writes after an unchanged start, want 1", n)
+	}
+
+	// A token that cannot be written registers nothing.
+	stop = true
+	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
+	f.status(varRoute, http.StatusForbidden, "Permission denied")
+	err := b.StartWorkspace(t.Context(), spec)
+	assertFailure(t, err, workspace.ReasonBackendError)
+	if n := len(f.calls("PUT /v1/jobs")); n != 1 {
+		t.Errorf("%d register calls after a failed token write, want 1", n)
+	}
+
+	// Upstream auth without tokens is a wiring fault, not a silent open port.
+	opts.UpstreamToken = nil
+	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
+	if err := newTestBackend(t, f, opts).StartWorkspace(t.Context(), spec); !errors.Is(err, errNoTokens) {
+		t.Fatalf("start with upstream auth and no tokens: %v, want errNoTokens", err)
+	}
+	if n := len(f.calls("PUT /v1/jobs")); n != 1 {
+		t.Errorf("%d register calls without tokens, want 1", n)
 	}
 }
 
@@ -207,6 +314,38 @@ func TestPurgeJob(t *testing.T) {
 		}
 		if n := len(f.calls("DELETE /v1/job/ws-" + testWS)); n != 0 {
 			t.Fatalf("%d deregister calls", n)
+		}
+		if n := len(f.calls("DELETE /v1/var/nomad/jobs/ws-" + testWS)); n != 0 {
+			t.Fatalf("%d variable deletes while an allocation is live", n)
+		}
+	})
+	t.Run("purges a finished workspace job and its token", func(t *testing.T) {
+		f := newFakeNomad(t)
+		id := "ws-" + testWS
+		f.json("GET /v1/job/"+id+"/allocations", []*api.AllocationListStub{{ID: "a1", ClientStatus: "complete"}})
+		f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+		f.json("DELETE /v1/var/nomad/jobs/"+id, struct{}{})
+		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobWorkspace); err != nil {
+			t.Fatal(err)
+		}
+		calls := f.calls("DELETE /v1/job/" + id)
+		if len(calls) != 1 || calls[0].Query.Get("purge") != "true" {
+			t.Fatalf("purge calls = %+v", calls)
+		}
+		if n := len(f.calls("DELETE /v1/var/nomad/jobs/" + id)); n != 1 {
+			t.Fatalf("%d variable deletes, want 1", n)
+		}
+	})
+	t.Run("a missing variable is already deleted", func(t *testing.T) {
+		f := newFakeNomad(t)
+		id := "ws-" + testWS
+		f.json("GET /v1/job/"+id+"/allocations", []*api.AllocationListStub{})
+		f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobWorkspace); err != nil {
+			t.Fatalf("purge with no variable: %v", err)
+		}
+		if n := len(f.calls("DELETE /v1/var/nomad/jobs/" + id)); n != 1 {
+			t.Fatalf("%d variable deletes, want 1", n)
 		}
 	})
 	t.Run("purges a finished batch job and its credentials", func(t *testing.T) {

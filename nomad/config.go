@@ -48,6 +48,8 @@ func OptionsFromConfig(cfg *config.Config, artifactChecksum string) (Options, er
 			CPU:     w.CPU,
 			Memory:  w.Memory,
 
+			UpstreamAuth: w.UpstreamAuth == config.UpstreamAuthCodeServer,
+
 			NetworkMode: n.NetworkMode,
 		},
 		S3: *cfg.S3,

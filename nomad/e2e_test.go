@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
 	"github.com/minio/minio-go/v7"
 
 	"github.com/codehub-io/codehub/config"
@@ -25,8 +26,9 @@ import (
 )
 
 // e2eBackend builds a backend over a real agent running the test workspace
-// program under raw_exec, and codehub itself for archive/restore jobs.
-func e2eBackend(t testing.TB, a *testAgent, bins string, s3 testenv.S3) *Backend {
+// program under raw_exec, and codehub itself for archive/restore jobs; edits
+// adjust the options before the backend is built.
+func e2eBackend(t testing.TB, a *testAgent, bins string, s3 testenv.S3, edits ...func(*Options)) *Backend {
 	t.Helper()
 	r, err := jobspecs.NewRenderer("")
 	if err != nil {
@@ -47,6 +49,9 @@ func e2eBackend(t testing.TB, a *testAgent, bins string, s3 testenv.S3) *Backend
 			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
 			AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey),
 		},
+	}
+	for _, edit := range edits {
+		edit(&opts)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "nomad-e2e", Level: hclog.Debug, Output: io.Discard})
 	return New(logger, a.client, opts, r)
@@ -75,9 +80,14 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	buildProgram(t, bins, "./testdata/wsserver", "wsserver")
 	buildProgram(t, bins, "../cmd/codehub", "codehub")
 	a := startAgent(t, "")
-	b := e2eBackend(t, a, bins, s3)
+	upstreamToken := func(id string) string { return "tok-" + id }
+	b := e2eBackend(t, a, bins, s3, func(o *Options) {
+		o.Workspace.UpstreamAuth = true
+		o.UpstreamToken = upstreamToken
+	})
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0t1v2w"
+	token := upstreamToken(wsID)
 
 	// PROVISIONING: a volume owned by the workspace user.
 	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
@@ -111,7 +121,19 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(home, "notes.bin"), content, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := fetch(t, "http://"+addr+"/files/notes.bin"); !bytes.Equal(got, content) {
+	// The program got its token from the variable, not from the job source.
+	marker := "http://" + addr + "/files/.wsserver-started"
+	if code, _ := get(t, marker, ""); code != http.StatusUnauthorized {
+		t.Fatalf("GET %s without the session cookie: %d, want 401", marker, code)
+	}
+	if code, _ := get(t, marker, "tok-wrong"); code != http.StatusUnauthorized {
+		t.Fatalf("GET %s with a wrong session cookie: %d, want 401", marker, code)
+	}
+	fetchWithToken(t, marker, token)
+	if src := submittedSource(t, b, jobID(wsID)); !strings.Contains(src, "nomadVar") || strings.Contains(src, token) {
+		t.Fatalf("job source must read the token variable and never hold the token:\n%s", src)
+	}
+	if got := fetchWithToken(t, "http://"+addr+"/files/notes.bin", token); !bytes.Equal(got, content) {
 		t.Fatal("workspace serves different bytes than written")
 	}
 	// Starting the same spec again registers nothing new.
@@ -203,7 +225,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fetch(t, "http://"+addr+"/files/notes.bin"); !bytes.Equal(got, content) {
+	if got := fetchWithToken(t, "http://"+addr+"/files/notes.bin", token); !bytes.Equal(got, content) {
 		t.Fatal("restored file differs from the archived one")
 	}
 
@@ -212,8 +234,19 @@ func TestE2EBackendLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "container gone before delete", func(o controller.Observed) bool { return !o.ContainerLive })
+	tokenVar := variablePath(jobID(wsID))
+	v, _, err := a.client.Variables().Read(tokenVar, b.query(ctx))
+	if err != nil {
+		t.Fatalf("read %s before purge: %v", tokenVar, err)
+	}
+	if v.Items["token"] != token {
+		t.Fatalf("variable %s items = %v, want the workspace's token", tokenVar, v.Items)
+	}
 	if err := b.PurgeJob(ctx, wsID, controller.JobWorkspace); err != nil {
 		t.Fatal(err)
+	}
+	if _, _, err := a.client.Variables().Read(tokenVar, b.query(ctx)); !errors.Is(err, api.ErrVariablePathNotFound) {
+		t.Fatalf("read %s after purge: %v, want not found", tokenVar, err)
 	}
 	deleteVolume(t, b, wsID)
 	snap, err := b.Observe(ctx)
@@ -251,25 +284,52 @@ func jobVersion(t *testing.T, b *Backend, id string) uint64 {
 
 func fetch(t *testing.T, url string) []byte {
 	t.Helper()
+	return fetchWithToken(t, url, "")
+}
+
+// fetchWithToken is fetch sending token as code-server's session cookie.
+func fetchWithToken(t *testing.T, url, token string) []byte {
+	t.Helper()
+	code, body := get(t, url, token)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, code, body)
+	}
+	return body
+}
+
+// get requests url, with the session cookie when token is not empty, and
+// returns the status and body.
+func get(t *testing.T, url, token string) (int, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if token != "" {
+		req.AddCookie(&http.Cookie{Name: "code-server-session", Value: token})
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return resp.StatusCode, b
+}
+
+// submittedSource is the HCL the current version of job id was registered from.
+func submittedSource(t *testing.T, b *Backend, id string) string {
+	t.Helper()
+	sub, _, err := b.client.Jobs().Submission(id, int(jobVersion(t, b, id)), b.query(t.Context()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub.Source
 }
 
 // TestE2EUnschedulable: a workspace whose driver no node has is reported

@@ -45,7 +45,7 @@ const (
 )
 
 // Options is everything the backend needs besides the API client. Secrets
-// (the S3 keys) are only ever written to a Nomad Variable.
+// (the S3 keys, upstream tokens) are only ever written to a Nomad Variable.
 type Options struct {
 	Namespace    string
 	Region       string
@@ -69,6 +69,10 @@ type Options struct {
 	// S3 is where archives live. The keys go into a Nomad Variable that
 	// only the batch job reads.
 	S3 config.S3
+	// UpstreamToken returns the secret a workspace's program demands of
+	// every request when Workspace.UpstreamAuth is set; it goes into a Nomad
+	// Variable only that workspace's job reads.
+	UpstreamToken func(workspaceID string) string
 }
 
 // WorkspaceOptions describes the workspace program and its resources.
@@ -85,6 +89,9 @@ type WorkspaceOptions struct {
 	// NetworkMode is the docker network mode of workspace and batch jobs
 	// ("host" where the engine has no bridge); empty leaves docker's default.
 	NetworkMode string
+	// UpstreamAuth runs the program with its upstream token in
+	// HASHED_PASSWORD (workspace.upstream_auth = "code-server").
+	UpstreamAuth bool
 	// HomeDir is the mount point of the home volume (docker, exec).
 	HomeDir string
 	UID     int

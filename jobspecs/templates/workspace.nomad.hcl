@@ -123,6 +123,22 @@ job [[ hcl .JobID ]] {
         HOME = [[ hcl (required "home" .HomeDir) ]]
         PORT = "${NOMAD_PORT_http}"
       }
+[[- if .TokenVariablePath ]]
+
+      # The secret the program demands of every request but /healthz. It is
+      # read at run time through the task's workload identity, so the job's
+      # source never holds it.
+      template {
+        destination = "secrets/upstream.env"
+        env         = true
+        change_mode = "noop"
+        data        = <<-EOT
+          {{ with nomadVar [[ hcl .TokenVariablePath ]] }}
+          HASHED_PASSWORD={{ .token }}
+          {{ end }}
+        EOT
+      }
+[[- end ]]
 
       resources {
         cpu    = [[ required "cpu" .CPU ]]
