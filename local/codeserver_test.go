@@ -2,6 +2,8 @@ package local
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -23,12 +25,15 @@ func codeServerBackend(tb testing.TB) *Backend {
 	if path == "" {
 		tb.Skipf("real code-server not available: set %s (scripts/install-code-server.sh installs it)", envCodeServer)
 	}
-	b, err := New(hclog.NewNullLogger(), Options{DataDir: tb.TempDir(), CodeServer: path})
+	b, err := New(hclog.NewNullLogger(), Options{DataDir: tb.TempDir(), CodeServer: path, UpstreamToken: testToken})
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
 	return b
 }
+
+// testToken stands in for the proxy's upstream tokens.
+func testToken(id string) string { return "token-of-" + id }
 
 // untilReady observes until the workspace answers its health check and
 // returns how long that took from start.
@@ -72,9 +77,47 @@ func TestCodeServerServesWorkbench(t *testing.T) {
 	if !strings.HasPrefix(addr, "127.0.0.1:") {
 		t.Fatalf("code-server bound to %s, want loopback", addr)
 	}
-	// With --auth none the root serves the workbench page itself.
-	if page := get(t, "http://"+addr+"/"); !strings.Contains(page, "workbench") {
-		t.Fatalf("GET / did not return the workbench page:\n%.500s", page)
+	// Without the workspace's token code-server sends everyone to its login
+	// page (a login that no password passes), and refuses WebSockets.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, cookie := range []string{"", "code-server-session=" + testToken("01jb3x7k9q2m5n8p4r6s0t1zzz")} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		res, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if loc := res.Header.Get("Location"); res.StatusCode != http.StatusFound || !strings.HasSuffix(loc, "/login") {
+			t.Fatalf("GET / with cookie %q: %d to %q, want 302 to the login page", cookie, res.StatusCode, loc)
+		}
+	}
+	ws, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/?reconnectionToken=x&reconnection=false&skipWebSocketFrames=false", nil)
+	ws.Header.Set("Connection", "Upgrade")
+	ws.Header.Set("Upgrade", "websocket")
+	ws.Header.Set("Sec-WebSocket-Version", "13")
+	ws.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	res, err := noRedirect.Do(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("WebSocket without the token: %d, want 401", res.StatusCode)
+	}
+	// With it, the root leads to the workbench page.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	req.Header.Set("Cookie", "code-server-session="+testToken(testID))
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(page), "workbench") {
+		t.Fatalf("GET / with the token: %d, %v, want the workbench page:\n%.500s", res.StatusCode, err, page)
 	}
 	// Settings live in the home, so they travel with archives.
 	if _, err := os.Stat(b.HomeDir(testID) + "/.local/share/code-server"); err != nil {

@@ -277,12 +277,13 @@ func lastLine(path string) string {
 }
 
 // childEnv is the environment of a workspace or job: codehub's own, without
-// codehub's settings (which hold secrets), with extra appended.
+// codehub's settings (which hold secrets) or code-server's auth settings
+// (which only workspaceLaunch may give), with extra appended.
 func childEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "CODEHUB_") || k == "HOME" || k == "PWD" {
+		if strings.HasPrefix(k, "CODEHUB_") || k == "HOME" || k == "PWD" || k == "PASSWORD" || k == "HASHED_PASSWORD" {
 			continue
 		}
 		env = append(env, kv)

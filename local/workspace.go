@@ -149,12 +149,20 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 }
 
 // workspaceLaunch is the program line of a workspace: code-server bound to
-// loopback without auth of its own (only the proxy reaches it), or the
-// configured command with its placeholders filled in.
+// loopback, answering only requests that carry the workspace's upstream
+// token when there is one, or the configured command with its placeholders
+// filled in.
 func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
 	dir := b.workspaceDir(wsID)
+	env := []string{"HOME=" + home}
+	auth := "none"
+	if b.opts.UpstreamToken != nil {
+		// code-server reads and then unsets it, so its terminals never see it.
+		env = append(env, "HASHED_PASSWORD="+b.opts.UpstreamToken(wsID))
+		auth = "password"
+	}
 	l := launch{
-		env:      childEnv("HOME=" + home),
+		env:      childEnv(env...),
 		dir:      home,
 		logPath:  filepath.Join(dir, logFile),
 		exitPath: filepath.Join(dir, exitFile),
@@ -165,15 +173,15 @@ func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
 		return l
 	}
 	l.program = b.opts.CodeServer
-	l.args = codeServerArgs(port, home)
+	l.args = codeServerArgs(port, home, auth)
 	return l
 }
 
 // codeServerArgs starts code-server for one workspace. Its settings and
 // extensions live in the home, so they survive archive and restore.
-func codeServerArgs(port int, home string) []string {
+func codeServerArgs(port int, home, auth string) []string {
 	return []string{
-		"--auth", "none",
+		"--auth", auth,
 		"--bind-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		"--disable-telemetry",
 		"--disable-update-check",
