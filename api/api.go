@@ -49,6 +49,9 @@ type Options struct {
 	// RouteTTL is how long the proxy reuses a running workspace's owner
 	// and upstream; 0 means 1 s.
 	RouteTTL time.Duration
+	// UpstreamToken, when set, gives each workspace's upstream token, which
+	// the proxy sends as code-server's session cookie.
+	UpstreamToken func(workspaceID string) string
 	// Registry receives every metric of the API and the proxy and is
 	// served at /metrics; nil creates a private one. Pass the registry the
 	// controller registers with to serve all of CodeHub's metrics together.
@@ -111,7 +114,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	}
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
-		RouteTTL: opts.RouteTTL,
+		RouteTTL: opts.RouteTTL, UpstreamToken: opts.UpstreamToken,
 	}, s.sessions, deps.Workspaces, deps.Upstreams, s.activity)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -22,12 +23,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/codehub-io/codehub/api/apitest"
+	"github.com/codehub-io/codehub/workspace"
 )
 
 // The benchmarks compare three ways to the same workspace process: direct,
 // through a bare httputil.ReverseProxy ("stdlib", what the standard
 // library gives for free) and through CodeHub's /w/{id}/ with a session
-// (owner check, route cache, activity marks, metrics, header rewriting).
+// (owner check, route cache, activity marks, metrics, header rewriting,
+// upstream token).
 // The load comes from proxy/testdata/load, a process of its own, so this
 // process's CPU time is the proxies'. With CODEHUB_BENCH_LOAD_CPUS set
 // (a taskset CPU list) the load generator and the workspace run on those
@@ -144,7 +147,13 @@ type benchTarget struct {
 func newBenchTarget(b *testing.B) *benchTarget {
 	b.Helper()
 	checkPinning(b)
-	env := apitest.New(b, apitest.Config{})
+	// As deployed by default: the proxy derives and sends each request's
+	// upstream token.
+	tokens, err := workspace.NewUpstreamTokens(bytes.Repeat([]byte{0x5a}, 32))
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := apitest.New(b, apitest.Config{UpstreamToken: tokens.For})
 	alice := env.CreateUser("alice", false)
 	addr := startUpstream(b)
 	w := runningWorkspace(b, env, alice, "bench", addr)

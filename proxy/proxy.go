@@ -51,6 +51,9 @@ type Options struct {
 	SessionCookie string
 	// TrustedProxies are the peers whose X-Forwarded-* headers are kept.
 	TrustedProxies []netip.Prefix
+	// UpstreamToken, when set, gives each workspace's upstream token, sent
+	// as code-server's session cookie in place of any the client sent.
+	UpstreamToken func(workspaceID string) string
 	// RouteTTL is how long a running workspace's owner and upstream are
 	// reused without asking the database and the backend again; 0 means 1 s.
 	RouteTTL time.Duration
@@ -387,11 +390,22 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if t.prefix != "" {
 		pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
 	}
-	stripCredentials(pr.Out.Header, p.opts.SessionCookie)
+	if p.opts.UpstreamToken == nil {
+		stripCredentials(pr.Out.Header, p.opts.SessionCookie)
+		return
+	}
+	stripCredentials(pr.Out.Header, p.opts.SessionCookie, CodeServerCookie)
+	// One Cookie header, as browsers send it (RFC 6265 §5.4).
+	cookie := CodeServerCookie + "=" + p.opts.UpstreamToken(t.id)
+	if kept := pr.Out.Header.Get("Cookie"); kept != "" {
+		cookie = kept + "; " + cookie
+	}
+	pr.Out.Header.Set("Cookie", cookie)
 }
 
 // modifyResponse drops any attempt of a workspace to set CodeHub's session
-// cookie, which in path mode would share the dashboard's cookie jar.
+// cookie, which in path mode would share the dashboard's cookie jar, or
+// code-server's, which only the proxy holds.
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	cookies := res.Header.Values("Set-Cookie")
 	if len(cookies) == 0 {
@@ -400,7 +414,8 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	kept := cookies[:0:0]
 	for _, c := range cookies {
 		name, _, _ := strings.Cut(c, "=")
-		if strings.TrimSpace(name) != p.opts.SessionCookie {
+		name = strings.TrimSpace(name)
+		if name != p.opts.SessionCookie && (p.opts.UpstreamToken == nil || name != CodeServerCookie) {
 			kept = append(kept, c)
 		}
 	}

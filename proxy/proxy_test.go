@@ -112,13 +112,17 @@ func get(t testing.TB, c *http.Client, rawURL string, headers ...string) apitest
 
 const html = "text/html,application/xhtml+xml"
 
+// upstreamToken stands in for the deployment's upstream tokens.
+func upstreamToken(id string) string { return "token-of-" + id }
+
 func TestProxyHTTP(t *testing.T) {
-	env := apitest.New(t, apitest.Config{})
+	env := apitest.New(t, apitest.Config{UpstreamToken: upstreamToken})
 	alice := env.CreateUser("alice", false)
 	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
 	c := env.Login(alice)
 	base, _ := url.Parse(env.URL)
-	c.Jar.SetCookies(base, []*http.Cookie{{Name: "theirs", Value: "kept"}})
+	// A code-server cookie from the browser is never the one forwarded.
+	c.Jar.SetCookies(base, []*http.Cookie{{Name: "theirs", Value: "kept"}, {Name: proxy.CodeServerCookie, Value: "forged"}})
 
 	res := get(t, c, env.URL+"/w/"+w.ID+"/echo/a%2Fb?x=1&y=2",
 		"Authorization", "Bearer secret", "X-Forwarded-For", "6.6.6.6",
@@ -134,7 +138,7 @@ func TestProxyHTTP(t *testing.T) {
 		{"raw path", e.RawPath, "/echo/a%2Fb"},
 		{"query", e.Query, "x=1&y=2"},
 		{"host", e.Host, base.Host},
-		{"cookie", h.Get("Cookie"), "theirs=kept"},
+		{"cookie", strings.Join(h.Values("Cookie"), " | "), "theirs=kept; code-server-session=" + upstreamToken(w.ID)},
 		{"authorization", h.Get("Authorization"), ""},
 		{"x-forwarded-for", h.Get("X-Forwarded-For"), "127.0.0.1"},
 		{"x-forwarded-host", h.Get("X-Forwarded-Host"), base.Host},

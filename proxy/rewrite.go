@@ -5,13 +5,18 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
+// CodeServerCookie is code-server's session cookie. With upstream auth the
+// proxy alone sets it, to the workspace's upstream token.
+const CodeServerCookie = "code-server-session"
+
 // stripCredentials removes what authenticates the user to CodeHub from a
-// request bound for a workspace: the session cookie (other cookies belong
-// to the workspace and stay) and the Authorization header.
-func stripCredentials(h http.Header, sessionCookie string) {
+// request bound for a workspace: the named cookies (other cookies belong to
+// the workspace and stay) and the Authorization header.
+func stripCredentials(h http.Header, cookies ...string) {
 	h.Del("Authorization")
 	lines := h.Values("Cookie")
 	if len(lines) == 0 {
@@ -25,7 +30,7 @@ func stripCredentials(h http.Header, sessionCookie string) {
 				continue
 			}
 			name, _, _ := strings.Cut(part, "=")
-			if strings.TrimSpace(name) == sessionCookie {
+			if slices.Contains(cookies, strings.TrimSpace(name)) {
 				continue
 			}
 			kept = append(kept, part)

@@ -92,6 +92,7 @@ func TestStripCredentials(t *testing.T) {
 		{"prefix is not ours", []string{"codehub_session_x=1; xcodehub_session=2"}, "codehub_session_x=1; xcodehub_session=2"},
 		{"spaces", []string{" codehub_session = abc ;  a=1 "}, "a=1"},
 		{"none", nil, ""},
+		{"code-server's too", []string{"code-server-session=forged; a=1; codehub_session=abc"}, "a=1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,7 +100,7 @@ func TestStripCredentials(t *testing.T) {
 			for _, c := range tc.cookies {
 				h.Add("Cookie", c)
 			}
-			stripCredentials(h, "codehub_session")
+			stripCredentials(h, "codehub_session", CodeServerCookie)
 			if got := h.Get("Cookie"); got != tc.want {
 				t.Fatalf("Cookie = %q, want %q", got, tc.want)
 			}

@@ -44,6 +44,7 @@ type Config struct {
 	TrustedProxies    []netip.Prefix
 	HeartbeatInterval time.Duration
 	RouteTTL          time.Duration
+	UpstreamToken     func(workspaceID string) string
 }
 
 // Env is one running CodeHub HTTP surface with its databases.
@@ -117,7 +118,7 @@ func (e *Env) NewReplica(cfg Config) *api.Server {
 	e.t.Helper()
 	srv, err := api.New(hclog.NewNullLogger(), api.Options{
 		PublicURL: e.URL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
-		HeartbeatInterval: cfg.HeartbeatInterval, RouteTTL: cfg.RouteTTL, Registry: prometheus.NewRegistry(),
+		HeartbeatInterval: cfg.HeartbeatInterval, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
 	}, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams})
 	if err != nil {
 		e.t.Fatalf("api.New: %v", err)

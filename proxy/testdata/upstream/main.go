@@ -61,6 +61,7 @@ func main() {
 	})
 	mux.HandleFunc("/set-cookie", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Set-Cookie", "codehub_session=planted; Path=/")
+		w.Header().Add("Set-Cookie", "code-server-session=planted; Path=/")
 		w.Header().Add("Set-Cookie", "theirs=1; Path=/")
 	})
 	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
