@@ -19,6 +19,7 @@ import (
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/local"
 	"github.com/codehub-io/codehub/nomad"
+	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/web"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -49,16 +50,17 @@ type backendParts struct {
 	close     func()
 }
 
-func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary) (backendParts, error) {
+func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(string) string) (backendParts, error) {
 	switch cfg.Backend.Kind {
 	case config.BackendLocal:
 		// workspace.command and args are for Nomad's exec and raw_exec
 		// drivers; on one machine the workspace program is code-server.
 		l := cfg.Backend.Local
 		b, err := local.New(logger.Named("local"), local.Options{
-			DataDir:    l.DataDir,
-			CodeServer: l.CodeServer,
-			S3:         *cfg.S3,
+			DataDir:       l.DataDir,
+			CodeServer:    l.CodeServer,
+			UpstreamToken: token,
+			S3:            *cfg.S3,
 		})
 		if err != nil {
 			return backendParts{}, err
@@ -73,6 +75,7 @@ func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary) (back
 		if err != nil {
 			return backendParts{}, err
 		}
+		opts.UpstreamToken = token
 		renderer, err := jobspecs.NewRenderer(cfg.Jobspecs.Dir)
 		if err != nil {
 			return backendParts{}, err
@@ -92,7 +95,11 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	if err != nil {
 		return nil, err
 	}
-	parts, err := newBackend(logger, cfg, self)
+	token, err := upstreamTokens(ctx, cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := newBackend(logger, cfg, self, token)
 	if err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
 	}
@@ -119,6 +126,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		TrustedProxies: cfg.Proxy.TrustedProxyPrefixes,
 		Registry:       registry,
 		Dashboard:      web.Handler(),
+		UpstreamToken:  token,
 	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams})
 	if err != nil {
 		a.close()
@@ -170,6 +178,23 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	coord = controller.NewCoordinator(logger.Named("coordinator"), ccfg, ctl, leaderLoops...)
 	a.loops = append(a.loops, loop{"coordinator", coord.Run})
 	return a, nil
+}
+
+// upstreamTokens gives each workspace's upstream token when workspace
+// programs demand one, from the key every replica shares; nil otherwise.
+func upstreamTokens(ctx context.Context, cfg *config.Config, d *deps) (func(string) string, error) {
+	if cfg.Workspace.UpstreamAuth != config.UpstreamAuthCodeServer {
+		return nil, nil
+	}
+	key, err := store.DeploymentKey(ctx, d.pool, "upstream")
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := workspace.NewUpstreamTokens(key)
+	if err != nil {
+		return nil, err
+	}
+	return tokens.For, nil
 }
 
 func controllerConfig(cfg *config.Config) controller.Config {
