@@ -153,8 +153,7 @@ func TestStartWorkspace(t *testing.T) {
 			t.Errorf("rendered HCL lacks %q", want)
 		}
 	}
-	// Without UpstreamToken the program runs without auth: no variable is
-	// written and the task reads none.
+	// Without upstream auth no variable is written and the task reads none.
 	for _, route := range f.routesCalled() {
 		if strings.HasPrefix(route, "PUT /v1/var/") {
 			t.Errorf("variable written without an upstream token: %s", route)
@@ -167,10 +166,7 @@ func TestStartWorkspace(t *testing.T) {
 	}
 
 	// The same spec registered and running: starting again is a no-op.
-	version := uint64(3)
-	stop := false
-	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
-	f.json("GET /v1/job/ws-"+testWS+"/submission", &api.JobSubmission{Source: parse.JobHCL, Format: "hcl2"})
+	registered(f, 3, false, parse.JobHCL)
 	if err := b.StartWorkspace(t.Context(), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -182,14 +178,21 @@ func TestStartWorkspace(t *testing.T) {
 	}
 
 	// A stopped job is registered again even from the same source.
-	stop = true
-	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
+	registered(f, 3, true, parse.JobHCL)
 	if err := b.StartWorkspace(t.Context(), spec); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(f.calls("PUT /v1/jobs")); n != 2 {
 		t.Errorf("%d register calls after starting a stopped job, want 2", n)
 	}
+}
+
+// registered makes the fake report ws-{testWS} at version, submitted from
+// hcl, stopped or not.
+func registered(f *fakeNomad, version uint64, stopped bool, hcl string) {
+	id := jobID(testWS)
+	f.json("GET /v1/job/"+id, &api.Job{ID: &id, Version: &version, Stop: &stopped})
+	f.json("GET /v1/job/"+id+"/submission", &api.JobSubmission{Source: hcl, Format: "hcl2"})
 }
 
 func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
@@ -252,10 +255,7 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	}
 
 	// Starting the running spec again writes nothing.
-	version := uint64(1)
-	stop := false
-	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
-	f.json("GET /v1/job/ws-"+testWS+"/submission", &api.JobSubmission{Source: parse.JobHCL, Format: "hcl2"})
+	registered(f, 1, false, parse.JobHCL)
 	if err := b.StartWorkspace(t.Context(), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -267,8 +267,7 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	}
 
 	// A token that cannot be written registers nothing.
-	stop = true
-	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
+	registered(f, 1, true, parse.JobHCL)
 	f.status(varRoute, http.StatusForbidden, "Permission denied")
 	err := b.StartWorkspace(t.Context(), spec)
 	assertFailure(t, err, workspace.ReasonBackendError)
@@ -278,7 +277,6 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 
 	// Upstream auth without tokens is a wiring fault, not a silent open port.
 	opts.UpstreamToken = nil
-	f.json("GET /v1/job/ws-"+testWS, &api.Job{ID: &spec.WorkspaceID, Version: &version, Stop: &stop})
 	if err := newTestBackend(t, f, opts).StartWorkspace(t.Context(), spec); !errors.Is(err, errNoTokens) {
 		t.Fatalf("start with upstream auth and no tokens: %v, want errNoTokens", err)
 	}
@@ -319,52 +317,36 @@ func TestPurgeJob(t *testing.T) {
 			t.Fatalf("%d variable deletes while an allocation is live", n)
 		}
 	})
-	t.Run("purges a finished workspace job and its token", func(t *testing.T) {
-		f := newFakeNomad(t)
-		id := "ws-" + testWS
-		f.json("GET /v1/job/"+id+"/allocations", []*api.AllocationListStub{{ID: "a1", ClientStatus: "complete"}})
-		f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
-		f.json("DELETE /v1/var/nomad/jobs/"+id, struct{}{})
-		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobWorkspace); err != nil {
-			t.Fatal(err)
-		}
-		calls := f.calls("DELETE /v1/job/" + id)
-		if len(calls) != 1 || calls[0].Query.Get("purge") != "true" {
-			t.Fatalf("purge calls = %+v", calls)
-		}
-		if n := len(f.calls("DELETE /v1/var/nomad/jobs/" + id)); n != 1 {
-			t.Fatalf("%d variable deletes, want 1", n)
-		}
-	})
-	t.Run("a missing variable is already deleted", func(t *testing.T) {
-		f := newFakeNomad(t)
-		id := "ws-" + testWS
-		f.json("GET /v1/job/"+id+"/allocations", []*api.AllocationListStub{})
-		f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
-		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobWorkspace); err != nil {
-			t.Fatalf("purge with no variable: %v", err)
-		}
-		if n := len(f.calls("DELETE /v1/var/nomad/jobs/" + id)); n != 1 {
-			t.Fatalf("%d variable deletes, want 1", n)
-		}
-	})
-	t.Run("purges a finished batch job and its credentials", func(t *testing.T) {
-		f := newFakeNomad(t)
-		id := "ws-" + testWS + "-archive"
-		f.json("GET /v1/job/"+id+"/allocations", []*api.AllocationListStub{{ID: "a1", ClientStatus: "failed"}})
-		f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
-		f.json("DELETE /v1/var/nomad/jobs/"+id, struct{}{})
-		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobArchive); err != nil {
-			t.Fatal(err)
-		}
-		calls := f.calls("DELETE /v1/job/" + id)
-		if len(calls) != 1 || calls[0].Query.Get("purge") != "true" {
-			t.Fatalf("purge calls = %+v", calls)
-		}
-		if n := len(f.calls("DELETE /v1/var/nomad/jobs/" + id)); n != 1 {
-			t.Fatalf("%d variable deletes, want 1", n)
-		}
-	})
+	for _, tc := range []struct {
+		name     string
+		kind     controller.JobKind
+		allocs   []*api.AllocationListStub
+		variable bool // whether the job's variable exists
+	}{
+		{"purges a finished workspace job and its token", controller.JobWorkspace, []*api.AllocationListStub{{ID: "a1", ClientStatus: "complete"}}, true},
+		{"a missing variable is already deleted", controller.JobWorkspace, []*api.AllocationListStub{}, false},
+		{"purges a finished batch job and its credentials", controller.JobArchive, []*api.AllocationListStub{{ID: "a1", ClientStatus: "failed"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNomad(t)
+			id := batchJobID(testWS, tc.kind)
+			f.json("GET /v1/job/"+id+"/allocations", tc.allocs)
+			f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+			if tc.variable {
+				f.json("DELETE /v1/var/nomad/jobs/"+id, struct{}{})
+			}
+			if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, tc.kind); err != nil {
+				t.Fatal(err)
+			}
+			calls := f.calls("DELETE /v1/job/" + id)
+			if len(calls) != 1 || calls[0].Query.Get("purge") != "true" {
+				t.Fatalf("purge calls = %+v", calls)
+			}
+			if n := len(f.calls("DELETE /v1/var/nomad/jobs/" + id)); n != 1 {
+				t.Fatalf("%d variable deletes, want 1", n)
+			}
+		})
+	}
 }
 
 func TestSubmitArchiveKeepsSecretsOutOfHCL(t *testing.T) {

@@ -6,22 +6,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/store"
 )
 
 func TestDeploymentKeySharedAndStable(t *testing.T) {
 	ctx := context.Background()
-	pool, err := store.Open(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := store.Migrate(ctx, pool, hclog.NewNullLogger()); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	// Replicas asking at the same time on an empty table get one key.
 	keys := make([][]byte, 8)
 	errs := make([]error, len(keys))

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/store"
@@ -51,21 +52,14 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 
 func TestExecCASConflict(t *testing.T) {
 	ctx := context.Background()
-	pool, err := store.Open(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := store.Migrate(ctx, pool, hclog.NewNullLogger()); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	if _, err := pool.Exec(ctx, `INSERT INTO users (id, username, password_hash) VALUES ('u1', 'ann', 'x')`); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.ExecCAS(ctx, pool, `UPDATE users SET is_admin = true WHERE id = 'u1' AND is_admin = false`); err != nil {
 		t.Fatalf("first CAS: %v", err)
 	}
-	err = store.ExecCAS(ctx, pool, `UPDATE users SET is_admin = true WHERE id = 'u1' AND is_admin = false`)
+	err := store.ExecCAS(ctx, pool, `UPDATE users SET is_admin = true WHERE id = 'u1' AND is_admin = false`)
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("second CAS: got %v, want ErrConflict", err)
 	}
@@ -73,4 +67,19 @@ func TestExecCASConflict(t *testing.T) {
 	if !store.IsUniqueViolation(err, "users_username_key") {
 		t.Fatalf("duplicate username: got %v, want unique violation", err)
 	}
+}
+
+// migratedPool opens the test database with the schema applied; it closes
+// when the test ends.
+func migratedPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := store.Open(t.Context(), testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.Migrate(t.Context(), pool, hclog.NewNullLogger()); err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
