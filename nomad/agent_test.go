@@ -26,6 +26,9 @@ type testAgent struct {
 	hostVolumesDir string
 	client         *api.Client
 	log            *lockedBuffer
+	// managementToken is the bootstrap token's secret when extra enabled
+	// ACLs; client carries it.
+	managementToken string
 }
 
 type lockedBuffer struct {
@@ -57,7 +60,9 @@ func nomadBinary(t testing.TB) string {
 
 // startAgent starts the agent and waits until its client node is ready
 // with raw_exec (and the drivers named in drivers) healthy. extra is added
-// to the agent configuration. The agent is stopped when the test ends.
+// to the agent configuration; when it makes the agent enforce ACLs, they
+// are bootstrapped and the client uses the management token. The agent is
+// stopped when the test ends.
 func startAgent(t testing.TB, extra string, drivers ...string) *testAgent {
 	t.Helper()
 	bin := nomadBinary(t)
@@ -137,6 +142,10 @@ plugin "raw_exec" {
 	drivers = append(drivers, DriverRawExec)
 	eventually(t, 60*time.Second, fmt.Sprintf("nomad client node ready with %v", drivers), func() bool {
 		nodes, _, err := client.Nodes().List(nil)
+		if code, ok := statusCode(err); ok && code == 403 && a.managementToken == "" {
+			a.bootstrapACL(t)
+			return false
+		}
 		if err != nil || len(nodes) == 0 || nodes[0].Status != "ready" {
 			return false
 		}
@@ -148,6 +157,19 @@ plugin "raw_exec" {
 		return true
 	})
 	return a
+}
+
+// bootstrapACL takes the agent's one-time management token once its server
+// can answer; until then the caller's poll simply tries again.
+func (a *testAgent) bootstrapACL(t testing.TB) {
+	t.Helper()
+	token, _, err := a.client.ACLTokens().Bootstrap(nil)
+	if err != nil {
+		t.Logf("acl bootstrap: %v", err)
+		return
+	}
+	a.managementToken = token.SecretID
+	a.client.SetSecretID(token.SecretID)
 }
 
 // eventually polls cond until it holds; limit only bounds a hung system
