@@ -66,8 +66,8 @@ type Listener struct {
 	logger hclog.Logger
 	dbURL  string
 	rdb    redis.Cmdable
-	// wake, when set, is called for desired-state changes so the
-	// controller reconciles at once.
+	// wake, when set, is called for desired-state changes (deletion
+	// included) so the controller reconciles at once.
 	wake func()
 }
 
@@ -131,7 +131,7 @@ func (l *Listener) relay(ctx context.Context, payload string) {
 		l.logger.Warn("ignoring malformed notification", "payload", payload, "error", err)
 		return
 	}
-	if notice.Kind == KindDesired && l.wake != nil {
+	if (notice.Kind == KindDesired || notice.Kind == KindDeleted) && l.wake != nil {
 		l.wake()
 	}
 	if err := l.rdb.Publish(ctx, Channel(notice.OwnerID), payload).Err(); err != nil {

@@ -91,3 +91,22 @@ func TestListenerRelaysAndReconnects(t *testing.T) {
 	}
 	notifyUntilHeard(`{"id":"w1","owner_id":"u1","version":3,"kind":"updated"}`)
 }
+
+// A deletion is a desired-state change too: without a wake, the deleted
+// workspace's program would run until the controller's next idle pass.
+func TestRelayWakesForDesiredChanges(t *testing.T) {
+	opts, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	for kind, want := range map[string]int32{KindDesired: 1, KindDeleted: 1, KindUpdated: 0} {
+		var wakes atomic.Int32
+		l := NewListener(hclog.NewNullLogger(), "", rdb, func() { wakes.Add(1) })
+		l.relay(t.Context(), `{"id":"w1","owner_id":"u1","version":2,"kind":"`+kind+`"}`)
+		if got := wakes.Load(); got != want {
+			t.Errorf("%s notice: %d wakes, want %d", kind, got, want)
+		}
+	}
+}
