@@ -75,6 +75,24 @@ func TestE2EWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleteVolume(t, b, wsID)
+	// Stop the other job and let its task die before purging it: the agent
+	// stops with the test, and a task still running then leaves its
+	// executor behind.
+	if _, _, err := a.client.Jobs().Deregister(otherID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, otherID+" allocations terminal", func() bool {
+		allocs, _, err := a.client.Jobs().Allocations(otherID, true, nil)
+		if err != nil {
+			return false
+		}
+		for _, al := range allocs {
+			if !clientTerminal(al.ClientStatus) {
+				return false
+			}
+		}
+		return true
+	})
 	if _, _, err := a.client.Jobs().Deregister(otherID, true, nil); err != nil {
 		t.Fatal(err)
 	}
