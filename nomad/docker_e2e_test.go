@@ -3,6 +3,7 @@ package nomad
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,8 +27,9 @@ const (
 )
 
 // TestE2EDockerWorkspace runs the workspace job under the docker driver:
-// the home volume is mounted at /home/coder and writable by uid 1000, and
-// the service passes its check on the host network. Then the archive job
+// the home volume is mounted at /home/coder and writable by uid 1000, the
+// service passes its check on the host network, and the container demands
+// the upstream token it read from its Nomad Variable. Then the archive job
 // (home mounted read-only) and the restore job run from the job image.
 func TestE2EDockerWorkspace(t *testing.T) {
 	nomadBinary(t)
@@ -47,22 +49,26 @@ plugin "docker" {
 	if err != nil {
 		t.Fatal(err)
 	}
+	upstreamToken := func(id string) string { return "tok-" + id }
 	b := New(hclog.NewNullLogger(), a.client, Options{
-		Driver:   DriverDocker,
-		JobImage: jobImage,
+		Driver:        DriverDocker,
+		JobImage:      jobImage,
+		UpstreamToken: upstreamToken,
 		S3: config.S3{
 			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
 			AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey),
 		},
 		Workspace: WorkspaceOptions{
-			Image:       image,
-			Args:        []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"},
-			NetworkMode: "host",
-			UID:         1000, GID: 1000, CPU: 100, Memory: 64,
+			Image:        image,
+			Args:         []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"},
+			NetworkMode:  "host",
+			UpstreamAuth: true,
+			UID:          1000, GID: 1000, CPU: 100, Memory: 64,
 		},
 	}, r)
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0tdock"
+	token := upstreamToken(wsID)
 	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: 1000, GID: 1000}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +90,16 @@ plugin "docker" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fetch(t, "http://"+addr+"/files/hello.txt"); !bytes.Equal(got, content) {
+	// The template put the token into the container's environment; the
+	// check passed without it because /healthz is open.
+	hello := "http://" + addr + "/files/hello.txt"
+	if code, _ := get(t, hello, ""); code != http.StatusUnauthorized {
+		t.Fatalf("GET %s without the session cookie: %d, want 401", hello, code)
+	}
+	if code, _ := get(t, hello, "tok-wrong"); code != http.StatusUnauthorized {
+		t.Fatalf("GET %s with a wrong session cookie: %d, want 401", hello, code)
+	}
+	if got := fetchWithToken(t, hello, token); !bytes.Equal(got, content) {
 		t.Fatalf("container serves %q", got)
 	}
 	// The program wrote its marker as uid 1000 into the mounted home.
