@@ -77,12 +77,24 @@ job [[ hcl .JobID ]] {
       config {
         command = "local/codehub"
         args    = ["job", "archive", "--src", [[ hcl (required "home" .HomeDir) ]]]
+[[- if eq .Driver "exec" ]]
+        # exec grants even a non-root task capabilities such as
+        # dac_override; its chroot holds hard links to the node's own
+        # files, so the program gets none.
+        cap_drop = ["all"]
+[[- end ]]
       }
 [[- else ]]
 
       config {
         command = [[ hcl (required "codehub_path" .CodehubPath) ]]
         args    = ["job", "archive", "--src", [[ hcl (required "home" .HomeDir) ]]]
+[[- if eq .Driver "exec" ]]
+        # exec grants even a non-root task capabilities such as
+        # dac_override; its chroot holds hard links to the node's own
+        # files, so the program gets none.
+        cap_drop = ["all"]
+[[- end ]]
       }
 [[- end ]]
 [[- end ]]

@@ -109,6 +109,12 @@ job [[ hcl .JobID ]] {
       config {
         command = [[ hcl (required "command" .Command) ]]
         args    = [[ argv .Args .HomeDir ]]
+[[- if eq .Driver "exec" ]]
+        # exec grants even a non-root task capabilities such as
+        # dac_override; its chroot holds hard links to the node's own
+        # files, so the program gets none.
+        cap_drop = ["all"]
+[[- end ]]
       }
 [[- if eq .Driver "exec" ]]
 
