@@ -249,7 +249,13 @@ func TestE2EBackendLifecycle(t *testing.T) {
 		t.Fatalf("read %s after purge: %v, want not found", tokenVar, err)
 	}
 	deleteVolume(t, b, wsID)
-	snap, err := b.Observe(ctx)
+	assertGone(t, b, wsID)
+}
+
+// assertGone fails unless nothing of the workspace is observed any more.
+func assertGone(t *testing.T, b *Backend, wsID string) {
+	t.Helper()
+	snap, err := b.Observe(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,13 +243,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleteVolume(t, b, wsID)
-	snap, err := b.Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, ok := snap.Workspaces[wsID]; ok && (o.VolumeExists || o.ContainerLive || o.Archive != nil || o.Restore != nil) {
-		t.Fatalf("deleted workspace still observed: %+v", o)
-	}
+	assertGone(t, b, wsID)
 
 	// The task holds no capabilities: a home owned by root stays closed to
 	// it, so the program cannot write its marker and the start fails.
