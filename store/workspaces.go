@@ -124,12 +124,15 @@ func UpdateWorkspaceMeta[T any](ctx context.Context, q Querier, id string, name,
 }
 
 // SetDesiredState sets desired_state of a live workspace without an
-// operation in flight; waking (RUNNING) also resets last_access_at.
+// operation in flight; waking (RUNNING) also resets last_access_at. A new
+// desired state is a new request: like a deletion it does not wait out the
+// backoff of a failure on the way to the old one, so next_attempt_at is
+// cleared (error_count stays, so repeated failures still end in ERROR).
 // version > 0 additionally requires the row to be unchanged since it was
 // read. No matching row is ErrConflict.
 func SetDesiredState[T any](ctx context.Context, q Querier, id, desired string, version int64) (T, error) {
 	row, err := collectOne[T](q.Query(ctx, `UPDATE workspaces
-		SET desired_state = $2,
+		SET desired_state = $2, next_attempt_at = NULL,
 		    last_access_at = CASE WHEN $2 = 'RUNNING' THEN now() ELSE last_access_at END
 		WHERE id = $1 AND deleted_at IS NULL AND operation = 'NONE' AND ($3 = 0 OR version = $3)
 		RETURNING `+WorkspaceColumns, id, desired, version))

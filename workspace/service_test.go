@@ -266,6 +266,29 @@ func TestWakingResetsLastAccess(t *testing.T) {
 	}
 }
 
+// A failed restore waits out its backoff; archiving the workspace and
+// opening it again is a new request that starts at once, with the failures
+// still counted.
+func TestSetDesiredClearsBackoff(t *testing.T) {
+	pool := newPool(t)
+	svc := newService(t, pool, workspace.Options{})
+	ctx := context.Background()
+	w := mustCreate(t, svc, addUser(t, pool, "alice"), "dev")
+	exec(t, pool, `UPDATE workspaces SET phase = 'ARCHIVED', desired_state = 'ARCHIVED',
+		error_reason = 'RestoreFailed', error_count = 2, next_attempt_at = now() + interval '5 minutes' WHERE id = $1`, w.ID)
+	same, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived)
+	if err != nil || same.NextAttemptAt == nil {
+		t.Fatalf("unchanged desired state dropped the backoff: %v, %v", same.NextAttemptAt, err)
+	}
+	got, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.NextAttemptAt != nil || got.ErrorCount != 2 {
+		t.Fatalf("after a new desired state: next attempt %v, error count %d; want none and 2", got.NextAttemptAt, got.ErrorCount)
+	}
+}
+
 func TestSetDesiredIfUnchanged(t *testing.T) {
 	pool := newPool(t)
 	svc := newService(t, pool, workspace.Options{})
