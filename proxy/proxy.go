@@ -121,9 +121,11 @@ func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
 type target struct {
 	id       string
 	hostport string
-	path     string
-	rawPath  string
-	prefix   string
+	// token is the upstream token to send; empty without upstream auth.
+	token   string
+	path    string
+	rawPath string
+	prefix  string
 	// user is the authenticated owner the request is served for.
 	user string
 	// rejudged is set once a failed upstream sent the request back to the
@@ -202,7 +204,7 @@ func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 			p.forbidden(w, r)
 			return
 		}
-		t.hostport = rt.upstream
+		t.hostport, t.token = rt.upstream, rt.token
 		p.forward(w, r, t)
 		return
 	}
@@ -357,8 +359,12 @@ func (p *Proxy) resolveAndForward(w *responseRecorder, r *http.Request, t target
 		p.badGateway(w, r)
 		return
 	}
-	p.routes.put(ws.ID, route{owner: ws.OwnerID, upstream: hostport})
-	t.hostport = hostport
+	rt := route{owner: ws.OwnerID, upstream: hostport}
+	if p.opts.UpstreamToken != nil {
+		rt.token = p.opts.UpstreamToken(ws.ID)
+	}
+	p.routes.put(ws.ID, rt)
+	t.hostport, t.token = rt.upstream, rt.token
 	p.forward(w, r, t)
 }
 
@@ -396,7 +402,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	stripCredentials(pr.Out.Header, p.opts.SessionCookie, CodeServerCookie)
 	// One Cookie header, as browsers send it (RFC 6265 §5.4).
-	cookie := CodeServerCookie + "=" + p.opts.UpstreamToken(t.id)
+	cookie := CodeServerCookie + "=" + t.token
 	if kept := pr.Out.Header.Get("Cookie"); kept != "" {
 		cookie = kept + "; " + cookie
 	}
@@ -506,7 +512,9 @@ func (p *Proxy) internal(w http.ResponseWriter, r *http.Request, what string, er
 type route struct {
 	owner    string
 	upstream string
-	expires  time.Time
+	// token is the workspace's upstream token, derived once per route.
+	token   string
+	expires time.Time
 }
 
 type routeCache struct {
