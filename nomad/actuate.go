@@ -128,21 +128,14 @@ func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceS
 	if err != nil {
 		return err
 	}
-	id := jobID(spec.WorkspaceID)
-	same, err := b.sameSubmission(ctx, id, hcl)
-	if err != nil || same {
-		return err
-	}
+	var secrets api.VariableItems
 	if b.opts.Workspace.UpstreamAuth {
 		if b.opts.UpstreamToken == nil {
 			return errNoTokens
 		}
-		token := api.VariableItems{"token": b.opts.UpstreamToken(spec.WorkspaceID)}
-		if err := b.writeVariable(ctx, id, token); err != nil {
-			return err
-		}
+		secrets = api.VariableItems{"token": b.opts.UpstreamToken(spec.WorkspaceID)}
 	}
-	return b.submit(ctx, id, hcl)
+	return b.register(ctx, jobID(spec.WorkspaceID), hcl, secrets)
 }
 
 // StopWorkspace deregisters ws-{id} without purging it, so its allocations
@@ -175,19 +168,10 @@ func (b *Backend) submitBatch(ctx context.Context, kind controller.JobKind, job 
 	if err != nil {
 		return err
 	}
-	id := batchJobID(job.WorkspaceID, kind)
-	same, err := b.sameSubmission(ctx, id, hcl)
-	if err != nil || same {
-		return err
-	}
-	credentials := api.VariableItems{
+	return b.register(ctx, batchJobID(job.WorkspaceID, kind), hcl, api.VariableItems{
 		"access_key": b.opts.S3.AccessKey.Reveal(),
 		"secret_key": b.opts.S3.SecretKey.Reveal(),
-	}
-	if err := b.writeVariable(ctx, id, credentials); err != nil {
-		return err
-	}
-	return b.submit(ctx, id, hcl)
+	})
 }
 
 // writeVariable stores secrets of job id where only that job's workload
@@ -204,10 +188,26 @@ func (b *Backend) writeVariable(ctx context.Context, id string, items api.Variab
 	return nil
 }
 
+// register submits job id from hcl unless a job from the same source is
+// registered and not stopped: resubmitting an actuator is a no-op, and a
+// finished batch job is never rerun by accident. secrets, when set, are
+// written to the job's variable first, since its template waits for a
+// variable that is missing.
+func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.VariableItems) error {
+	same, err := b.sameSubmission(ctx, id, hcl)
+	if err != nil || same {
+		return err
+	}
+	if secrets != nil {
+		if err := b.writeVariable(ctx, id, secrets); err != nil {
+			return err
+		}
+	}
+	return b.submit(ctx, id, hcl)
+}
+
 // submit lets the server parse the HCL and registers it with the HCL as
-// the job's submission. Callers first skip a job already registered from
-// the same source and not stopped (sameSubmission): resubmitting an
-// actuator is a no-op, and a finished batch job is never rerun by accident.
+// the job's submission.
 func (b *Backend) submit(ctx context.Context, id, hcl string) error {
 	// The parse endpoint through Raw, so the request carries the namespace
 	// (ACL checks) and the context, which ParseHCLOpts does not pass.
