@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,9 +29,8 @@ type harness struct {
 	epoch   int64
 	owner   string
 
-	mu        sync.Mutex
-	clock     time.Time
-	realClock bool
+	clock     *testenv.Clock
+	realClock atomic.Bool
 }
 
 func newPool(t testing.TB) (*pgxpool.Pool, string) {
@@ -52,7 +51,7 @@ func newPool(t testing.TB) (*pgxpool.Pool, string) {
 func newHarness(t testing.TB) *harness {
 	t.Helper()
 	pool, url := newPool(t)
-	h := &harness{t: t, pool: pool, url: url, backend: newFakeBackend(), clock: time.Now()}
+	h := &harness{t: t, pool: pool, url: url, backend: newFakeBackend(), clock: testenv.NewClock(time.Now())}
 	h.svc = workspace.NewService(hclog.NewNullLogger(), pool, workspace.Options{DefaultImage: "img:1"})
 	h.owner = addUser(t, pool, "alice")
 	epoch, err := store.BumpEpoch(context.Background(), pool, "test")
@@ -106,26 +105,16 @@ func (h *harness) checkVolumeDeletions() {
 }
 
 func (h *harness) now() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.realClock {
+	if h.realClock.Load() {
 		return time.Now()
 	}
-	return h.clock
+	return h.clock.Now()
 }
 
 // setClockReal makes controllers use the wall clock (coordinator tests).
-func (h *harness) setClockReal() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.realClock = true
-}
+func (h *harness) setClockReal() { h.realClock.Store(true) }
 
-func (h *harness) advance(d time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.clock = h.clock.Add(d)
-}
+func (h *harness) advance(d time.Duration) { h.clock.Add(d) }
 
 func (h *harness) controller() *WorkspaceController {
 	return h.controllerWithMetrics(nil)
