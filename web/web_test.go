@@ -19,6 +19,7 @@ func TestHandler(t *testing.T) {
 		{"GET", "/", 200, "text/html", `<script src="/assets/app.js"`},
 		{"GET", "/login", 200, "text/html", `id="login-form"`},
 		{"GET", "/login?next=/w/x/", 200, "text/html", `id="login-form"`},
+		{"GET", "/logout", 200, "text/html", `id="signout-confirm"`},
 		{"HEAD", "/", 200, "text/html", ""},
 		{"GET", "/assets/app.js", 200, "text/javascript", "EventSource"},
 		{"GET", "/assets/app.css", 200, "text/css", ".card"},

@@ -379,6 +379,7 @@ function showLogin() {
   state.workspaces.clear();
   $("boot").hidden = true;
   $("app-view").hidden = true;
+  $("signout-view").hidden = true;
   $("login-view").hidden = false;
   if (location.pathname !== "/login") history.replaceState(null, "", "/login" + location.search);
   $("login-username").focus();
@@ -388,6 +389,7 @@ async function showApp(user) {
   state.user = user;
   $("boot").hidden = true;
   $("login-view").hidden = true;
+  $("signout-view").hidden = true;
   $("app-view").hidden = false;
   $("user-name").textContent = user.username;
   $("user-admin").hidden = !user.is_admin;
@@ -435,6 +437,18 @@ async function login(e) {
   }
 }
 
+// showSignout asks before ending the session: /logout is where a
+// workspace's own "Sign out" lands, and a link alone must not sign anyone
+// out.
+function showSignout(user) {
+  $("boot").hidden = true;
+  $("login-view").hidden = true;
+  $("app-view").hidden = true;
+  $("signout-view").hidden = false;
+  $("signout-cancel").onclick = () => showApp(user);
+  $("signout-confirm").focus();
+}
+
 async function logout() {
   try { await api("POST", "/api/v1/logout"); } catch (_) { /* signed out either way */ }
   showLogin();
@@ -444,12 +458,14 @@ async function boot() {
   $("login-form").addEventListener("submit", login);
   $("create-form").addEventListener("submit", create);
   $("logout").addEventListener("click", logout);
+  $("signout-confirm").addEventListener("click", logout);
   $("limit-close").addEventListener("click", () => { $("limit").hidden = true; });
   // Elapsed times and "last used" stay current without events.
   setInterval(() => { if (state.user) renderAll(); }, 1000);
   try {
     const user = await checkSession();
-    if (user) await showApp(user);
+    if (user && location.pathname === "/logout") showSignout(user);
+    else if (user) await showApp(user);
   } catch (err) {
     $("boot").textContent = "CodeHub is not reachable: " + err.message;
   }
