@@ -33,7 +33,8 @@
 listen = "127.0.0.1:8080"
 
 # URL users reach codehub at, scheme and host only; used for links, cookie
-# security (https makes cookies Secure) and Origin checks.
+# security (https makes cookies Secure) and Origin checks. Leave out a
+# default port (:443 for https, :80 for http): browsers omit it from Origin.
 public_url = "http://127.0.0.1:8080"
 
 # Log level: trace, debug, info, warn, error or off.
@@ -119,7 +120,8 @@ backend "nomad" {
   network_mode = ""
 
   # How often Nomad checks each workspace's health endpoint. It bounds how
-  # fast a woken workspace is seen ready, so keep it short.
+  # fast a woken workspace is seen ready, so keep it short; Nomad's
+  # minimum is 1s.
   check_interval = "1s"
 }
 
@@ -196,7 +198,8 @@ workspace {
   uid = 1000
   gid = 1000
 
-  # CPU in MHz and memory in MiB reserved for each workspace.
+  # CPU in MHz and memory in MiB reserved for each workspace (Nomad needs
+  # at least 10 MiB).
   cpu    = 500
   memory = 2048
 
@@ -258,9 +261,10 @@ auth {
   session_ttl = "24h"
 
   # First administrator, created at start when no user exists yet and a
-  # password is set (at least 8 characters).
+  # password is set (8 to 1024 characters).
   bootstrap_admin {
-    # Login name of the first administrator.
+    # Login name of the first administrator: 1 to 63 of a-z, 0-9, '.', '_'
+    # and '-', starting with a letter or digit.
     username = "admin"
 
     # Password (secret), default unset: then no administrator is created.

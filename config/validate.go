@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,8 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 )
 
 // Validate reports every problem with c's values at once, as an *Error whose
@@ -96,6 +101,16 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
+// quoted shows an address in a problem message, unless it may carry a
+// credential: in user info (after an "@") or in a query (after a "?").
+// Then the message names only the field.
+func quoted(address string) string {
+	if strings.ContainsAny(address, "@?") {
+		return "the value"
+	}
+	return strconv.Quote(address)
+}
+
 // checker collects problems; each check names the path it judges.
 type checker struct {
 	problems []problem
@@ -148,9 +163,11 @@ func (c *Config) checkTop(ch *checker) {
 	}
 
 	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		ch.add("public_url", "%q must be an absolute http:// or https:// URL", c.PublicURL)
+		ch.add("public_url", "%s must be an absolute http:// or https:// URL", quoted(c.PublicURL))
 	} else if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		ch.add("public_url", "%q must be a scheme and host only: codehub serves from the root", c.PublicURL)
+		ch.add("public_url", "%s must be a scheme and host only: codehub serves from the root", quoted(c.PublicURL))
+	} else if problem := publicPortProblem(u); problem != "" {
+		ch.add("public_url", "%s %s", quoted(c.PublicURL), problem)
 	}
 
 	if hclog.LevelFromString(c.LogLevel) == hclog.NoLevel {
@@ -158,19 +175,51 @@ func (c *Config) checkTop(ch *checker) {
 	}
 }
 
+// publicPortProblem judges the port of public_url. The URL is compared with
+// the Origin header browsers send, which never names the scheme's default
+// port, so an explicit ":443" or ":80" would refuse every browser request
+// that changes state, the login included.
+func publicPortProblem(u *url.URL) string {
+	if strings.HasSuffix(u.Host, ":") {
+		return "has an empty port"
+	}
+	port := u.Port()
+	if port == "" {
+		return ""
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "must have a port from 1 to 65535"
+	}
+	if (u.Scheme == "https" && port == "443") || (u.Scheme == "http" && port == "80") {
+		return fmt.Sprintf("must leave out the default port :%s: browsers omit it from Origin, which must match", port)
+	}
+	return ""
+}
+
 // checkStores judges the database, Redis and S3 settings. Messages never
 // echo a URL or key: they may hold credentials.
 func (c *Config) checkStores(ch *checker) {
-	if ch.required("database.url", c.Database.URL.Reveal()) && !hasScheme(c.Database.URL.Reveal(), "postgres", "postgresql") {
-		ch.add("database.url", "must be a postgres:// or postgresql:// URL")
+	// The drivers' own parsers judge the URLs now: at start, the server
+	// would find a bad Redis URL only after migrating the database.
+	if db := c.Database.URL.Reveal(); ch.required("database.url", db) {
+		if !hasScheme(db, "postgres", "postgresql") {
+			ch.add("database.url", "must be a postgres:// or postgresql:// URL")
+		} else if _, err := pgxpool.ParseConfig(db); err != nil {
+			ch.add("database.url", "is not a usable PostgreSQL URL: %s", postgresURLProblem(err))
+		}
 	}
-	if ch.required("redis.url", c.Redis.URL.Reveal()) && !hasScheme(c.Redis.URL.Reveal(), "redis", "rediss", "unix") {
-		ch.add("redis.url", "must be a redis://, rediss:// or unix:// URL")
+	if r := c.Redis.URL.Reveal(); ch.required("redis.url", r) {
+		if !hasScheme(r, "redis", "rediss", "unix") {
+			ch.add("redis.url", "must be a redis://, rediss:// or unix:// URL")
+		} else if _, err := redis.ParseURL(r); err != nil {
+			// Its messages name the faulty part, never the password.
+			ch.add("redis.url", "is not a usable Redis URL: %v", err)
+		}
 	}
 
 	s3 := c.S3
-	if ch.required("s3.endpoint", s3.Endpoint) && strings.ContainsAny(s3.Endpoint, "/") {
-		ch.add("s3.endpoint", "%q must be host or host:port without a scheme or path; use_ssl selects https", s3.Endpoint)
+	if ch.required("s3.endpoint", s3.Endpoint) && !validEndpoint(s3.Endpoint) {
+		ch.add("s3.endpoint", "%s must be host or host:port (port 1 to 65535) without a scheme or path; use_ssl selects https", quoted(s3.Endpoint))
 	}
 	if ch.required("s3.bucket", s3.Bucket) && !bucketName.MatchString(s3.Bucket) {
 		ch.add("s3.bucket", "%q must be 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit", s3.Bucket)
@@ -178,6 +227,38 @@ func (c *Config) checkStores(ch *checker) {
 	ch.required("s3.access_key", s3.AccessKey.Reveal())
 	ch.required("s3.secret_key", s3.SecretKey.Reveal())
 	ch.required("s3.region", s3.Region)
+}
+
+// postgresURLProblem says what pgx found wrong. pgx's own text quotes the
+// URL, masking the password only as best it can, so it is rendered with the
+// URL left out.
+func postgresURLProblem(err error) string {
+	var perr *pgconn.ParseConfigError
+	if !errors.As(err, &perr) {
+		return "check its host, port and parameters"
+	}
+	bare := *perr
+	bare.ConnString = ""
+	return strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
+}
+
+// validEndpoint accepts host or host:port, the form the S3 client dials.
+func validEndpoint(endpoint string) bool {
+	if strings.ContainsAny(endpoint, "/") {
+		return false
+	}
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		// Without a port: a name, or an IPv6 address in brackets.
+		inner, bracketed := strings.CutPrefix(endpoint, "[")
+		if bracketed {
+			inner, bracketed = strings.CutSuffix(inner, "]")
+			return bracketed && net.ParseIP(inner) != nil
+		}
+		return !strings.Contains(endpoint, ":")
+	}
+	n, err := strconv.Atoi(port)
+	return host != "" && err == nil && n >= 1 && n <= 65535
 }
 
 var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
@@ -204,7 +285,7 @@ func (c *Config) checkBackend(ch *checker) {
 
 func (c *Config) checkNomad(ch *checker, n *NomadBackend) {
 	if u, err := url.Parse(n.Address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		ch.add("backend.nomad.address", "%q must be an http:// or https:// URL", n.Address)
+		ch.add("backend.nomad.address", "%s must be an http:// or https:// URL", quoted(n.Address))
 	}
 	ch.required("backend.nomad.namespace", n.Namespace)
 	ch.required("backend.nomad.node_pool", n.NodePool)
@@ -212,7 +293,11 @@ func (c *Config) checkNomad(ch *checker, n *NomadBackend) {
 	if len(n.Datacenters) == 0 || slices.Contains(n.Datacenters, "") {
 		ch.add("backend.nomad.datacenters", `must list at least one datacenter, none empty ("*" means all)`)
 	}
-	ch.positive("backend.nomad.check_interval", n.CheckInterval)
+	// Nomad refuses a job whose check runs more often than this, so a
+	// shorter interval would fail every workspace start instead.
+	if n.CheckInterval < minNomadCheckInterval {
+		ch.add("backend.nomad.check_interval", "must be at least %s (Nomad's minimum)", minNomadCheckInterval)
+	}
 
 	switch n.Driver {
 	case DriverDocker:
@@ -239,6 +324,11 @@ func (c *Config) checkNomad(ch *checker, n *NomadBackend) {
 		ch.add("backend.nomad.driver", "%q must be one of %s, %s, %s", n.Driver, DriverDocker, DriverExec, DriverRawExec)
 	}
 }
+
+const (
+	minNomadCheckInterval = time.Second
+	minNomadMemoryMiB     = 10
+)
 
 var placeholderLike = regexp.MustCompile(`%[A-Za-z_]+%`)
 
@@ -272,7 +362,14 @@ func (c *Config) checkWorkspace(ch *checker) {
 	ch.atLeast("workspace.uid", w.UID, 0)
 	ch.atLeast("workspace.gid", w.GID, 0)
 	ch.atLeast("workspace.cpu", w.CPU, 1)
-	ch.atLeast("workspace.memory", w.Memory, 1)
+	if c.Backend != nil && c.Backend.Kind == BackendNomad {
+		// Nomad refuses a task reserving less, at every workspace start.
+		if w.Memory < minNomadMemoryMiB {
+			ch.add("workspace.memory", "must be at least %d MiB (Nomad's minimum)", minNomadMemoryMiB)
+		}
+	} else {
+		ch.atLeast("workspace.memory", w.Memory, 1)
+	}
 	ch.positive("workspace.standby_ttl", w.StandbyTTL)
 	ch.positive("workspace.archive_ttl", w.ArchiveTTL)
 }
@@ -307,14 +404,35 @@ func (c *Config) checkPolicies(ch *checker) {
 
 	ch.positive("auth.session_ttl", c.Auth.SessionTTL)
 	if admin := c.Auth.BootstrapAdmin; admin != nil && admin.Password.IsSet() {
-		ch.required("auth.bootstrap_admin.username", admin.Username)
-		if len(admin.Password.Reveal()) < minBootstrapPassword {
+		if ch.required("auth.bootstrap_admin.username", admin.Username) && !ValidUsername(admin.Username) {
+			ch.add("auth.bootstrap_admin.username", "%q must be 1 to 63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", admin.Username)
+		}
+		// The login form sends UTF-8 in a capped request body: any other
+		// password could never be typed there.
+		password := admin.Password.Reveal()
+		switch n := utf8.RuneCountInString(password); {
+		case !utf8.ValidString(password):
+			ch.add("auth.bootstrap_admin.password", "must be UTF-8 text")
+		case n < minBootstrapPassword:
 			ch.add("auth.bootstrap_admin.password", "must be at least %d characters", minBootstrapPassword)
+		case n > maxBootstrapPassword:
+			ch.add("auth.bootstrap_admin.password", "must be at most %d characters", maxBootstrapPassword)
 		}
 	}
 }
 
-const minBootstrapPassword = 8
+// The same bounds as for passwords set with `codehub user`.
+const (
+	minBootstrapPassword = 8
+	maxBootstrapPassword = 1024
+)
+
+// ValidUsername applies the users table's CHECK constraint, so a name it
+// refuses is reported before anything is written: the bootstrap admin's
+// would otherwise stop the server at start.
+func ValidUsername(name string) bool { return usernamePattern.MatchString(name) }
+
+var usernamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 var dnsName = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 

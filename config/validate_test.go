@@ -23,6 +23,15 @@ func TestValidateRules(t *testing.T) {
 		{"public_url ftp", func(c *Config) { c.PublicURL = "ftp://codehub.example.com" }, []string{"public_url"}},
 		{"public_url with path", func(c *Config) { c.PublicURL = "https://example.com/codehub" }, []string{"public_url"}},
 		{"public_url trailing slash", func(c *Config) { c.PublicURL = "https://example.com/" }, nil},
+		{"public_url with its own port", func(c *Config) { c.PublicURL = "https://example.com:8443" }, nil},
+		{"public_url ipv6 with port", func(c *Config) { c.PublicURL = "http://[::1]:8080" }, nil},
+		// Browsers leave a default port out of Origin, so naming it would
+		// make every login look cross-origin.
+		{"public_url with https default port", func(c *Config) { c.PublicURL = "https://example.com:443" }, []string{"public_url"}},
+		{"public_url with http default port", func(c *Config) { c.PublicURL = "http://example.com:80/" }, []string{"public_url"}},
+		{"public_url with empty port", func(c *Config) { c.PublicURL = "https://example.com:" }, []string{"public_url"}},
+		{"public_url port out of range", func(c *Config) { c.PublicURL = "https://example.com:70000" }, []string{"public_url"}},
+		{"public_url port zero", func(c *Config) { c.PublicURL = "https://example.com:0" }, []string{"public_url"}},
 		{"log_level unknown", func(c *Config) { c.LogLevel = "verbose" }, []string{"log_level"}},
 		{"log_level any case", func(c *Config) { c.LogLevel = "WARN" }, nil},
 
@@ -32,10 +41,24 @@ func TestValidateRules(t *testing.T) {
 		{"redis url missing", func(c *Config) { c.Redis.URL = "" }, []string{"redis.url"}},
 		{"redis url wrong scheme", func(c *Config) { c.Redis.URL = "http://cache:6379" }, []string{"redis.url"}},
 		{"redis over tls", func(c *Config) { c.Redis.URL = "rediss://:pw@cache:6380/1" }, nil},
+		// The server would apply migrations before its Redis client refused these.
+		{"redis database not a number", func(c *Config) { c.Redis.URL = "redis://cache:6379/zero" }, []string{"redis.url"}},
+		{"redis unknown option", func(c *Config) { c.Redis.URL = "redis://cache:6379/0?pool=9" }, []string{"redis.url"}},
+		{"redis unix socket", func(c *Config) { c.Redis.URL = "unix:///run/redis.sock?db=2" }, nil},
+		{"database port out of range", func(c *Config) { c.Database.URL = "postgres://u:p@db:99999/x" }, []string{"database.url"}},
+		{"database sslmode unknown", func(c *Config) { c.Database.URL = "postgres://u:p@db/x?sslmode=sometimes" }, []string{"database.url"}},
+		{"database pool setting", func(c *Config) { c.Database.URL = "postgres://u:p@db/x?pool_max_conns=20" }, nil},
 
 		{"s3 endpoint missing", func(c *Config) { c.S3.Endpoint = "" }, []string{"s3.endpoint"}},
 		{"s3 endpoint with scheme", func(c *Config) { c.S3.Endpoint = "https://s3.example.com" }, []string{"s3.endpoint"}},
 		{"s3 endpoint without port", func(c *Config) { c.S3.Endpoint = "s3.example.com" }, nil},
+		{"s3 endpoint ipv6 with port", func(c *Config) { c.S3.Endpoint = "[::1]:9000" }, nil},
+		{"s3 endpoint ipv6 without port", func(c *Config) { c.S3.Endpoint = "[::1]" }, nil},
+		{"s3 endpoint ipv6 without brackets", func(c *Config) { c.S3.Endpoint = "::1" }, []string{"s3.endpoint"}},
+		// The server would start and only fail to reach S3 at every archive.
+		{"s3 endpoint port out of range", func(c *Config) { c.S3.Endpoint = "s3.example.com:99999" }, []string{"s3.endpoint"}},
+		{"s3 endpoint empty port", func(c *Config) { c.S3.Endpoint = "s3.example.com:" }, []string{"s3.endpoint"}},
+		{"s3 endpoint empty host", func(c *Config) { c.S3.Endpoint = ":9000" }, []string{"s3.endpoint"}},
 		{"s3 bucket missing", func(c *Config) { c.S3.Bucket = "" }, []string{"s3.bucket"}},
 		{"s3 bucket upper case", func(c *Config) { c.S3.Bucket = "CodeHub" }, []string{"s3.bucket"}},
 		{"s3 bucket too short", func(c *Config) { c.S3.Bucket = "ab" }, []string{"s3.bucket"}},
@@ -52,6 +75,15 @@ func TestValidateRules(t *testing.T) {
 		{"nomad datacenters empty", func(c *Config) { c.Backend.Nomad.Datacenters = nil }, []string{"backend.nomad.datacenters"}},
 		{"nomad datacenter blank", func(c *Config) { c.Backend.Nomad.Datacenters = []string{"dc1", ""} }, []string{"backend.nomad.datacenters"}},
 		{"nomad check_interval zero", func(c *Config) { c.Backend.Nomad.CheckInterval = 0 }, []string{"backend.nomad.check_interval"}},
+		{"nomad check_interval below Nomad's minimum", func(c *Config) {
+			c.Backend.Nomad.CheckInterval = 500 * time.Millisecond
+		}, []string{"backend.nomad.check_interval"}},
+		{"nomad memory below Nomad's minimum", func(c *Config) { c.Workspace.Memory = 9 }, []string{"workspace.memory"}},
+		{"nomad memory at Nomad's minimum", func(c *Config) { c.Workspace.Memory = 10 }, nil},
+		{"local backend ignores Nomad's minimum memory", func(c *Config) {
+			c.Backend = &Backend{Kind: BackendLocal, Local: defaultLocalBackend()}
+			c.Workspace.Memory = 1
+		}, nil},
 		{"cookie_domain not covering workspace hosts", func(c *Config) {
 			c.Proxy.SubdomainBase = "ws.example.com"
 			c.Proxy.CookieDomain = "other.org"
@@ -150,6 +182,22 @@ func TestValidateRules(t *testing.T) {
 			c.Auth.BootstrapAdmin = &BootstrapAdmin{Password: "long-enough"}
 		}, []string{"auth.bootstrap_admin.username"}},
 		{"bootstrap admin complete", func(c *Config) { c.Auth.BootstrapAdmin.Password = "long-enough" }, nil},
+		{"bootstrap username upper case", func(c *Config) {
+			c.Auth.BootstrapAdmin = &BootstrapAdmin{Username: "Admin", Password: "long-enough"}
+		}, []string{"auth.bootstrap_admin.username"}},
+		{"bootstrap username with a space", func(c *Config) {
+			c.Auth.BootstrapAdmin = &BootstrapAdmin{Username: "the admin", Password: "long-enough"}
+		}, []string{"auth.bootstrap_admin.username"}},
+		{"bootstrap username too long", func(c *Config) {
+			c.Auth.BootstrapAdmin = &BootstrapAdmin{Username: strings.Repeat("a", 64), Password: "long-enough"}
+		}, []string{"auth.bootstrap_admin.username"}},
+		{"bootstrap password counted in characters", func(c *Config) { c.Auth.BootstrapAdmin.Password = "äöüäöü" }, []string{"auth.bootstrap_admin.password"}},
+		{"bootstrap password of eight accented characters", func(c *Config) { c.Auth.BootstrapAdmin.Password = "äöüäöüäö" }, nil},
+		// The login request body is capped; a longer password could never be used.
+		{"bootstrap password too long", func(c *Config) {
+			c.Auth.BootstrapAdmin.Password = Secret(strings.Repeat("p", 1025))
+		}, []string{"auth.bootstrap_admin.password"}},
+		{"bootstrap password not UTF-8", func(c *Config) { c.Auth.BootstrapAdmin.Password = "\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8" }, []string{"auth.bootstrap_admin.password"}},
 		{"no bootstrap username without password", func(c *Config) { c.Auth.BootstrapAdmin.Username = "" }, nil},
 
 		{"subdomain base", func(c *Config) { c.Proxy.SubdomainBase = "ws.example.com" }, nil},
@@ -170,6 +218,53 @@ func TestValidateRules(t *testing.T) {
 				t.Errorf("Validate() = %v, want an error exactly when problems are expected", err)
 			}
 		})
+	}
+}
+
+// A connection URL the drivers refuse is reported without the password it
+// holds.
+func TestValidateURLProblemsHideThePassword(t *testing.T) {
+	c := validConfig()
+	c.Database.URL = "postgres://codehub:hunter2-db@db:99999/codehub?sslmode=require"
+	c.Redis.URL = "redis://:hunter2-redis@cache:6379/zero"
+	err := c.Validate()
+	if got := problemPaths(c); !slices.Equal(got, []string{"database.url", "redis.url"}) {
+		t.Fatalf("problems at %q, want database.url and redis.url\n%v", got, err)
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error shows a password:\n%v", err)
+	}
+	if !strings.Contains(err.Error(), "zero") {
+		t.Errorf("error does not say what is wrong with the Redis URL:\n%v", err)
+	}
+}
+
+// Problems quote the faulty value, except where it may carry a credential.
+func TestValidateQuotesNoCredential(t *testing.T) {
+	for _, tc := range []struct {
+		path   string
+		change func(c *Config)
+	}{
+		{"public_url", func(c *Config) { c.PublicURL = "https://admin:hunter2@codehub.example.com" }},
+		{"public_url", func(c *Config) { c.PublicURL = "https://codehub.example.com/?token=hunter2" }},
+		{"backend.nomad.address", func(c *Config) { c.Backend.Nomad.Address = "nomad://ops:hunter2@nomad.example.com" }},
+		{"s3.endpoint", func(c *Config) { c.S3.Endpoint = "key:hunter2@s3.example.com:9000" }},
+	} {
+		c := validConfig()
+		tc.change(c)
+		err := c.Validate()
+		if got := problemPaths(c); !slices.Equal(got, []string{tc.path}) {
+			t.Errorf("problems at %q, want %s\n%v", got, tc.path, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("error shows a credential:\n%v", err)
+		}
+	}
+	c := validConfig()
+	c.PublicURL = "ftp://codehub.example.com"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `"ftp://codehub.example.com"`) {
+		t.Errorf("error does not quote a harmless value:\n%v", err)
 	}
 }
 
