@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/nomad"
+	"github.com/codehub-io/codehub/proxy"
 )
 
 // runJobspec implements `codehub jobspec render`: it prints the HCL the
@@ -38,11 +40,20 @@ func runJobspec(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
+	// What the product would never submit is refused rather than rendered.
 	kind, err := jobspecs.ParseKind(*kindName)
-	if err != nil || *wsID == "" {
-		if err == nil {
-			err = fmt.Errorf("-workspace is required")
-		}
+	switch {
+	case err != nil:
+	case fs.NArg() > 0:
+		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case *wsID == "":
+		err = errors.New("-workspace is required")
+	case !proxy.ValidID(*wsID):
+		err = fmt.Errorf("-workspace %q is not a workspace id (26 lowercase characters)", *wsID)
+	case *attempt < 1:
+		err = errors.New("-attempt must be at least 1")
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "codehub jobspec render: %v\n", err)
 		return 2
 	}

@@ -77,6 +77,19 @@ func TestJobspecRenderUsage(t *testing.T) {
 	if code := runJobspec([]string{"render", "-kind", "workspace"}, &stdout, &stderr); code != 2 {
 		t.Fatalf("missing workspace: exit %d, want 2", code)
 	}
+	// Ids and attempts the product never submits are refused, not rendered.
+	cfg := writeJobspecConfig(t, "docker")
+	for _, args := range [][]string{
+		{"-workspace", "not-a-workspace"},
+		{"-workspace", strings.ToUpper(jobspecTestWorkspace)},
+		{"-workspace", jobspecTestWorkspace, "-kind", "archive", "-attempt", "0"},
+		{"-workspace", jobspecTestWorkspace, "extra"},
+	} {
+		args = append([]string{"render", "-config", cfg, "-home", "/srv/volumes/abc"}, args...)
+		if code := runJobspec(args, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2; stderr %q", args, code, stderr.String())
+		}
+	}
 	if stdout.Len() != 0 {
 		t.Fatalf("usage errors printed to stdout: %q", stdout.String())
 	}

@@ -14,7 +14,7 @@ import (
 
 func runMigrate(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs, path := configFlags("migrate", stderr)
-	if err := fs.Parse(args); err != nil {
+	if !parseConfigCommand(fs, path, args, stderr) {
 		return 2
 	}
 	cfg, err := loadConfig(*path, stderr)
@@ -73,11 +73,8 @@ func cliLogger(name string, stderr io.Writer) hclog.Logger {
 }
 
 // loadConfig loads and validates the file at path, printing every problem.
+// Commands refuse an empty path as a usage error before calling it.
 func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
-	if path == "" {
-		fmt.Fprintln(stderr, "codehub: -config FILE is required")
-		return nil, fmt.Errorf("no config file")
-	}
 	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

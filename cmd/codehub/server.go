@@ -21,7 +21,7 @@ import (
 
 func runServer(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs, path := configFlags("server", stderr)
-	if err := fs.Parse(args); err != nil {
+	if !parseConfigCommand(fs, path, args, stderr) {
 		return 2
 	}
 	cfg, err := loadConfig(*path, stderr)

@@ -4,15 +4,18 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
-	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/codehub-io/codehub/api"
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -23,11 +26,22 @@ const userUsage = `usage:
   codehub user list   -config FILE
   codehub user delete -config FILE -username NAME`
 
-// usernamePattern mirrors the users table's CHECK constraint.
-var usernamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+// Password lengths in characters: the minimum keeps trivially guessable
+// passwords out; the maximum keeps every password usable at the login,
+// whose request body is capped.
+const (
+	minPasswordLength = 8
+	maxPasswordLength = 1024
+)
 
-// minPasswordLength keeps trivially guessable passwords out.
-const minPasswordLength = 8
+// userFlags are the flags each subcommand takes. Any other flag is refused,
+// not ignored: `passwd -admin` must not quietly leave the role as it was.
+var userFlags = map[string][]string{
+	"add":    {"config", "username", "password-stdin", "admin"},
+	"passwd": {"config", "username", "password-stdin"},
+	"list":   {"config"},
+	"delete": {"config", "username"},
+}
 
 // runUser manages local users: add, passwd, list, delete.
 func runUser(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
@@ -36,6 +50,11 @@ func runUser(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 		return 2
 	}
 	sub := args[0]
+	allowed, known := userFlags[sub]
+	if !known {
+		fmt.Fprintf(stderr, "codehub user: unknown subcommand %q\n%s\n", sub, userUsage)
+		return 2
+	}
 	fs, path := configFlags("user "+sub, stderr)
 	username := fs.String("username", "", "the user's name")
 	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
@@ -43,17 +62,21 @@ func runUser(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	needName := sub == "add" || sub == "passwd" || sub == "delete"
-	needPassword := sub == "add" || sub == "passwd"
-	switch {
-	case sub != "add" && sub != "passwd" && sub != "list" && sub != "delete":
-		fmt.Fprintf(stderr, "codehub user: unknown subcommand %q\n%s\n", sub, userUsage)
+	if problem := misusedUserFlags(fs, allowed); problem != "" {
+		fmt.Fprintf(stderr, "codehub user %s: %s\n%s\n", sub, problem, userUsage)
 		return 2
-	case needName && !usernamePattern.MatchString(*username):
+	}
+	needName := slices.Contains(allowed, "username")
+	needPassword := slices.Contains(allowed, "password-stdin")
+	switch {
+	case needName && !config.ValidUsername(*username):
 		fmt.Fprintln(stderr, "codehub user: -username must be 1-63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit")
 		return 2
 	case needPassword && !*fromStdin:
 		fmt.Fprintln(stderr, "codehub user: -password-stdin is required (the password is never taken from the command line)")
+		return 2
+	case *path == "":
+		fmt.Fprintf(stderr, "codehub user %s: -config FILE is required\n", sub)
 		return 2
 	}
 	var password string
@@ -87,15 +110,44 @@ func runUser(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 	return 0
 }
 
-// readPassword takes the first line of r, without its line ending.
+// misusedUserFlags describes the first argument the subcommand would
+// otherwise ignore: a positional one, or a flag it does not take.
+func misusedUserFlags(fs *flag.FlagSet, allowed []string) string {
+	if fs.NArg() > 0 {
+		return fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+	}
+	var problem string
+	fs.Visit(func(f *flag.Flag) {
+		if problem == "" && !slices.Contains(allowed, f.Name) {
+			problem = fmt.Sprintf("-%s does not apply", f.Name)
+		}
+	})
+	return problem
+}
+
+// readPassword takes the first line of r, without its line ending. It reads
+// no more than the longest allowed password could take, so an endless
+// stream is refused rather than held in memory.
 func readPassword(r io.Reader) (string, error) {
-	line, err := bufio.NewReader(r).ReadString('\n')
+	const maxLineBytes = maxPasswordLength*utf8.UTFMax + len("\r\n")
+	line, err := bufio.NewReader(io.LimitReader(r, int64(maxLineBytes)+1)).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", fmt.Errorf("read password: %w", err)
 	}
+	tooLong := fmt.Errorf("the password must have at most %d characters", maxPasswordLength)
+	if len(line) > maxLineBytes {
+		return "", tooLong
+	}
 	line = strings.TrimRight(line, "\r\n")
-	if len(line) < minPasswordLength {
+	// The login form sends UTF-8, so other bytes could never be typed there.
+	if !utf8.ValidString(line) {
+		return "", errors.New("the password must be UTF-8 text")
+	}
+	switch n := utf8.RuneCountInString(line); {
+	case n < minPasswordLength:
 		return "", fmt.Errorf("the password must have at least %d characters", minPasswordLength)
+	case n > maxPasswordLength:
+		return "", tooLong
 	}
 	return line, nil
 }

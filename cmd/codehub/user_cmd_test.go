@@ -146,3 +146,81 @@ func TestWorkspaceRecoverCommand(t *testing.T) {
 		t.Fatalf("unknown id: %d %q", code, errOut)
 	}
 }
+
+// Bad input to the user commands is refused with exit 2 before anything is
+// written: no user appears, no password or role changes.
+func TestUserCommandsRefuseBadInput(t *testing.T) {
+	cfg, dbURL := cliConfig(t)
+	if code, _, errOut := user(t, "password-of-bob\n", "add", "-config", cfg, "-username", "bob", "-password-stdin"); code != 0 {
+		t.Fatalf("add bob: %d %q", code, errOut)
+	}
+	ctx := context.Background()
+	pool, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	absent := func(name string) {
+		t.Helper()
+		if _, err := store.UserByUsername(ctx, pool, name); err != store.ErrNotFound {
+			t.Errorf("user %q exists after a refused command (err %v)", name, err)
+		}
+	}
+	bobUnchanged := func() {
+		t.Helper()
+		bob, err := store.UserByUsername(ctx, pool, "bob")
+		if err != nil {
+			t.Fatalf("bob: %v", err)
+		}
+		if ok, err := api.VerifyPassword(bob.PasswordHash, "password-of-bob"); err != nil || !ok || bob.IsAdmin {
+			t.Errorf("bob changed: password still verifies %v (%v), admin %v", ok, err, bob.IsAdmin)
+		}
+	}
+
+	tooLong := strings.Repeat("p", maxPasswordLength+1)
+	// Each case would create its own user ("NEW"), so one that slips
+	// through cannot mask the next.
+	for i, tc := range []struct {
+		name, stdin string
+		args        []string
+		want        string
+	}{
+		// The login request body is capped, so a huge password could never be used.
+		{"password too long", tooLong + "\n", []string{"add", "-username", "NEW", "-password-stdin"}, "at most"},
+		{"endless password line", strings.Repeat("p", 1<<20), []string{"add", "-username", "NEW", "-password-stdin"}, "at most"},
+		// Four characters, eight bytes.
+		{"password short in characters", "äöüä\n", []string{"add", "-username", "NEW", "-password-stdin"}, "at least"},
+		// Browsers send UTF-8; these bytes could never be typed at the login.
+		{"password not UTF-8", "\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\n", []string{"add", "-username", "NEW", "-password-stdin"}, "UTF-8"},
+		{"stray argument to add", "password-of-carol\n", []string{"add", "-username", "NEW", "-password-stdin", "admin"}, `unexpected argument "admin"`},
+		{"admin flag on passwd", "new-password-bob\n", []string{"passwd", "-username", "bob", "-password-stdin", "-admin"}, "-admin does not apply"},
+		{"second name to delete", "", []string{"delete", "-username", "NEW", "bob"}, `unexpected argument "bob"`},
+		{"username flag on list", "", []string{"list", "-username", "bob"}, "-username does not apply"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := fmt.Sprintf("carol%d", i)
+			args := []string{tc.args[0], "-config", cfg}
+			for _, a := range tc.args[1:] {
+				args = append(args, strings.ReplaceAll(a, "NEW", name))
+			}
+			code, out, errOut := user(t, tc.stdin, args...)
+			if code != 2 || !strings.Contains(errOut, tc.want) || out != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 2 and %q", code, out, errOut, tc.want)
+			}
+			absent(name)
+			bobUnchanged()
+		})
+	}
+
+	longest := strings.Repeat("ü", maxPasswordLength)
+	if code, _, errOut := user(t, longest+"\n", "add", "-config", cfg, "-username", "dave", "-password-stdin"); code != 0 {
+		t.Fatalf("add with the longest password: %d %q", code, errOut)
+	}
+	dave, err := store.UserByUsername(ctx, pool, "dave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := api.VerifyPassword(dave.PasswordHash, longest); err != nil || !ok {
+		t.Errorf("longest password does not verify: %v %v", ok, err)
+	}
+}

@@ -28,6 +28,10 @@ func runWorkspace(args []string, stdout, stderr io.Writer, _ io.Reader) int {
 		fmt.Fprintln(stderr, "codehub workspace recover: give exactly one workspace id (26 lowercase characters)")
 		return 2
 	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "codehub workspace recover: -config FILE is required")
+		return 2
+	}
 	id := fs.Arg(0)
 	ctx, pool, closeDB, ok := adminDB("codehub workspace recover", *path, stderr)
 	if !ok {
