@@ -20,7 +20,9 @@ type responseRecorder struct {
 }
 
 func (w *responseRecorder) WriteHeader(code int) {
-	if w.status == 0 {
+	// Interim answers (100 Continue, 103 Early Hints) that ReverseProxy
+	// passes on precede the status that counts.
+	if w.status == 0 && code >= http.StatusOK {
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,6 +172,12 @@ func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 		p.notFound(w, r)
 		return target{}, false
 	}
+	if p.opts.Sites.SubdomainMode() {
+		// Served here, the workspace's pages would share the dashboard's
+		// origin, which subdomain mode exists to keep them from.
+		p.toSubdomain(w, r, id, "/"+tail)
+		return target{}, false
+	}
 	if !hasSlash {
 		// code-server resolves its assets relative to the page: the
 		// workspace root must end in a slash.
@@ -185,6 +192,17 @@ func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 		t.rawPath = strings.TrimPrefix(r.URL.RawPath, t.prefix)
 	}
 	return t, true
+}
+
+// toSubdomain sends a request for /w/{id}/… to the same path on the
+// workspace's own host. The redirect is temporary: the server may be
+// switched back to path mode.
+func (p *Proxy) toSubdomain(w http.ResponseWriter, r *http.Request, id, path string) {
+	u := url.URL{Path: path, RawQuery: r.URL.RawQuery}
+	if raw, ok := strings.CutPrefix(r.URL.RawPath, p.opts.Sites.PathPrefix(id)); ok {
+		u.RawPath = raw
+	}
+	http.Redirect(w, r, p.opts.Sites.WorkspaceOrigin(id)+u.RequestURI(), http.StatusTemporaryRedirect)
 }
 
 func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
@@ -413,13 +431,21 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // cookie, which in path mode would share the dashboard's cookie jar, or
 // code-server's, which only the proxy holds.
 func (p *Proxy) modifyResponse(res *http.Response) error {
+	if res.StatusCode == http.StatusSwitchingProtocols && !switchAsked(res) {
+		// ReverseProxy refuses the switch too, but only an error here
+		// makes it close the connection, which would otherwise stay open.
+		return fmt.Errorf("workspace switched to %q unasked", res.Header.Get("Upgrade"))
+	}
 	cookies := res.Header.Values("Set-Cookie")
 	if len(cookies) == 0 {
 		return nil
 	}
 	kept := cookies[:0:0]
 	for _, c := range cookies {
-		name, _, _ := strings.Cut(c, "=")
+		// A pair without "=" is a nameless cookie whose value browsers
+		// send alone, where servers read it as a cookie of that name.
+		pair, _, _ := strings.Cut(c, ";")
+		name, _, _ := strings.Cut(pair, "=")
 		name = strings.TrimSpace(name)
 		if name != p.opts.SessionCookie && (p.opts.UpstreamToken == nil || name != CodeServerCookie) {
 			kept = append(kept, c)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -483,11 +485,21 @@ func TestProxySubdomain(t *testing.T) {
 	host := w.ID + ".ws.test"
 	// The session cookie of the test's jar belongs to 127.0.0.1; send it
 	// to the workspace host as a cookie domain covering both would.
-	res := get(t, c, env.URL+"/echo?x=1", append([]string{"Host", host}, cookieHeader(c, env.URL)...)...)
+	// Forwarding headers of a client that is no trusted proxy never
+	// reach the workspace, including those the proxy sets only in path
+	// mode or not at all.
+	res := get(t, c, env.URL+"/echo?x=1", append([]string{"Host", host,
+		"X-Forwarded-Prefix", "/elsewhere", "X-Forwarded-Port", "8443"}, cookieHeader(c, env.URL)...)...)
 	var e echo
 	res.Decode(t, &e)
-	if res.StatusCode != 200 || e.Path != "/echo" || e.Host != host || http.Header(e.Headers).Get("Cookie") != "" {
+	h := http.Header(e.Headers)
+	if res.StatusCode != 200 || e.Path != "/echo" || e.Host != host || h.Get("Cookie") != "" {
 		t.Fatalf("subdomain request: %d %+v", res.StatusCode, e)
+	}
+	for _, name := range []string{"X-Forwarded-Prefix", "X-Forwarded-Port"} {
+		if v := h.Values(name); len(v) > 0 {
+			t.Errorf("the workspace saw the client's %s %q", name, v)
+		}
 	}
 	var created struct {
 		URL string `json:"url"`
@@ -550,3 +562,121 @@ func TestProxyStaleRoute(t *testing.T) {
 		t.Errorf("other user: %d", res.StatusCode)
 	}
 }
+
+// TestProxySubdomainOnly: in subdomain mode a workspace is never served
+// under /w/{id}/ of the dashboard's host, where its pages would run with
+// the dashboard's origin and could call the API (or open the user's other
+// workspaces) as the user. Old links are sent to the workspace's own host.
+func TestProxySubdomainOnly(t *testing.T) {
+	env := apitest.New(t, apitest.Config{SubdomainBase: "ws.test"})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	u, _ := url.Parse(env.URL)
+	want := "http://" + w.ID + ".ws.test:" + u.Port() + "/echo/a%2Fb?x=1"
+	for _, accept := range []string{html, "application/json"} {
+		res := get(t, c, env.URL+"/w/"+w.ID+"/echo/a%2Fb?x=1", "Accept", accept)
+		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != want {
+			t.Fatalf("/w/{id}/ on the dashboard's host (Accept %s): %d %q %s", accept, res.StatusCode, res.Header.Get("Location"), res.Body)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wsURL := "ws" + strings.TrimPrefix(env.URL, "http") + "/w/" + w.ID + "/ws"
+	_, res, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: c, HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
+	if err == nil || res == nil || res.StatusCode == http.StatusSwitchingProtocols {
+		t.Fatalf("WebSocket under /w/{id}/ on the dashboard's host: %v %v", res, err)
+	}
+}
+
+// TestProxyUnaskedSwitch: a workspace that answers 101 to a request that
+// did not ask for that protocol gets a 502, and the proxy closes the
+// connection instead of keeping it open forever.
+func TestProxyUnaskedSwitch(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var asked atomic.Int32
+	closed := make(chan error, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				asked.Add(1)
+				_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: other\r\n\r\n")
+				// Wait for the proxy to hang up.
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, err := c.Read(make([]byte, 1))
+				closed <- err
+			}()
+		}
+	}()
+	w := runningWorkspace(t, env, alice, "switch", ln.Addr().String())
+	c := env.Login(alice)
+	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("101 to a plain GET: %d %s", res.StatusCode, res.Body)
+	}
+	// The proxy may have asked twice (the second time after reading the
+	// workspace's state again); every connection must be closed.
+	n := int(asked.Load())
+	if n == 0 {
+		t.Fatal("the workspace was never asked")
+	}
+	for i := range n {
+		if err := <-closed; !errors.Is(err, io.EOF) {
+			t.Errorf("connection %d of %d: the proxy did not close it: %v", i+1, n, err)
+		}
+	}
+}
+
+// TestProxyInterimStatus: an upload with "Expect: 100-continue" (curl
+// sends it for large bodies) makes the workspace answer 100 first; the
+// proxy's metrics count the final status, not the interim one.
+func TestProxyInterimStatus(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	req, _ := http.NewRequest("PUT", env.URL+"/w/"+w.ID+"/upload", strings.NewReader(strings.Repeat("x", 4096)))
+	req.Header.Set("Expect", "100-continue")
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Method string `json:"method"`
+		Size   int    `json:"size"`
+	}
+	err = json.NewDecoder(res.Body).Decode(&got)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 || got.Method != "PUT" || got.Size != 4096 {
+		t.Fatalf("upload: %d %+v %v", res.StatusCode, got, err)
+	}
+	metrics := string(get(t, c, env.URL+"/metrics").Body)
+	if !strings.Contains(metrics, `codehub_proxy_requests_total{code="200"} 1`) || strings.Contains(metrics, `codehub_proxy_requests_total{code="100"}`) {
+		t.Fatalf("proxy requests by code after one upload:\n%s", grepLines(metrics, "codehub_proxy_requests_total"))
+	}
+}
+
+func grepLines(text, prefix string) string {
+	var out []string
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+

@@ -66,11 +66,19 @@ func trustedPeer(remoteAddr string, trusted []netip.Prefix) bool {
 }
 
 // setForwarded sets X-Forwarded-For/-Host/-Proto on the outgoing request.
-// ReverseProxy has already dropped whatever the client sent on Out; the
-// incoming values are carried over only from a trusted proxy.
+// ReverseProxy has already dropped those three on Out, but no other
+// X-Forwarded-* header; the incoming values are carried over only from a
+// trusted proxy.
 func setForwarded(pr *httputil.ProxyRequest, trusted []netip.Prefix) {
 	in := pr.In.Header
+	// The prefix is the proxy's own to set, in path mode only.
+	pr.Out.Header.Del("X-Forwarded-Prefix")
 	if !trustedPeer(pr.In.RemoteAddr, trusted) {
+		for name := range pr.Out.Header {
+			if strings.HasPrefix(name, "X-Forwarded-") {
+				delete(pr.Out.Header, name)
+			}
+		}
 		pr.SetXForwarded()
 		return
 	}
@@ -89,6 +97,25 @@ func setForwarded(pr *httputil.ProxyRequest, trusted []netip.Prefix) {
 // isWebSocketUpgrade reports a request asking to switch to WebSocket.
 func isWebSocketUpgrade(r *http.Request) bool {
 	return headerHasToken(r.Header, "Connection", "upgrade") && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// switchAsked reports whether a 101 answer switches to the protocol its
+// request asked for.
+func switchAsked(res *http.Response) bool {
+	if res.Request == nil {
+		return false
+	}
+	asked := upgradeType(res.Request.Header)
+	return asked != "" && strings.EqualFold(asked, upgradeType(res.Header))
+}
+
+// upgradeType is the protocol a message's Upgrade header names, or empty
+// when its Connection header does not ask for an upgrade.
+func upgradeType(h http.Header) string {
+	if !headerHasToken(h, "Connection", "upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
 }
 
 func headerHasToken(h http.Header, name, token string) bool {

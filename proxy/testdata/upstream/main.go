@@ -1,13 +1,14 @@
 // Command upstream is the workspace stand-in the proxy tests run as a
 // separate process: it echoes requests as JSON, streams a response in two
-// parts, sets cookies and echoes WebSocket messages. It prints its address
-// on stdout and listens on 127.0.0.1 only.
+// parts, sets cookies, reads uploads and echoes WebSocket messages. It
+// prints its address on stdout and listens on 127.0.0.1 only.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -59,9 +60,24 @@ func main() {
 			n -= m
 		}
 	})
+	mux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) {
+		// Reading the body makes the server send "100 Continue" first when
+		// the request expects it.
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "size": n})
+	})
 	mux.HandleFunc("/set-cookie", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Set-Cookie", "codehub_session=planted; Path=/")
 		w.Header().Add("Set-Cookie", "code-server-session=planted; Path=/")
+		// Without "=" a browser stores a cookie with an empty name and sends
+		// just its value, which servers read as a cookie of that name.
+		w.Header().Add("Set-Cookie", "codehub_session; Path=/w/")
+		w.Header().Add("Set-Cookie", "code-server-session; Path=/")
 		w.Header().Add("Set-Cookie", "theirs=1; Path=/")
 	})
 	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
