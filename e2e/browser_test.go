@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -134,6 +136,18 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	})
 	b.step("restored file is there", func(ctx context.Context) error { return b.openWorkbench(ctx, id, false) })
 
+	// code-server's "Sign out" (password auth) navigates to ./logout with
+	// base and href parameters.
+	signOut := srv.url + "/w/" + id + "/logout?base=.&href=" + url.QueryEscape(srv.url+"/w/"+id+"/")
+	b.step("workspace sign out asks first", func(ctx context.Context) error {
+		return chromedp.Do(ctx,
+			chromedp.Navigate(signOut),
+			chromedp.WaitVisible(chromedp.ID("signout-view")),
+			chromedp.Click(chromedp.ID("signout-cancel")),
+			chromedp.WaitVisible(chromedp.ID("app-view")),
+		)
+	})
+
 	b.step("delete", func(ctx context.Context) error {
 		if err := b.acceptDialogsWhile(ctx, func() error { return b.clickAction(ctx, id, "delete") }); err != nil {
 			return err
@@ -145,6 +159,25 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 			_, err := os.Stat(home)
 			return errors.Is(err, os.ErrNotExist)
 		})
+	})
+
+	b.step("workspace sign out ends the session", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx,
+			chromedp.Navigate(signOut),
+			chromedp.WaitVisible(chromedp.ID("signout-view")),
+			chromedp.Click(chromedp.ID("signout-confirm")),
+			chromedp.WaitVisible(chromedp.ID("login-view")),
+		); err != nil {
+			return err
+		}
+		status, err := chromedp.Run(ctx, chromedp.Evaluate[int](`fetch("/api/v1/session").then(r => r.status)`, chromedp.EvalAwaitPromise))
+		if err != nil {
+			return err
+		}
+		if status != http.StatusUnauthorized {
+			return fmt.Errorf("session after signing out: HTTP %d, want 401", status)
+		}
+		return nil
 	})
 }
 

@@ -151,8 +151,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if p.signOut(rec, r, t) {
+		return
+	}
 	rec.mark = func() { p.activity.Mark(t.id) }
 	p.serve(rec, r, t)
+}
+
+// signOut sends code-server's own "Sign out" (shown under password auth)
+// to the dashboard's sign-out page. code-server would clear a cookie the
+// browser never holds and land back in the workbench, so the click would
+// do nothing visible.
+func (p *Proxy) signOut(w http.ResponseWriter, r *http.Request, t target) bool {
+	if p.opts.UpstreamToken == nil || t.path != "/logout" || r.Method != http.MethodGet {
+		return false
+	}
+	http.Redirect(w, r, p.opts.Sites.DashboardURL()+"logout", http.StatusSeeOther)
+	return true
 }
 
 // locate finds the workspace id and the upstream path of a request; it

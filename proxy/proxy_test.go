@@ -680,3 +680,42 @@ func grepLines(text, prefix string) string {
 	return strings.Join(out, "\n")
 }
 
+// TestProxySignOut: code-server's "Sign out" goes to the dashboard's
+// sign-out page when the proxy holds the upstream token, and reaches the
+// workspace when it does not (a program of the operator's own may serve
+// that path).
+func TestProxySignOut(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      apitest.Config
+		location func(env *apitest.Env) string
+	}{
+		{"path mode", apitest.Config{UpstreamToken: upstreamToken}, func(env *apitest.Env) string { return env.URL + "/logout" }},
+		{"subdomain mode", apitest.Config{UpstreamToken: upstreamToken, SubdomainBase: "ws.test"}, func(env *apitest.Env) string { return env.URL + "/logout" }},
+		{"no upstream token", apitest.Config{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := apitest.New(t, tc.cfg)
+			alice := env.CreateUser("alice", false)
+			w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+			c := env.Login(alice)
+			c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+			u, _ := url.Parse(env.URL)
+			addr, host := env.URL+"/w/"+w.ID+"/logout?base=.&href=x", ""
+			if tc.cfg.SubdomainBase != "" {
+				addr, host = env.URL+"/logout?base=.&href=x", w.ID+".ws.test:"+u.Port()
+			}
+			res := get(t, c, addr, "Accept", html, "Host", host)
+			if tc.location == nil {
+				var e echo
+				if res.StatusCode != http.StatusOK || json.Unmarshal(res.Body, &e) != nil || e.Path != "/logout" {
+					t.Fatalf("GET logout without a token: %d %s, want the workspace's answer", res.StatusCode, res.Body)
+				}
+				return
+			}
+			if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != tc.location(env) {
+				t.Fatalf("GET logout: %d %q, want 303 to %s", res.StatusCode, res.Header.Get("Location"), tc.location(env))
+			}
+		})
+	}
+}
