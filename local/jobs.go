@@ -55,11 +55,12 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 	defer b.mu.Unlock()
 	dir := b.batchDir(wsID, kind)
 	var prev jobRecord
-	found, err := readJSON(filepath.Join(dir, jobFile), &prev)
+	found, err := b.readRecord(filepath.Join(dir, jobFile), &prev)
 	if err != nil {
 		return err
 	}
-	if found && prev.OpID == job.OpID && prev.ArchiveKey == job.ArchiveKey && prev.Attempt == job.Attempt {
+	if found && prev.OpID == job.OpID && prev.ArchiveKey == job.ArchiveKey && prev.Attempt == job.Attempt &&
+		started(dir, prev) {
 		return nil
 	}
 	if found {
@@ -70,8 +71,11 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 	// Second guard behind the controller's: the job must not read or write
 	// a home the workspace is using.
 	var ws workspaceState
-	if ok, _ := readJSON(filepath.Join(b.workspaceDir(wsID), stateFile), &ws); ok && b.alive(ws.Process) {
+	if ok, _ := b.readRecord(filepath.Join(b.workspaceDir(wsID), stateFile), &ws); ok && b.alive(ws.Process) {
 		return fmt.Errorf("%w: workspace %s is still running", controller.ErrVolumeInUse, wsID)
+	}
+	if err := b.endLeftovers(wsID); err != nil {
+		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}
 	home := b.HomeDir(wsID)
 	if _, err := os.Stat(home); err != nil {
@@ -80,13 +84,21 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 	if err := resetDir(dir); err != nil {
 		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}
-	rec := jobRecord{OpID: job.OpID, ArchiveKey: job.ArchiveKey, Attempt: job.Attempt, StartedAt: time.Now().UTC()}
-	// Recorded before the start: a crash in between leaves a pending record
-	// whose exit file still reports the outcome.
+	l := b.jobLaunch(kind, dir, home, job.ArchiveKey)
+	if l.tag, err = newLaunchTag(); err != nil {
+		return err
+	}
+	rec := jobRecord{
+		OpID: job.OpID, ArchiveKey: job.ArchiveKey, Attempt: job.Attempt, StartedAt: time.Now().UTC(),
+		Process: identity{BootID: b.bootID, Launch: l.tag},
+	}
+	// Recorded before the start: after a crash in between, the exit file of
+	// a process that did start still reports the outcome, and its tag lets a
+	// resubmission stop it before starting the attempt again.
 	if err := writeJSON(filepath.Join(dir, jobFile), rec); err != nil {
 		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}
-	id, err := b.start(b.jobLaunch(kind, dir, home, job.ArchiveKey))
+	id, err := b.start(l)
 	if err != nil {
 		return err
 	}
@@ -97,6 +109,17 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 	}
 	b.logger.Info("started job", "job", batchName(wsID, kind), "op_id", job.OpID, "attempt", job.Attempt, "pid", id.PID)
 	return nil
+}
+
+// started reports whether the process of a recorded attempt was started:
+// a record still pending (no pid) without an exit status was left by a
+// crash, maybe before the start, and the attempt must run again.
+func started(dir string, rec jobRecord) bool {
+	if rec.Process.PID != 0 {
+		return true
+	}
+	_, exited := readExit(filepath.Join(dir, exitFile))
+	return exited
 }
 
 // jobLaunch is the command line and environment of an archive or restore
@@ -144,13 +167,13 @@ func (b *Backend) PurgeJob(_ context.Context, wsID string, kind controller.JobKi
 	case controller.JobWorkspace:
 		dir = b.workspaceDir(wsID)
 		var st workspaceState
-		if _, err := readJSON(filepath.Join(dir, stateFile), &st); err != nil {
+		if _, err := b.readRecord(filepath.Join(dir, stateFile), &st); err != nil {
 			return err
 		}
 		proc = st.Process
 	case controller.JobArchive, controller.JobRestore:
 		var rec jobRecord
-		if _, err := readJSON(filepath.Join(dir, jobFile), &rec); err != nil {
+		if _, err := b.readRecord(filepath.Join(dir, jobFile), &rec); err != nil {
 			return err
 		}
 		proc = rec.Process
@@ -159,6 +182,10 @@ func (b *Backend) PurgeJob(_ context.Context, wsID string, kind controller.JobKi
 	}
 	if b.alive(proc) {
 		return fmt.Errorf("refusing to purge %s: process %d is alive", filepath.Base(dir), proc.PID)
+	}
+	// Without the record nothing could find what the launch left running.
+	if err := b.kill(proc); err != nil {
+		return fmt.Errorf("purge %s: %w", filepath.Base(dir), err)
 	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("purge %s: %w", filepath.Base(dir), err)

@@ -6,7 +6,9 @@
 //
 // Every process is detached from codehub (its own process group, reparented
 // away from codehub at once) and described by files under the data dir, so a
-// restarted codehub observes and stops what an earlier one started.
+// restarted codehub observes and stops what an earlier one started. The
+// processes of one launch carry its random tag in their environment, so what
+// left the process tree (a tmux server) is still found and stopped with it.
 // Workspaces keep running while codehub is down. The package never touches a
 // process it has no state file for, and never deletes a home a live
 // process of its workspace may still be using.
@@ -74,6 +76,10 @@ type Backend struct {
 	// health check, so Resolve need not probe on every request.
 	readyMu sync.Mutex
 	ready   map[string]identity
+
+	// unreadable holds the paths of state files already reported as not
+	// decoding, so each is logged once.
+	unreadable sync.Map
 }
 
 // New checks the options, creates the data dir layout and returns the

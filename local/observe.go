@@ -128,7 +128,7 @@ func readNames(dir string) ([]string, error) {
 func (b *Backend) readWorkspace(wsID string) (seenWorkspace, bool, error) {
 	dir := b.workspaceDir(wsID)
 	var w seenWorkspace
-	found, err := readJSON(filepath.Join(dir, stateFile), &w.state)
+	found, err := b.readRecord(filepath.Join(dir, stateFile), &w.state)
 	if err != nil || !found {
 		return w, false, err
 	}
@@ -143,7 +143,7 @@ func (b *Backend) readWorkspace(wsID string) (seenWorkspace, bool, error) {
 func (b *Backend) readJob(wsID string, kind controller.JobKind) (seenJob, bool, error) {
 	dir := b.batchDir(wsID, kind)
 	var j seenJob
-	found, err := readJSON(filepath.Join(dir, jobFile), &j.record)
+	found, err := b.readRecord(filepath.Join(dir, jobFile), &j.record)
 	if err != nil || !found {
 		return j, false, err
 	}

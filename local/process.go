@@ -2,6 +2,8 @@ package local
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +27,23 @@ type identity struct {
 	BootID     string `json:"boot_id"`
 	// PGID is the process group (and session) the launcher created.
 	PGID int `json:"pgid"`
+	// Launch is the value of launchEnv in the environment of every process
+	// of this launch, which descendants inherit even after they leave the
+	// process tree (a tmux server, a job disowned in a closed terminal).
+	// Empty in state written before it existed.
+	Launch string `json:"launch,omitempty"`
+}
+
+// launchEnv tags the processes of one launch; its value is random and
+// names nothing else.
+const launchEnv = "CODEHUB_LAUNCH"
+
+func newLaunchTag() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("launch tag: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }
 
 func readBootID() (string, error) {
@@ -96,6 +115,8 @@ type launch struct {
 	// status, written when it ends.
 	logPath  string
 	exitPath string
+	// tag is the value of launchEnv for every process of this launch.
+	tag string
 }
 
 // launcherScript runs the program in a background subshell that records its
@@ -113,7 +134,7 @@ echo $!`
 func (b *Backend) start(l launch) (identity, error) {
 	args := append([]string{"-c", launcherScript, "sh", l.logPath, l.exitPath, l.program}, l.args...)
 	cmd := exec.Command("/bin/sh", args...)
-	cmd.Env = l.env
+	cmd.Env = append(l.env[:len(l.env):len(l.env)], launchEnv+"="+l.tag)
 	cmd.Dir = l.dir
 	// A session of its own: no signal aimed at codehub's terminal or process
 	// group (Ctrl-C on `make run`) reaches the workspace.
@@ -128,7 +149,7 @@ func (b *Backend) start(l launch) (identity, error) {
 	if err != nil {
 		return identity{}, fmt.Errorf("start %s: launcher printed %q: %w", l.program, out, err)
 	}
-	id := identity{PID: pid, BootID: b.bootID, PGID: cmd.Process.Pid}
+	id := identity{PID: pid, BootID: b.bootID, PGID: cmd.Process.Pid, Launch: l.tag}
 	st, err := readStat(pid)
 	if err != nil {
 		// Already gone (it failed at once): the exit file tells the rest.
@@ -138,22 +159,45 @@ func (b *Backend) start(l launch) (identity, error) {
 	return id, nil
 }
 
-// kill sends SIGKILL to the process, every descendant of it (code-server's
-// terminals run in sessions of their own) and its process group. Stopping is
-// immediate by design: the home is on disk, nothing is lost but the editor's
-// unsaved buffers, which live in the browser.
+// kill sends SIGKILL to every process of a launch: the recorded process,
+// every descendant of it (code-server's terminals run in sessions of their
+// own), every process carrying the launch's tag wherever it moved, and the
+// launcher's process group while it still holds one of them. Stopping is
+// immediate by design: the home is on disk, nothing is lost but the
+// editor's unsaved buffers, which live in the browser.
+//
+// The group is signalled only when a member is known to be ours: once the
+// group is empty the kernel may give its number to a stranger's group.
 func (b *Backend) kill(id identity) error {
-	var victims []int
-	if b.alive(id) {
-		victims = append(descendants(id.PID), id.PID)
+	if id.BootID != b.bootID {
+		return nil
 	}
+	procs := readProcs()
+	victims := make(map[int]bool)
+	if b.alive(id) {
+		victims[id.PID] = true
+		for _, pid := range collectTree(procs.children(), id.PID) {
+			victims[pid] = true
+		}
+	}
+	if id.Launch != "" {
+		for pid := range procs {
+			if hasEnv(pid, launchEnv+"="+id.Launch) {
+				victims[pid] = true
+			}
+		}
+	}
+	ownGroup := false
 	var errs []error
-	for _, pid := range victims {
+	for pid := range victims {
+		if procs[pid].pgid == id.PGID {
+			ownGroup = true
+		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("kill %d: %w", pid, err))
 		}
 	}
-	if id.PGID > 0 && id.BootID == b.bootID {
+	if ownGroup && id.PGID > 0 {
 		if err := syscall.Kill(-id.PGID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("kill group %d: %w", id.PGID, err))
 		}
@@ -161,25 +205,48 @@ func (b *Backend) kill(id identity) error {
 	return errors.Join(errs...)
 }
 
-// descendants lists every process below pid, read from /proc in one pass.
-func descendants(pid int) []int {
+// procTable is every process in /proc, read in one pass.
+type procTable map[int]procStat
+
+func readProcs() procTable {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	children := make(map[int][]int)
+	procs := make(procTable, len(entries))
 	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		st, err := readStat(p)
-		if err != nil {
-			continue
+		if st, err := readStat(pid); err == nil {
+			procs[pid] = st
 		}
-		children[st.ppid] = append(children[st.ppid], p)
 	}
-	return collectTree(children, pid)
+	return procs
+}
+
+func (t procTable) children() map[int][]int {
+	children := make(map[int][]int, len(t))
+	for pid, st := range t {
+		children[st.ppid] = append(children[st.ppid], pid)
+	}
+	return children
+}
+
+// hasEnv reports whether the environment a process started with holds the
+// entry kv. Processes of other users are unreadable and never match.
+func hasEnv(pid int, kv string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return false
+	}
+	for entry := range bytes.SplitSeq(b, []byte{0}) {
+		if string(entry) == kv {
+			return true
+		}
+	}
+	return false
 }
 
 // collectTree walks a parent -> children map below root, breadth first.
@@ -225,18 +292,43 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// writeJSON replaces path atomically, so a reader never sees half a file
-// and a crash leaves the old or the new content.
+// writeJSON replaces path atomically and durably: the new content is on
+// disk before it takes the name, so a crash, even of the machine, leaves the
+// old or the new content.
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // readJSON reads a state file; found=false when it does not exist.
@@ -252,6 +344,25 @@ func readJSON(path string, v any) (found bool, err error) {
 		return false, fmt.Errorf("decode %s: %w", path, err)
 	}
 	return true, nil
+}
+
+// readRecord reads a state or job file like readJSON, but treats one that
+// does not decode as absent. Only a crash of the machine while it was
+// written (an earlier codehub wrote it without syncing) leaves such a file,
+// and no process it could name survived that; refusing it would instead
+// blind Observe to every workspace and leave this one stuck.
+func (b *Backend) readRecord(path string, v any) (bool, error) {
+	found, err := readJSON(path, v)
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syntax) || errors.As(err, &typ) {
+		// Watch reads it five times a second until an actuator replaces it.
+		if _, warned := b.unreadable.LoadOrStore(path, true); !warned {
+			b.logger.Warn("ignoring unreadable state file", "path", path, "error", err)
+		}
+		return false, nil
+	}
+	return found, err
 }
 
 // lastLine is the last non-empty line of a log, bounded, for messages.
@@ -277,16 +388,26 @@ func lastLine(path string) string {
 }
 
 // childEnv is the environment of a workspace or job: codehub's own, without
-// codehub's settings (which hold secrets) or code-server's auth settings
-// (which only workspaceLaunch may give), with extra appended.
+// codehub's settings (which hold secrets: its CODEHUB_* names and the Nomad
+// and Consul variables it reads as their own tools do) or code-server's auth
+// settings (which only workspaceLaunch may give), with extra appended.
 func childEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "CODEHUB_") || k == "HOME" || k == "PWD" || k == "PASSWORD" || k == "HASHED_PASSWORD" {
+		if codehubSetting(k) || k == "HOME" || k == "PWD" || k == "PASSWORD" || k == "HASHED_PASSWORD" {
 			continue
 		}
 		env = append(env, kv)
 	}
 	return append(env, extra...)
+}
+
+func codehubSetting(name string) bool {
+	for _, prefix := range []string{"CODEHUB_", "NOMAD_", "CONSUL_HTTP_"} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }

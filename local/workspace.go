@@ -68,6 +68,9 @@ func (b *Backend) DeleteVolume(_ context.Context, wsID string) error {
 	if user := b.liveUser(wsID); user != "" {
 		return fmt.Errorf("%w: %s used by its %s", controller.ErrVolumeInUse, volumeName(wsID), user)
 	}
+	if err := b.endLeftovers(wsID); err != nil {
+		return fmt.Errorf("delete home of %s: %w", wsID, err)
+	}
 	home := b.HomeDir(wsID)
 	// Renaming is atomic: the volume is gone at once even if removing a big
 	// tree takes a while or fails half way.
@@ -79,26 +82,54 @@ func (b *Backend) DeleteVolume(_ context.Context, wsID string) error {
 		_ = os.Remove(trash)
 		return fmt.Errorf("delete home of %s: %w", wsID, err)
 	}
-	if err := os.RemoveAll(trash); err != nil {
+	if err := b.emptyTrash(); err != nil {
 		return fmt.Errorf("remove deleted home of %s: %w", wsID, err)
 	}
 	b.logger.Debug("deleted home", "workspace_id", wsID)
 	return nil
 }
 
+// emptyTrash removes every deleted home, including what a crash in the
+// middle of an earlier removal left behind. Callers hold b.mu, so no
+// deletion is moving a home in meanwhile.
+func (b *Backend) emptyTrash() error {
+	trash := trashDir(b.opts.DataDir)
+	entries, err := os.ReadDir(trash)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		errs = append(errs, os.RemoveAll(filepath.Join(trash, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
 // liveUser names what of the workspace still runs and may use its home.
 func (b *Backend) liveUser(wsID string) string {
 	var st workspaceState
-	if found, _ := readJSON(filepath.Join(b.workspaceDir(wsID), stateFile), &st); found && b.alive(st.Process) {
+	if found, _ := b.readRecord(filepath.Join(b.workspaceDir(wsID), stateFile), &st); found && b.alive(st.Process) {
 		return "workspace process"
 	}
 	for _, kind := range []controller.JobKind{controller.JobArchive, controller.JobRestore} {
 		var rec jobRecord
-		if found, _ := readJSON(filepath.Join(b.batchDir(wsID, kind), jobFile), &rec); found && b.alive(rec.Process) {
+		if found, _ := b.readRecord(filepath.Join(b.batchDir(wsID, kind), jobFile), &rec); found && b.alive(rec.Process) {
 			return string(kind) + " job"
 		}
 	}
 	return ""
+}
+
+// endLeftovers kills what the last launch of the workspace left running
+// after its program ended (a detached daemon): nothing may go on using the
+// home once it is archived, restored over or deleted.
+func (b *Backend) endLeftovers(wsID string) error {
+	var st workspaceState
+	found, err := b.readRecord(filepath.Join(b.workspaceDir(wsID), stateFile), &st)
+	if err != nil || !found {
+		return err
+	}
+	return b.kill(st.Process)
 }
 
 // StartWorkspace starts the workspace program on a free loopback port with
@@ -112,7 +143,7 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	defer b.mu.Unlock()
 	dir := b.workspaceDir(wsID)
 	var st workspaceState
-	found, err := readJSON(filepath.Join(dir, stateFile), &st)
+	found, err := b.readRecord(filepath.Join(dir, stateFile), &st)
 	if err != nil {
 		return err
 	}
@@ -126,6 +157,12 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if _, err := os.Stat(home); err != nil {
 		return fmt.Errorf("start %s: home: %w", wsID, err)
 	}
+	// The program ended, but what it left running would lose its record.
+	if found {
+		if err := b.kill(st.Process); err != nil {
+			return fmt.Errorf("start %s: leftovers of the last run: %w", wsID, err)
+		}
+	}
 	if err := resetDir(dir); err != nil {
 		return fmt.Errorf("start %s: %w", wsID, err)
 	}
@@ -134,6 +171,9 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 		return err
 	}
 	l := b.workspaceLaunch(wsID, port, home)
+	if l.tag, err = newLaunchTag(); err != nil {
+		return err
+	}
 	id, err := b.start(l)
 	if err != nil {
 		return err
@@ -200,8 +240,9 @@ func resetDir(dir string) error {
 	return os.MkdirAll(dir, 0o700)
 }
 
-// StopWorkspace kills the workspace process and its descendants at once. Its
-// state stays until PurgeJob, so Observe keeps reporting it until it is gone.
+// StopWorkspace kills the workspace process and everything it started at
+// once, including processes that left its process tree. Its state stays
+// until PurgeJob, so Observe keeps reporting it until it is gone.
 func (b *Backend) StopWorkspace(_ context.Context, wsID string) error {
 	if err := checkID(wsID); err != nil {
 		return err
@@ -210,7 +251,7 @@ func (b *Backend) StopWorkspace(_ context.Context, wsID string) error {
 	defer b.mu.Unlock()
 	path := filepath.Join(b.workspaceDir(wsID), stateFile)
 	var st workspaceState
-	found, err := readJSON(path, &st)
+	found, err := b.readRecord(path, &st)
 	if err != nil || !found {
 		return err
 	}
@@ -235,7 +276,7 @@ func (b *Backend) Resolve(ctx context.Context, wsID string) (string, error) {
 		return "", err
 	}
 	var st workspaceState
-	found, err := readJSON(filepath.Join(b.workspaceDir(wsID), stateFile), &st)
+	found, err := b.readRecord(filepath.Join(b.workspaceDir(wsID), stateFile), &st)
 	if err != nil {
 		return "", err
 	}

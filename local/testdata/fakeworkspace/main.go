@@ -1,7 +1,8 @@
 // Command fakeworkspace stands in for code-server in tests: it serves
-// /healthz on the given address, reports its HOME, and can start a
-// grandchild in a session of its own (as code-server's terminals are) or
-// exit at once with a given code.
+// /healthz on the given address, reports its HOME and environment, and can
+// start a grandchild in a session of its own (as code-server's terminals
+// are), leave a daemon behind that is no longer its descendant (as tmux or
+// a disowned job in a closed terminal is), or exit at once with a given code.
 package main
 
 import (
@@ -18,6 +19,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve")
 	exitCode := flag.Int("exit", -1, "exit at once with this code")
 	child := flag.Bool("child", false, "start a long-lived grandchild in its own session")
+	daemon := flag.Bool("daemon", false, "start a long-lived process in its own session whose parent exits")
 	flag.Parse()
 	if *exitCode >= 0 {
 		fmt.Println("fakeworkspace: exiting as asked")
@@ -35,11 +37,24 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	if *daemon {
+		// The shell exits at once, so init adopts the sleep.
+		script := `setsid sleep 3600 </dev/null >/dev/null 2>&1 & echo $! >daemon.pid`
+		if out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput(); err != nil {
+			fmt.Println("fakeworkspace:", err, string(out))
+			os.Exit(1)
+		}
+	}
 	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, `{"status":"alive"}`)
 	})
 	http.HandleFunc("/home", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, os.Getenv("HOME"))
+	})
+	http.HandleFunc("/env", func(w http.ResponseWriter, _ *http.Request) {
+		for _, kv := range os.Environ() {
+			fmt.Fprintln(w, kv)
+		}
 	})
 	fmt.Println("fakeworkspace: serving on", *listen)
 	if err := http.ListenAndServe(*listen, nil); err != nil {
