@@ -1,8 +1,10 @@
 // Package events carries workspace change notifications from PostgreSQL to
 // every API replica: the leader's Listener LISTENs on codehub_workspace and
 // republishes each notification to the Redis channel of the workspace's
-// owner, where the SSE handlers of all replicas receive it. A notification
-// is only a hint naming a workspace and version; readers fetch the state.
+// owner, where the SSE handlers of all replicas receive it. Each time it
+// starts listening it also republishes recent changes, which nobody may
+// have heard while no listener listened. A notification is only a hint
+// naming a workspace and version; readers fetch the state.
 package events
 
 import (
@@ -78,19 +80,36 @@ func NewListener(logger hclog.Logger, dbURL string, rdb redis.Cmdable, wake func
 	return &Listener{logger: logger, dbURL: dbURL, rdb: rdb, wake: wake}
 }
 
+// catchUpWindow is how far back a listener that starts listening looks for
+// changes it may have missed: notices raised while no listener listened
+// (between one leader and the next, or while one reconnects) would
+// otherwise never reach SSE clients that stayed connected to their replica.
+const catchUpWindow = 10 * time.Minute
+
+// recentChanges lists the workspaces changed in the last $1 seconds, by the
+// database's clock.
+const recentChanges = `SELECT id, owner_id, version, deleted_at IS NOT NULL
+FROM workspaces WHERE updated_at > now() - make_interval(secs => $1)`
+
 // Run listens until ctx ends, reconnecting with backoff when the
-// connection is lost. Notices that arrive while disconnected are lost;
-// SSE clients recover them because every (re)connect starts with the
-// current state, and the controller re-reads the table on its next tick.
+// connection is lost. Each time it starts listening it first republishes
+// the workspaces changed since shortly before the last connection was lost
+// (catchUpWindow on the first), so no notice raised meanwhile stays lost.
 func (l *Listener) Run(ctx context.Context) error {
 	delay := reconnectMin
+	var lostAt time.Time
 	for {
-		err := l.listen(ctx)
+		window := catchUpWindow
+		if !lostAt.IsZero() {
+			window += time.Since(lostAt)
+		}
+		err := l.listen(ctx, window)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if errors.Is(err, errListening) {
 			delay = reconnectMin
+			lostAt = time.Now()
 		}
 		l.logger.Warn("workspace notifications interrupted", "error", err, "retry_in", delay)
 		select {
@@ -106,7 +125,7 @@ func (l *Listener) Run(ctx context.Context) error {
 // reconnect backoff.
 var errListening = errors.New("connection lost while listening")
 
-func (l *Listener) listen(ctx context.Context) error {
+func (l *Listener) listen(ctx context.Context, window time.Duration) error {
 	conn, err := pgx.Connect(ctx, l.dbURL)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -116,6 +135,10 @@ func (l *Listener) listen(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	l.logger.Debug("listening for workspace notifications")
+	// After LISTEN, so every change is either in this list or notified.
+	if err := l.catchUp(ctx, window); err != nil {
+		l.logger.Warn("republishing recent workspace changes failed", "error", err)
+	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
@@ -123,6 +146,58 @@ func (l *Listener) listen(ctx context.Context) error {
 		}
 		l.relay(ctx, n.Payload)
 	}
+}
+
+// catchUp publishes a notice for each workspace changed within window.
+// SSE handlers skip versions their clients already have, so repeats are
+// cheap. What kind of change it was is unknown, so the controller is woken
+// once in case a desired state changed. It reads on a connection of its
+// own: the listening one keeps showing LISTEN as its query in
+// pg_stat_activity, which is how operators (and tests) recognise it.
+func (l *Listener) catchUp(ctx context.Context, window time.Duration) error {
+	conn, err := pgx.Connect(ctx, l.dbURL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, recentChanges, window.Seconds())
+	if err != nil {
+		return fmt.Errorf("list recent changes: %w", err)
+	}
+	notices, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Notice, error) {
+		var n Notice
+		var deleted bool
+		err := row.Scan(&n.ID, &n.OwnerID, &n.Version, &deleted)
+		n.Kind = KindUpdated
+		if deleted {
+			n.Kind = KindDeleted
+		}
+		return n, err
+	})
+	if err != nil {
+		return fmt.Errorf("list recent changes: %w", err)
+	}
+	if len(notices) == 0 {
+		return nil
+	}
+	if l.wake != nil {
+		l.wake()
+	}
+	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, n := range notices {
+			payload, err := json.Marshal(n)
+			if err != nil {
+				return fmt.Errorf("encode notice: %w", err)
+			}
+			p.Publish(ctx, Channel(n.OwnerID), payload)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("publish %d recent changes: %w", len(notices), err)
+	}
+	l.logger.Debug("republished recent workspace changes", "count", len(notices))
+	return nil
 }
 
 func (l *Listener) relay(ctx context.Context, payload string) {

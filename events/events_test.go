@@ -9,9 +9,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/codehub-io/codehub/internal/testenv"
+	"github.com/codehub-io/codehub/store"
 )
 
 func TestParseNotice(t *testing.T) {
@@ -108,5 +110,93 @@ func TestRelayWakesForDesiredChanges(t *testing.T) {
 		if got := wakes.Load(); got != want {
 			t.Errorf("%s notice: %d wakes, want %d", kind, got, want)
 		}
+	}
+}
+
+// Changes made while no listener listens (between one leader and the next,
+// or while a listener reconnects) reach the SSE clients that stayed
+// connected: a new listener republishes recent changes before relaying.
+func TestNewListenerRepublishesChangesMissedMeanwhile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dbURL := testenv.PostgresURL(t)
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := store.Migrate(ctx, pool, hclog.NewNullLogger()); err != nil {
+		t.Fatal(err)
+	}
+	const ws = "01jb3x7k9q2m5n8p4r6s0t1v2w"
+	if _, err := pool.Exec(ctx, `INSERT INTO users (id, username, password_hash) VALUES ('u1', 'ann', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO workspaces (id, owner_id, name, image) VALUES ($1, 'u1', 'w', 'img')`, ws); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	sub := rdb.Subscribe(ctx, Channel("u1"))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var wakes atomic.Int32
+	runListener := func() (stop func()) {
+		l := NewListener(hclog.NewNullLogger(), dbURL, rdb, func() { wakes.Add(1) })
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = l.Run(runCtx)
+		}()
+		return func() { cancel(); <-done }
+	}
+	// heard waits for a notice of the workspace at version at least v.
+	heard := func(v int64) bool {
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case m := <-sub.Channel():
+				if n, err := ParseNotice(m.Payload); err == nil && n.ID == ws && n.Version >= v {
+					return true
+				}
+			case <-timeout:
+				return false
+			}
+		}
+	}
+
+	stop := runListener()
+	// Until it listens, the first listener may miss an update.
+	var version int64
+	for range 10 {
+		if err := pool.QueryRow(ctx, `UPDATE workspaces SET description = description || '.'
+			WHERE id = $1 RETURNING version`, ws).Scan(&version); err != nil {
+			t.Fatal(err)
+		}
+		if heard(version) {
+			break
+		}
+	}
+	stop()
+	// The old leader is gone, the next one not yet listening.
+	if err := pool.QueryRow(ctx, `UPDATE workspaces SET desired_state = 'STANDBY'
+		WHERE id = $1 RETURNING version`, ws).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	wakes.Store(0)
+	stop = runListener()
+	defer stop()
+	if !heard(version) {
+		t.Fatalf("the change to version %d made between two listeners never reached Redis", version)
+	}
+	if wakes.Load() == 0 {
+		t.Fatal("a desired-state change made between two listeners did not wake the controller")
 	}
 }
