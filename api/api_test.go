@@ -5,10 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/codehub-io/codehub/api/apitest"
 	"github.com/codehub-io/codehub/workspace"
@@ -70,11 +75,19 @@ func TestLoginSessionLogout(t *testing.T) {
 			ID       string `json:"id"`
 			Username string `json:"username"`
 		} `json:"user"`
+		ExpiresAt string `json:"expires_at"`
+	}
+	res.Decode(t, &sess)
+	if !strings.HasSuffix(sess.ExpiresAt, "Z") {
+		t.Errorf("login expires_at %q is not in UTC", sess.ExpiresAt)
 	}
 	res = env.Do(c, "GET", "/api/v1/session", nil)
 	res.Decode(t, &sess)
 	if res.StatusCode != 200 || sess.User.ID != alice.ID || sess.User.Username != "alice" {
 		t.Fatalf("session: %d %s", res.StatusCode, res.Body)
+	}
+	if !strings.HasSuffix(sess.ExpiresAt, "Z") {
+		t.Errorf("session expires_at %q is not in UTC", sess.ExpiresAt)
 	}
 	// The token is stored hashed: the cookie value appears nowhere in the table.
 	token := strings.TrimPrefix(strings.SplitN(cookie, ";", 2)[0], "codehub_session=")
@@ -320,6 +333,8 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	}{
 		{"malformed", "PATCH", path, `{"name":`, nil, 400, "INVALID_JSON"},
 		{"not an object", "PATCH", path, `[1,2]`, nil, 400, "INVALID_JSON"},
+		{"null", "PATCH", path, `null`, nil, 400, "INVALID_JSON"},
+		{"null create", "POST", "/api/v1/workspaces", `null`, nil, 400, "INVALID_JSON"},
 		{"trailing data", "PATCH", path, `{"name":"a"} {"name":"b"}`, nil, 400, "INVALID_JSON"},
 		{"unknown field", "PATCH", path, `{"name":"a","owner_id":"x"}`, nil, 400, "INVALID_JSON"},
 		{"wrong type", "PATCH", path, `{"name":5}`, nil, 400, "INVALID_INPUT"},
@@ -332,6 +347,9 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"create bad image", "POST", "/api/v1/workspaces", `{"name":"n","image":"evil/miner"}`, nil, 400, "INVALID_INPUT"},
 		{"create huge", "POST", "/api/v1/workspaces", huge, nil, 400, "BODY_TOO_LARGE"},
 		{"create taken name", "POST", "/api/v1/workspaces", `{"name":"keep"}`, nil, 409, "NAME_TAKEN"},
+		{"create NUL description", "POST", "/api/v1/workspaces", `{"name":"n","description":"a\u0000b"}`, nil, 400, "INVALID_INPUT"},
+		{"NUL description", "PATCH", path, `{"description":"a\u0000b"}`, nil, 400, "INVALID_INPUT"},
+		{"NUL username", "POST", "/api/v1/login", `{"username":"alice\u0000","password":"x"}`, nil, 401, "UNAUTHENTICATED"},
 		{"bad id", "GET", "/api/v1/workspaces/NOT-AN-ID", nil, nil, 404, "NOT_FOUND"},
 		{"bad id patch", "PATCH", "/api/v1/workspaces/0000", `{"name":"x"}`, nil, 404, "NOT_FOUND"},
 		{"unknown id", "DELETE", "/api/v1/workspaces/01jb3x7k9q2m5n8p4r6s0t1v2w", nil, nil, 404, "NOT_FOUND"},
@@ -406,6 +424,16 @@ func TestAdmin(t *testing.T) {
 	res.Decode(t, &p)
 	if res.StatusCode != 200 || len(p.Workspaces) != 1 || p.Workspaces[0].ID != w.ID {
 		t.Fatalf("admin list: %d %s", res.StatusCode, res.Body)
+	}
+	res = env.Do(admin, "GET", "/api/v1/admin/workspaces?owner_id="+alice.ID, nil)
+	res.Decode(t, &p)
+	if res.StatusCode != 200 || len(p.Workspaces) != 1 {
+		t.Fatalf("admin list by owner: %d %s", res.StatusCode, res.Body)
+	}
+	for _, q := range []string{"owner_id=", "owner_id=%00", "owner_id=NOT-AN-ID"} {
+		if res := env.Do(admin, "GET", "/api/v1/admin/workspaces?"+q, nil); res.StatusCode != 400 || res.ErrorCode() != "INVALID_INPUT" {
+			t.Fatalf("admin list %s: %d %s", q, res.StatusCode, res.Body)
+		}
 	}
 	if res := env.Do(admin, "POST", "/api/v1/admin/workspaces/"+w.ID+"/recover", nil); res.StatusCode != 409 || res.ErrorCode() != "INVALID_STATE" {
 		t.Fatalf("recover a healthy workspace: %d %s", res.StatusCode, res.Body)
@@ -524,5 +552,193 @@ func TestMetricsAndOpenAPI(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// Guesses sent in parallel must not slip past the backoff: once the next
+// failure locks the user, at most one of a burst is checked at all.
+func TestLoginBackoffHoldsUnderConcurrency(t *testing.T) {
+	const n = 20
+	env := apitest.New(t, apitest.Config{})
+	env.CreateUser("bob", false)
+	env.Exec(`UPDATE users SET failed_logins = 2 WHERE username = 'bob'`)
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			req, _ := http.NewRequest("POST", env.URL+"/api/v1/login", strings.NewReader(`{"username":"bob","password":"guess-`+strconv.Itoa(i)+`"}`))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			res.Body.Close()
+			codes[i] = res.StatusCode
+		}()
+	}
+	close(start)
+	wg.Wait()
+	checked, refused := 0, 0
+	for _, code := range codes {
+		switch code {
+		case 401:
+			checked++
+		case 429:
+			refused++
+		default:
+			t.Errorf("unexpected status %d", code)
+		}
+	}
+	if checked != 1 || refused != n-1 {
+		t.Fatalf("%d guesses checked, %d refused; want 1 and %d", checked, refused, n-1)
+	}
+}
+
+// Every login costs an argon2id computation of 19 MiB, unknown usernames
+// included, which no backoff covers: a burst of them must not take the
+// server's memory with it.
+func TestLoginBurstMemoryBounded(t *testing.T) {
+	const n = 32
+	const hashMiB = 19
+	env := apitest.New(t, apitest.Config{})
+	// Collect eagerly so the heap follows what is live, not what awaits
+	// the next cycle.
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	heap := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	runtime.GC()
+	base := heap()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if h := heap(); h > peak.Load() {
+				peak.Store(h)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			body := `{"username":"nobody-` + strconv.Itoa(i) + `","password":"x"}`
+			req, _ := http.NewRequest("POST", env.URL+"/api/v1/login", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			res.Body.Close()
+			if res.StatusCode != 401 {
+				t.Errorf("unknown user: %d", res.StatusCode)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(stop)
+	<-sampled
+	grown := (peak.Load() - min(base, peak.Load())) >> 20
+	if grown > 16*hashMiB {
+		t.Fatalf("%d parallel logins grew the heap by %d MiB: password checks are not bounded", n, grown)
+	}
+	t.Logf("heap grew by at most %d MiB", grown)
+}
+
+// Under an https public URL the session cookie, and the one that clears it,
+// are Secure; state-changing requests must come from that https origin.
+func TestSessionCookieSecureUnderHTTPS(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	env.CreateUser("alice", false)
+	const public = "https://codehub.example.com"
+	replica := env.NewReplica(apitest.Config{PublicURL: public})
+	serve := func(method, path, body string, headers ...string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, public+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		rec := httptest.NewRecorder()
+		replica.ServeHTTP(rec, req)
+		return rec
+	}
+	login := `{"username":"alice","password":"` + apitest.Password + `"}`
+	if rec := serve("POST", "/api/v1/login", login, "Origin", "http://codehub.example.com"); rec.Code != 403 {
+		t.Fatalf("login from the http origin: %d %s", rec.Code, rec.Body)
+	}
+	rec := serve("POST", "/api/v1/login", login, "Origin", public, "Sec-Fetch-Site", "same-origin")
+	if rec.Code != 200 {
+		t.Fatalf("login: %d %s", rec.Code, rec.Body)
+	}
+	cookies := rec.Result().Cookies()
+	if len(cookies) != 1 || !cookies[0].Secure || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteLaxMode {
+		t.Fatalf("login cookies %v", rec.Header().Values("Set-Cookie"))
+	}
+	rec = serve("POST", "/api/v1/logout", "", "Cookie", cookies[0].Name+"="+cookies[0].Value)
+	if cleared := rec.Result().Cookies(); rec.Code != 204 || len(cleared) != 1 || !cleared[0].Secure || cleared[0].MaxAge >= 0 {
+		t.Fatalf("logout: %d %v", rec.Code, rec.Header().Values("Set-Cookie"))
+	}
+}
+
+// Users creating workspaces at once never exceed the global limit together.
+func TestConcurrentCreatesRespectGlobalLimit(t *testing.T) {
+	const limit, n = 3, 12
+	env := apitest.New(t, apitest.Config{MaxRunningGlobal: limit})
+	clients := make([]*http.Client, n)
+	for i := range n {
+		clients[i] = env.Login(env.CreateUser(fmt.Sprintf("user-%02d", i), false))
+	}
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			req, _ := http.NewRequest("POST", env.URL+"/api/v1/workspaces", strings.NewReader(`{"name":"ws"}`))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := c.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			res.Body.Close()
+			codes[i] = res.StatusCode
+		}()
+	}
+	close(start)
+	wg.Wait()
+	created := 0
+	for _, code := range codes {
+		switch code {
+		case 201:
+			created++
+		case 429:
+		default:
+			t.Errorf("unexpected status %d", code)
+		}
+	}
+	if n := countWorkspaces(t, env); created != limit || n != limit {
+		t.Fatalf("%d created (%d rows), global limit %d", created, n, limit)
 	}
 }

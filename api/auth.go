@@ -1,11 +1,15 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/codehub-io/codehub/store"
 )
@@ -53,9 +57,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	user, err := store.UserByUsername(ctx, s.pool, req.Username)
+	user, err := s.loginUser(ctx, req.Username)
 	if errors.Is(err, store.ErrNotFound) {
-		_, _ = VerifyPassword(dummyHash(), req.Password)
+		if _, err := verifyPasswordBounded(ctx, dummyHash(), req.Password); err != nil {
+			s.fail(w, "verify password", err)
+			return
+		}
 		s.metrics.loginFailures.Inc()
 		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "wrong username or password"))
 		return
@@ -64,20 +71,28 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "load user", err)
 		return
 	}
-	if user.LockedUntil != nil {
-		if remaining := time.Until(*user.LockedUntil); remaining > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(remaining)))
-			WriteError(w, newError(http.StatusTooManyRequests, CodeTooManyAttempts, "too many failed logins; try again later"))
-			return
-		}
+	if refuseLocked(w, user.LockedUntil) {
+		return
 	}
-	ok, err := VerifyPassword(user.PasswordHash, req.Password)
+	failures, lockedUntil, err := s.claimAttempt(ctx, user.ID)
+	if err != nil {
+		s.fail(w, "count login attempt", err)
+		return
+	}
+	if refuseLocked(w, lockedUntil) {
+		return
+	}
+	ok, err := verifyPasswordBounded(ctx, user.PasswordHash, req.Password)
 	if err != nil {
 		s.fail(w, "verify password", err)
 		return
 	}
 	if !ok {
-		s.loginFailed(w, r, user)
+		s.metrics.loginFailures.Inc()
+		if d := loginBackoff(failures); d > 0 {
+			s.logger.Warn("login backoff", "username", user.Username, "failures", failures, "locked_for", d)
+		}
+		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "wrong username or password"))
 		return
 	}
 	if err := store.ResetLoginFailures(ctx, s.pool, user.ID); err != nil {
@@ -91,24 +106,67 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, cookie)
 	s.logger.Info("user logged in", "user_id", user.ID, "username", user.Username)
-	writeJSON(w, http.StatusOK, sessionView{User: userView{user.ID, user.Username, user.IsAdmin}, ExpiresAt: expires})
+	writeJSON(w, http.StatusOK, sessionView{User: userView{user.ID, user.Username, user.IsAdmin}, ExpiresAt: expires.UTC()})
 }
 
-func (s *Server) loginFailed(w http.ResponseWriter, r *http.Request, user store.User) {
-	s.metrics.loginFailures.Inc()
-	n, err := store.RecordLoginFailure(r.Context(), s.pool, user.ID)
-	if err != nil {
-		s.fail(w, "record login failure", err)
-		return
+// loginUser loads the user a login names. A username holding NUL cannot
+// exist, and PostgreSQL refuses to even compare one, so it is unknown.
+func (s *Server) loginUser(ctx context.Context, username string) (store.User, error) {
+	if strings.ContainsRune(username, 0) {
+		return store.User{}, store.ErrNotFound
 	}
-	if d := loginBackoff(n); d > 0 {
-		if err := store.LockUser(r.Context(), s.pool, user.ID, d); err != nil {
-			s.fail(w, "lock user", err)
-			return
+	return store.UserByUsername(ctx, s.pool, username)
+}
+
+// errLoginLocked ends the attempt's transaction when another attempt has
+// locked the user meanwhile.
+var errLoginLocked = errors.New("login locked")
+
+// claimAttempt counts a login attempt as a failure, and applies the lock
+// that failure earns, before the password is checked; a successful login
+// resets both. Counting first, with the user's row held until commit, makes
+// parallel attempts see each other: of a burst sent while the user is
+// unlocked, only as many are checked as the backoff allows, however long
+// the checks take. When another attempt holds a lock, nothing is counted
+// and lockedUntil says until when.
+func (s *Server) claimAttempt(ctx context.Context, userID string) (failures int, lockedUntil *time.Time, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		n, err := store.RecordLoginFailure(ctx, tx, userID)
+		if err != nil {
+			return err
 		}
-		s.logger.Warn("login backoff", "username", user.Username, "failures", n, "locked_for", d)
+		user, err := store.UserByID(ctx, tx, userID)
+		if err != nil {
+			return err
+		}
+		if user.LockedUntil != nil && time.Until(*user.LockedUntil) > 0 {
+			lockedUntil = user.LockedUntil
+			return errLoginLocked
+		}
+		failures = n
+		if d := loginBackoff(n); d > 0 {
+			return store.LockUser(ctx, tx, userID, d)
+		}
+		return nil
+	})
+	if errors.Is(err, errLoginLocked) {
+		return 0, lockedUntil, nil
 	}
-	WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "wrong username or password"))
+	return failures, nil, err
+}
+
+// refuseLocked answers 429 with Retry-After while lockedUntil lies ahead.
+func refuseLocked(w http.ResponseWriter, lockedUntil *time.Time) bool {
+	if lockedUntil == nil {
+		return false
+	}
+	remaining := time.Until(*lockedUntil)
+	if remaining <= 0 {
+		return false
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(remaining)))
+	WriteError(w, newError(http.StatusTooManyRequests, CodeTooManyAttempts, "too many failed logins; try again later"))
+	return true
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
@@ -126,7 +184,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, sessionView{User: userView{sess.UserID, sess.Username, sess.IsAdmin}, ExpiresAt: sess.ExpiresAt})
+	writeJSON(w, http.StatusOK, sessionView{User: userView{sess.UserID, sess.Username, sess.IsAdmin}, ExpiresAt: sess.ExpiresAt.UTC()})
 }
 
 // requireUser answers 401 (and returns false) unless the request has a session.

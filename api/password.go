@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
@@ -21,6 +22,26 @@ const (
 	argonKeyLen    = 32
 	argonSaltLen   = 16
 )
+
+// maxParallelVerifications bounds the password checks running at once in
+// this process, and with them the memory logins can take (argonMemoryKiB
+// each): unknown usernames are checked too and no backoff covers them, so
+// without a bound a burst of logins could exhaust the server's memory.
+const maxParallelVerifications = 8
+
+var verificationSlots = make(chan struct{}, maxParallelVerifications)
+
+// verifyPasswordBounded is VerifyPassword waiting for one of the
+// verification slots; it gives up when ctx ends first.
+func verifyPasswordBounded(ctx context.Context, hash, password string) (bool, error) {
+	select {
+	case verificationSlots <- struct{}{}:
+	case <-ctx.Done():
+		return false, fmt.Errorf("wait to verify password: %w", ctx.Err())
+	}
+	defer func() { <-verificationSlots }()
+	return VerifyPassword(hash, password)
+}
 
 // ErrBadHash reports a stored password hash that is not one of ours.
 var ErrBadHash = errors.New("unrecognised password hash")

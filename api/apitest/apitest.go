@@ -38,6 +38,8 @@ const Password = "correct horse battery staple"
 
 // Config tunes an Env.
 type Config struct {
+	// PublicURL of a replica built by NewReplica; empty means the Env's URL.
+	PublicURL         string
 	MaxRunningPerUser int
 	MaxRunningGlobal  int
 	SubdomainBase     string
@@ -116,8 +118,12 @@ func New(t testing.TB, cfg Config) *Env {
 // second replica would be.
 func (e *Env) NewReplica(cfg Config) *api.Server {
 	e.t.Helper()
+	publicURL := e.URL
+	if cfg.PublicURL != "" {
+		publicURL = cfg.PublicURL
+	}
 	srv, err := api.New(hclog.NewNullLogger(), api.Options{
-		PublicURL: e.URL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
+		PublicURL: publicURL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
 		HeartbeatInterval: cfg.HeartbeatInterval, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
 	}, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams})
 	if err != nil {
