@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,17 +69,21 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *Error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "request body must be application/json")
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		return jsonError(err)
+	}
+	// A literal null decodes into a struct without error and would pass as
+	// an empty object.
+	if v := bytes.TrimLeft(body, " \t\r\n"); len(v) > 0 && v[0] != '{' {
+		return newError(http.StatusBadRequest, CodeInvalidJSON, "request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return jsonError(err)
 	}
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
-		if err != nil {
-			if e := jsonError(err); e.Code == CodeBodyTooLarge {
-				return e
-			}
-		}
 		return newError(http.StatusBadRequest, CodeInvalidJSON, "request body must hold a single JSON object")
 	}
 	return nil

@@ -171,6 +171,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// A HEAD response is complete with its headers: the server discards
+	// the body and the client may send its next request on the connection,
+	// which nothing would read while a stream ran here.
+	if r.Method == http.MethodHead {
+		return
+	}
 	// Register before reading the state, so a change between the two is
 	// delivered rather than missed.
 	st := s.hub.add(sess.UserID)
@@ -178,11 +189,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	s.metrics.sseClients.Inc()
 	defer s.metrics.sseClients.Dec()
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
 	out := &sseWriter{w: w, rc: http.NewResponseController(w), sent: map[string]int64{}}
 	if _, err := w.Write([]byte("retry: 2000\n\n")); err != nil {
 		return
@@ -192,25 +198,52 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		s.logger.Debug("event stream ended", "error", err)
 		return
 	}
+	// With no workspace to send, nothing has been flushed yet; the client
+	// would wait for the first heartbeat to see the stream open.
+	if err := out.rc.Flush(); err != nil {
+		return
+	}
 	heartbeat := time.NewTicker(s.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
 	for {
-		var err error
+		var send func() error
 		select {
 		case <-r.Context().Done():
 			return
 		case <-heartbeat.C:
-			err = out.event("heartbeat", "", struct{}{})
+			send = func() error { return out.event("heartbeat", "", struct{}{}) }
 		case <-st.resync:
-			err = s.sendState(r.Context(), out, sess.UserID)
+			send = func() error { return s.sendState(r.Context(), out, sess.UserID) }
 		case n := <-st.notices:
-			err = s.sendNotice(r.Context(), out, sess.UserID, n)
+			send = func() error { return s.sendNotice(r.Context(), out, sess.UserID, n) }
+		}
+		err := s.checkSession(r)
+		if err == nil {
+			err = send()
 		}
 		if err != nil {
 			s.logger.Debug("event stream ended", "error", err)
 			return
 		}
 	}
+}
+
+// errSessionEnded closes an event stream whose session was logged out or
+// expired.
+var errSessionEnded = errors.New("session ended")
+
+// checkSession looks the stream's session up again (through the sessions
+// cache) before anything more is sent on it, so a logout, an expiry or a
+// password change ends a stream as it ends every other request.
+func (s *Server) checkSession(r *http.Request) error {
+	_, ok, err := s.sessions.fromRequest(r)
+	if err != nil {
+		return fmt.Errorf("check session: %w", err)
+	}
+	if !ok {
+		return errSessionEnded
+	}
+	return nil
 }
 
 // sendState sends every live workspace of the user that the client does

@@ -111,7 +111,8 @@ func (s *sseStream) until(t *testing.T, ok func(sseEvent, wsJSON) bool) (sseEven
 }
 
 // startListener runs the EventListener (the leader's part) and waits until
-// it is listening, so no notification of the test is missed.
+// it republishes notifications, so no notification of the test is missed:
+// it sends probe notifications until one arrives on Redis.
 func startListener(t testing.TB, env *apitest.Env) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -123,21 +124,25 @@ func startListener(t testing.TB, env *apitest.Env) {
 		_ = l.Run(ctx)
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		var n int
-		err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND query = 'LISTEN `+events.PGChannel+`'`).Scan(&n)
-		if err != nil {
+	probe := events.Notice{ID: "probe", OwnerID: "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36), Version: 1, Kind: events.KindUpdated}
+	payload, _ := json.Marshal(probe)
+	sub := env.Redis.Subscribe(ctx, events.Channel(probe.OwnerID))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatalf("subscribe to the probe channel: %v", err)
+	}
+	received := sub.Channel()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if _, err := env.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, events.PGChannel, string(payload)); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
+		select {
+		case <-received:
 			return
+		case <-time.After(50 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("listener did not start listening")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	t.Fatal("listener did not republish a notification within 30 s")
 }
 
 func TestEventsAcrossReplicas(t *testing.T) {
@@ -247,3 +252,79 @@ func TestEventsNeedSession(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A stream belongs to its session: after a logout it carries no more of the
+// user's workspaces and closes.
+func TestEventsEndWithSession(t *testing.T) {
+	env := apitest.New(t, apitest.Config{HeartbeatInterval: 50 * time.Millisecond})
+	alice := env.CreateUser("alice", false)
+	w := env.CreateWorkspace(alice, "one")
+	startListener(t, env)
+	c := env.Login(alice)
+	stream := openStream(t, c, env.URL, "")
+	if ev := stream.next(t); ev.ID != w.ID+":1" {
+		t.Fatalf("initial event %s %s", ev.Name, ev.ID)
+	}
+	if res := env.Do(c, "POST", "/api/v1/logout", nil); res.StatusCode != 204 {
+		t.Fatalf("logout: %d", res.StatusCode)
+	}
+	if _, err := env.Service.Update(context.Background(), w.ID, workspace.UpdateRequest{Name: ptr("after-logout")}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-stream.events:
+			if ev.Name != "heartbeat" {
+				t.Fatalf("stream of an ended session sent %s %s: %s", ev.Name, ev.ID, ev.Data)
+			}
+		case <-stream.done:
+			return
+		case <-timeout:
+			t.Fatal("stream of an ended session still open after 10 s")
+		}
+	}
+}
+
+// A user without workspaces has nothing to send at first; the stream must
+// still open at once rather than at the first heartbeat.
+func TestEventsOpenWithoutWorkspaces(t *testing.T) {
+	env := apitest.New(t, apitest.Config{HeartbeatInterval: time.Minute})
+	c := env.Login(env.CreateUser("alice", false))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", env.URL+"/api/v1/events", nil)
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("event stream did not open within 5 s: %v", err)
+	}
+	defer res.Body.Close()
+	line, err := bufio.NewReader(res.Body).ReadString('\n')
+	if err != nil || line != "retry: 2000\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+}
+
+// HEAD of the event stream answers with the headers and ends: the client
+// reuses the connection for its next request.
+func TestEventsHead(t *testing.T) {
+	env := apitest.New(t, apitest.Config{HeartbeatInterval: time.Minute})
+	c := env.Login(env.CreateUser("alice", false))
+	c.Timeout = 5 * time.Second
+	res, err := c.Head(env.URL + "/api/v1/events")
+	if err != nil {
+		t.Fatalf("HEAD: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("HEAD: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	res, err = c.Get(env.URL + "/api/v1/session")
+	if err != nil {
+		t.Fatalf("request after HEAD: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("session after HEAD: %d", res.StatusCode)
+	}
+}

@@ -99,8 +99,9 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, ownerID strin
 		WriteError(w, e)
 		return
 	}
-	if ownerID == "" && r.URL.Query().Has("owner_id") {
-		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "owner_id", Message: "owner_id: must not be empty"})
+	if r.URL.Query().Has("owner_id") && !proxy.ValidID(ownerID) {
+		// User ids have the form of workspace ids.
+		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "owner_id", Message: "owner_id: must be a user id"})
 		return
 	}
 	// One extra row tells whether another page follows.

@@ -141,6 +141,10 @@ func validateDescription(d string) error {
 	if !utf8.ValidString(d) || utf8.RuneCountInString(d) > MaxDescriptionLength {
 		return &InputError{Field: "description", Message: fmt.Sprintf("at most %d characters of valid UTF-8", MaxDescriptionLength)}
 	}
+	// PostgreSQL's text refuses NUL, which JSON can carry as \u0000.
+	if strings.ContainsRune(d, 0) {
+		return &InputError{Field: "description", Message: "must not contain NUL characters"}
+	}
 	return nil
 }
 
