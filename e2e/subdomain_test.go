@@ -64,7 +64,11 @@ func TestBrowserSubdomainLogin(t *testing.T) {
 			mu.Unlock()
 			for _, v := range seen {
 				if v == next {
-					return nil
+					// Without cookie_domain the workspace's host gets no
+					// session and sends the browser back to the dashboard;
+					// let that settle, or it aborts the next step's
+					// navigation.
+					return b.waitJS(ctx, 30*time.Second, fmt.Sprintf(`location.href === %q && document.readyState === "complete" && !document.getElementById("app-view").hidden`, srv.url+"/"))
 				}
 			}
 			time.Sleep(100 * time.Millisecond)
