@@ -244,14 +244,23 @@ func quoteList(items []string) string {
 
 // argv quotes program arguments, replacing the port placeholder with Nomad's
 // runtime interpolation of the assigned port and the home placeholder with
-// the home directory.
+// the home directory. Placeholders are replaced before quoting, so the
+// escaping of a "%{" or "${" sees the text around them.
 func argv(args []string, home string) string {
 	quoted := make([]string, len(args))
 	for i, a := range args {
-		q := quote(a)
-		q = strings.ReplaceAll(q, PlaceholderPort, "${NOMAD_PORT_http}")
-		q = strings.ReplaceAll(q, PlaceholderHome, unquoted(quote(home)))
-		quoted[i] = q
+		pieces := strings.Split(a, PlaceholderPort)
+		for k, p := range pieces {
+			q := unquoted(quote(strings.ReplaceAll(p, PlaceholderHome, home)))
+			// A "$" right before the port's interpolation would turn it
+			// into the escape "$${": such a run is written as a string
+			// interpolated on its own.
+			if body := strings.TrimRight(q, "$"); k < len(pieces)-1 && body != q {
+				q = body + `${"` + q[len(body):] + `"}`
+			}
+			pieces[k] = q
+		}
+		quoted[i] = `"` + strings.Join(pieces, "${NOMAD_PORT_http}") + `"`
 	}
 	return "[" + strings.Join(quoted, ", ") + "]"
 }

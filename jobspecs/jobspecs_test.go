@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -257,6 +261,17 @@ func TestArgvPlaceholders(t *testing.T) {
 	if got != want {
 		t.Fatalf("argv = %s, want %s", got, want)
 	}
+
+	// A placeholder's closing % next to a brace, or a home ending in one,
+	// must not open an HCL template directive.
+	for home, want := range map[string]string{
+		"/h":  `["${NOMAD_PORT_http}{x}", "/h{y}", "a%%{z}"]`,
+		"/h%": `["${NOMAD_PORT_http}{x}", "/h%%{y}", "a%%{z}"]`,
+	} {
+		if got := argv([]string{"%PORT%{x}", "%HOME%{y}", "a%{z}"}, home); got != want {
+			t.Errorf("argv with home %q = %s, want %s", home, got, want)
+		}
+	}
 }
 
 func TestParseKind(t *testing.T) {
@@ -268,5 +283,42 @@ func TestParseKind(t *testing.T) {
 	}
 	if _, err := ParseKind("service"); err == nil {
 		t.Fatal("ParseKind accepted an unknown kind")
+	}
+}
+
+// TestArgvMeansTheArguments parses argv's output as HCL does and checks
+// that every argument comes back as written, with only the placeholders
+// replaced: no character of an argument may open or escape a template
+// sequence, whatever stands next to a placeholder.
+func TestArgvMeansTheArguments(t *testing.T) {
+	const port = "4242"
+	for _, tc := range []struct{ home, arg, want string }{
+		{"/h", "127.0.0.1:%PORT%", "127.0.0.1:4242"},
+		{"/h", "%PORT%{x}", "4242{x}"},
+		{"/h", "%HOME%{y}", "/h{y}"},
+		{"/h%", "%HOME%{y}", "/h%{y}"},
+		{"/h$", "%HOME%{y}", "/h${y}"},
+		{"/h", "a%{z}", "a%{z}"},
+		{"/h", "${NOT_INTERPOLATED}", "${NOT_INTERPOLATED}"},
+		{"/h", "x$%PORT%", "x$4242"},
+		{"/h", "x%%PORT%", "x%4242"},
+		{"/h$", "%HOME%%PORT%", "/h$4242"},
+		{"/h", "$$%PORT%$", "$$4242$"},
+		{`/da"ta\`, `%HOME%/a "b"`, `/da"ta\/a "b"`},
+	} {
+		src := argv([]string{tc.arg}, tc.home)
+		expr, diags := hclsyntax.ParseExpression([]byte(src), "argv.hcl", hcl.InitialPos)
+		if diags.HasErrors() {
+			t.Errorf("argv(%q, home %q) = %s: %v", tc.arg, tc.home, src, diags)
+			continue
+		}
+		v, diags := expr.Value(&hcl.EvalContext{Variables: map[string]cty.Value{"NOMAD_PORT_http": cty.StringVal(port)}})
+		if diags.HasErrors() {
+			t.Errorf("argv(%q, home %q) = %s: %v", tc.arg, tc.home, src, diags)
+			continue
+		}
+		if got := v.Index(cty.NumberIntVal(0)).AsString(); got != tc.want {
+			t.Errorf("argv(%q, home %q) = %s, which means %q, want %q", tc.arg, tc.home, src, got, tc.want)
+		}
 	}
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/jobspecs"
+	"github.com/codehub-io/codehub/workspace"
 )
 
 // findVolume returns the home volume of wsID, or nil when there is none.
@@ -50,12 +53,35 @@ func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpe
 			"gid":  strconv.Itoa(spec.GID),
 			"mode": "0700",
 		},
+		// The node pool may span datacenters the jobs that mount the
+		// volume may not run in.
+		Constraints: datacenterConstraints(b.opts.Datacenters),
 	}
 	if _, _, err := b.client.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, b.write(ctx)); err != nil {
 		return classify("create host volume "+vol.Name, err)
 	}
 	b.logger.Debug("created host volume", "workspace_id", spec.WorkspaceID, "volume", vol.Name)
 	return nil
+}
+
+// datacenterConstraints limits a volume to nodes in datacenters, which may
+// hold "*" globs as a job's datacenters do; none when any datacenter will do.
+func datacenterConstraints(datacenters []string) []*api.Constraint {
+	alternatives := make([]string, 0, len(datacenters))
+	for _, dc := range datacenters {
+		if dc == "*" {
+			return nil
+		}
+		alternatives = append(alternatives, strings.ReplaceAll(regexp.QuoteMeta(dc), `\*`, ".*"))
+	}
+	if len(alternatives) == 0 {
+		return nil
+	}
+	return []*api.Constraint{{
+		LTarget: "${node.datacenter}",
+		Operand: "regexp",
+		RTarget: "^(?:" + strings.Join(alternatives, "|") + ")$",
+	}}
 }
 
 // DeleteVolume deletes the home volume and its data. While an allocation
@@ -141,11 +167,7 @@ func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceS
 // StopWorkspace deregisters ws-{id} without purging it, so its allocations
 // stay visible until the client reports them terminal.
 func (b *Backend) StopWorkspace(ctx context.Context, wsID string) error {
-	_, _, err := b.client.Jobs().Deregister(jobID(wsID), false, b.write(ctx))
-	if err != nil && !isNotFound(err) {
-		return classify("stop job "+jobID(wsID), err)
-	}
-	return nil
+	return b.deregister(ctx, jobID(wsID), false)
 }
 
 // SubmitArchive writes the S3 credentials variable and registers the
@@ -190,20 +212,45 @@ func (b *Backend) writeVariable(ctx context.Context, id string, items api.Variab
 
 // register submits job id from hcl unless a job from the same source is
 // registered and not stopped: resubmitting an actuator is a no-op, and a
-// finished batch job is never rerun by accident. secrets, when set, are
-// written to the job's variable first, since its template waits for a
+// finished batch job is never rerun by accident. A workspace job that
+// nothing runs any more is purged first. secrets, when set, are written to
+// the job's variable before the job, since its template waits for a
 // variable that is missing.
 func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.VariableItems) error {
-	same, err := b.sameSubmission(ctx, id, hcl)
-	if err != nil || same {
+	current, err := b.currentRegistration(ctx, id, hcl)
+	if err != nil || current == registeredSame {
 		return err
+	}
+	if current == registeredIdle {
+		purged, err := b.purgeIdle(ctx, id)
+		if err != nil {
+			return err
+		}
+		if purged {
+			current = registeredNone
+		}
 	}
 	if secrets != nil {
 		if err := b.writeVariable(ctx, id, secrets); err != nil {
 			return err
 		}
 	}
-	return b.submit(ctx, id, hcl)
+	err = b.submit(ctx, id, hcl)
+	if err != nil && secrets != nil && current == registeredNone && refused(err) {
+		// No job reads the secrets, and no purge would ever name a job
+		// that was never registered.
+		if _, derr := b.client.Variables().Delete(variablePath(id), b.write(ctx)); derr != nil && !isNotFound(derr) {
+			b.logger.Warn("delete variable of a refused job", "job_id", id, "error", derr)
+		}
+	}
+	return err
+}
+
+// refused reports an error of a request Nomad answered with a client error:
+// it did not carry it out.
+func refused(err error) bool {
+	var f *controller.Failure
+	return errors.As(err, &f) && f.Reason == workspace.ReasonBackendError
 }
 
 // submit lets the server parse the HCL and registers it with the HCL as
@@ -223,25 +270,93 @@ func (b *Backend) submit(ctx context.Context, id, hcl string) error {
 	return nil
 }
 
-func (b *Backend) sameSubmission(ctx context.Context, id, hcl string) (bool, error) {
+// registration is how job id stands against the source a submission would
+// register.
+type registration int
+
+const (
+	// registeredNone: there is no such job.
+	registeredNone registration = iota
+	// registeredOther: a job that registering hcl changes.
+	registeredOther
+	// registeredSame: the job runs from this source, or finished from it.
+	registeredSame
+	// registeredIdle: a service job that is stopped, or dead because its
+	// allocations failed. Nomad keeps a failed allocation that may not be
+	// rescheduled in place of a new one, even across a stop and a
+	// registration of an unchanged job, so only a new job runs again.
+	registeredIdle
+)
+
+// jobStatusDead is Nomad's status of a job with no allocation left to run.
+const jobStatusDead = "dead"
+
+func (b *Backend) currentRegistration(ctx context.Context, id, hcl string) (registration, error) {
 	current, _, err := b.client.Jobs().Info(id, b.query(ctx))
 	if isNotFound(err) {
-		return false, nil
+		return registeredNone, nil
 	}
 	if err != nil {
-		return false, classify("read job "+id, err)
+		return registeredOther, classify("read job "+id, err)
 	}
-	if current.Stop != nil && *current.Stop || current.Version == nil {
-		return false, nil
+	service := current.Type != nil && *current.Type == api.JobTypeService
+	stopped := current.Stop != nil && *current.Stop
+	dead := current.Status != nil && *current.Status == jobStatusDead
+	switch {
+	case service && (stopped || dead):
+		return registeredIdle, nil
+	case stopped || current.Version == nil:
+		return registeredOther, nil
 	}
 	sub, _, err := b.client.Jobs().Submission(id, int(*current.Version), b.query(ctx))
 	if isNotFound(err) {
-		return false, nil
+		return registeredOther, nil
 	}
 	if err != nil {
-		return false, classify("read job submission "+id, err)
+		return registeredOther, classify("read job submission "+id, err)
 	}
-	return sub != nil && sub.Source == hcl, nil
+	if sub == nil || sub.Source != hcl {
+		return registeredOther, nil
+	}
+	return registeredSame, nil
+}
+
+// purgeIdle purges an idle service job once none of its allocations is
+// live, so the registration that follows starts a new job, and reports
+// whether it did. With a live allocation (a stopped task still being
+// killed) the job is kept: the registration replaces that allocation as
+// usual.
+func (b *Backend) purgeIdle(ctx context.Context, id string) (bool, error) {
+	allocs, _, err := b.client.Jobs().Allocations(id, true, b.query(ctx))
+	if err != nil && !isNotFound(err) {
+		return false, classify("list allocations of "+id, err)
+	}
+	for _, a := range allocs {
+		if !clientTerminal(a.ClientStatus) {
+			return false, nil
+		}
+	}
+	if err := b.deregister(ctx, id, true); err != nil {
+		return false, err
+	}
+	for _, a := range allocs {
+		b.allocs.forget(a.ID)
+	}
+	b.logger.Debug("purged idle job before registering it again", "job_id", id)
+	return true, nil
+}
+
+// deregister stops job id, purging it when purge is set; a job that is
+// already gone is done.
+func (b *Backend) deregister(ctx context.Context, id string, purge bool) error {
+	op := "stop job "
+	if purge {
+		op = "purge job "
+	}
+	if _, _, err := b.client.Jobs().Deregister(id, purge, b.write(ctx)); err != nil && !isNotFound(err) {
+		return classify(op+id, err)
+	}
+	return nil
 }
 
 // PurgeJob forgets a job and its variable (S3 keys or upstream token). A
@@ -258,8 +373,8 @@ func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.Job
 			return fmt.Errorf("refusing to purge %s: allocation %s is %s", id, a.ID, a.ClientStatus)
 		}
 	}
-	if _, _, err := b.client.Jobs().Deregister(id, true, b.write(ctx)); err != nil && !isNotFound(err) {
-		return classify("purge job "+id, err)
+	if err := b.deregister(ctx, id, true); err != nil {
+		return err
 	}
 	for _, a := range allocs {
 		b.allocs.forget(a.ID)

@@ -437,3 +437,155 @@ func TestActuatorFailures(t *testing.T) {
 	err = b.ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: testWS, UID: 1, GID: 1})
 	assertFailure(t, err, workspace.ReasonUnreachable)
 }
+
+// TestStartWorkspaceAfterCrash: a workspace job that nothing runs any more
+// (dead after its allocation failed, or stopped) is purged before it is
+// registered again, since Nomad would keep the failed allocation in place
+// of a new one; a stopped job whose task is still being killed is not.
+func TestStartWorkspaceAfterCrash(t *testing.T) {
+	spec := controller.WorkspaceSpec{WorkspaceID: testWS, OwnerID: "01owner0000000000000000000"}
+	id := jobID(testWS)
+	for _, tc := range []struct {
+		name      string
+		status    string
+		stopped   bool
+		allocs    []*api.AllocationListStub
+		wantPurge bool
+	}{
+		{"dead after a crash", "dead", false, []*api.AllocationListStub{{ID: "a1", ClientStatus: "failed", DesiredStatus: "run"}}, true},
+		{"stopped and gone", "dead", true, []*api.AllocationListStub{{ID: "a1", ClientStatus: "complete", DesiredStatus: "stop"}}, true},
+		{"stopped, task still being killed", "running", true, []*api.AllocationListStub{{ID: "a1", ClientStatus: "running", DesiredStatus: "stop"}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNomad(t)
+			volumeFixture(f, nil)
+			parseFixture(f)
+			b := newTestBackend(t, f, testOptions())
+			hcl, err := b.RenderWorkspace(spec, "/var/nomad/host_volumes/vol-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			version, typ := uint64(0), api.JobTypeService
+			f.json("GET /v1/job/"+id, &api.Job{ID: &id, Type: &typ, Version: &version, Stop: &tc.stopped, Status: &tc.status})
+			f.json("GET /v1/job/"+id+"/submission", &api.JobSubmission{Source: hcl, Format: "hcl2"})
+			f.json("GET /v1/job/"+id+"/allocations", tc.allocs)
+			f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+
+			if err := b.StartWorkspace(t.Context(), spec); err != nil {
+				t.Fatal(err)
+			}
+			purges := 0
+			for _, c := range f.calls("DELETE /v1/job/" + id) {
+				if c.Query.Get("purge") == "true" {
+					purges++
+				}
+			}
+			if tc.wantPurge && purges != 1 {
+				t.Errorf("%d purges, want 1 before registering again", purges)
+			}
+			if !tc.wantPurge && purges != 0 {
+				t.Errorf("%d purges of a job with a live allocation", purges)
+			}
+			if n := len(f.calls("PUT /v1/jobs")); n != 1 {
+				t.Fatalf("%d register calls, want 1", n)
+			}
+			if order := f.routesInOrder(); tc.wantPurge && indexOf(order, "DELETE /v1/job/"+id) > indexOf(order, "PUT /v1/jobs") {
+				t.Errorf("registered before the purge: %v", order)
+			}
+		})
+	}
+}
+
+// TestRefusedSubmissionDropsSecrets: credentials written for a job Nomad
+// then refused to parse or register are deleted again. Nothing else would
+// delete them: a job that was never registered is never observed, so no
+// purge ever names it. A failure that may have registered the job keeps
+// them, since the job's template reads them.
+func TestRefusedSubmissionDropsSecrets(t *testing.T) {
+	id := "ws-" + testWS + "-archive"
+	job := controller.JobSpec{WorkspaceID: testWS, OpID: "01op0000000000000000000000", ArchiveKey: "archives/" + testWS + "/01op0000000000000000000000/home.tar.zst", Attempt: 1}
+	for _, tc := range []struct {
+		name     string
+		route    string
+		code     int
+		wantDrop bool
+	}{
+		{"parse refused", "PUT /v1/jobs/parse", http.StatusBadRequest, true},
+		{"register forbidden", "PUT /v1/jobs", http.StatusForbidden, true},
+		{"register unanswered", "PUT /v1/jobs", http.StatusInternalServerError, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNomad(t)
+			volumeFixture(f, nil)
+			parseFixture(f)
+			f.json("PUT /v1/var/nomad/jobs/"+id, &api.Variable{})
+			f.json("DELETE /v1/var/nomad/jobs/"+id, struct{}{})
+			f.status(tc.route, tc.code, "refused")
+			if err := newTestBackend(t, f, testOptions()).SubmitArchive(t.Context(), job); err == nil {
+				t.Fatal("submission succeeded")
+			}
+			if n := len(f.calls("PUT /v1/var/nomad/jobs/" + id)); n != 1 {
+				t.Fatalf("%d variable writes, want 1", n)
+			}
+			drops := len(f.calls("DELETE /v1/var/nomad/jobs/" + id))
+			if tc.wantDrop && drops != 1 {
+				t.Errorf("%d variable deletes after Nomad refused the job, want 1", drops)
+			}
+			if !tc.wantDrop && drops != 0 {
+				t.Errorf("%d variable deletes after a failure that may have registered the job", drops)
+			}
+		})
+	}
+}
+
+// TestProvisionVolumeInDatacenters: the volume is placed only on a node of
+// the configured datacenters (globs as in a job's datacenters), since the
+// job that mounts it can only run there.
+func TestProvisionVolumeInDatacenters(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		datacenters []string
+		match       []string
+		noMatch     []string
+	}{
+		{"named and glob", []string{"dc1", "eu-*"}, []string{"dc1", "eu-west", "eu-"}, []string{"dc2", "dc10", "xdc1", "us-eu-1"}},
+		{"dots are literal", []string{"us.east"}, []string{"us.east"}, []string{"usxeast"}},
+		{"any", []string{"*"}, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNomad(t)
+			f.json("GET /v1/volumes", []*api.HostVolumeStub{})
+			f.json("PUT /v1/volume/host/create", &api.HostVolumeCreateResponse{Volume: &api.HostVolume{ID: "vol-1"}})
+			opts := testOptions()
+			opts.Datacenters = tc.datacenters
+			if err := newTestBackend(t, f, opts).ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: testWS, UID: 1000, GID: 1000}); err != nil {
+				t.Fatal(err)
+			}
+			var req api.HostVolumeCreateRequest
+			if err := json.Unmarshal([]byte(f.calls("PUT /v1/volume/host/create")[0].Body), &req); err != nil {
+				t.Fatal(err)
+			}
+			cs := req.Volume.Constraints
+			if tc.match == nil {
+				if len(cs) != 0 {
+					t.Fatalf("constraints %+v for any datacenter, want none", cs)
+				}
+				return
+			}
+			if len(cs) != 1 || cs[0].LTarget != "${node.datacenter}" || cs[0].Operand != "regexp" {
+				t.Fatalf("constraints = %+v, want one regexp on ${node.datacenter}", cs)
+			}
+			re := regexp.MustCompile(cs[0].RTarget)
+			for _, dc := range tc.match {
+				if !re.MatchString(dc) {
+					t.Errorf("datacenter %q not allowed by %q", dc, cs[0].RTarget)
+				}
+			}
+			for _, dc := range tc.noMatch {
+				if re.MatchString(dc) {
+					t.Errorf("datacenter %q allowed by %q", dc, cs[0].RTarget)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,58 @@
+package nomad
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/testenv"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// TestE2ERetryAfterCrash: a workspace whose program crashed (its allocation
+// failed, the job is dead but not stopped) runs again when the controller
+// retries the start with the same spec.
+func TestE2ERetryAfterCrash(t *testing.T) {
+	nomadBinary(t)
+	bins := t.TempDir()
+	server := buildProgram(t, bins, "./testdata/wsserver", "wsserver")
+	// Fails its first two runs (the allocation's run and its one restart),
+	// then serves: a crash that a fresh allocation gets past.
+	flaky := filepath.Join(bins, "flaky")
+	script := "#!/bin/sh\n" +
+		`n=$(cat "$HOME/.fails" 2>/dev/null || echo 0)` + "\n" +
+		`if [ "$n" -lt 2 ]; then echo $((n+1)) > "$HOME/.fails"; exit 3; fi` + "\n" +
+		`exec ` + server + ` "$@"` + "\n"
+	if err := os.WriteFile(flaky, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, "")
+	b := e2eBackend(t, a, bins, testenv.S3{}, func(o *Options) { o.Workspace.Command = flaky })
+	ctx := t.Context()
+	const wsID = "01jb3x7k9q2m5n8p4r6s0t1crh"
+
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "volume ready", func(o controller.Observed) bool { return o.VolumeReady })
+	spec := controller.WorkspaceSpec{WorkspaceID: wsID, OwnerID: "01owner0000000000000000000"}
+	if err := b.StartWorkspace(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	o := observeUntil(t, b, wsID, "start failure", func(o controller.Observed) bool { return o.Failure != nil && !o.ContainerLive })
+	if o.Failure.Reason != workspace.ReasonStartFailed {
+		t.Fatalf("failure = %+v, want StartFailed", o.Failure)
+	}
+
+	// The controller's retry: the same spec again.
+	if err := b.StartWorkspace(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	o = observeUntil(t, b, wsID, "retried start ready or failed again", func(o controller.Observed) bool {
+		return o.UpstreamReady || (o.Failure != nil && !o.ContainerLive)
+	})
+	if !o.UpstreamReady || o.Failure != nil {
+		t.Fatalf("after the retry: %+v, want the workspace running from a fresh allocation", o)
+	}
+}
