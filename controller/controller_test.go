@@ -526,6 +526,130 @@ func TestOperationTimeout(t *testing.T) {
 	}
 }
 
+// TestLatePassSeesFinishedStart: while no controller ran (a failover
+// longer than the STARTING timeout) the workspace came up. The first pass
+// afterwards must record RUNNING, not a Timeout ERROR.
+func TestLatePassSeesFinishedStart(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	h.tick(c, 1)
+	if got := h.row(w.ID); got.Operation != workspace.OpStarting {
+		t.Fatalf("operation %s, want STARTING", got.Operation)
+	}
+	// The container comes up and passes its check with nobody watching.
+	for range 2 {
+		if _, err := h.backend.Observe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.advance(DefaultConfig().Timeouts[workspace.OpStarting] + time.Minute)
+	h.tick(h.controller(), 1)
+	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+}
+
+// TestNodeDownKeepsRestoredHome: a workspace restored from its archive
+// has since changed its home. Its node goes down for a while (the volume
+// exists but is unavailable, the container is lost). When the node is
+// back, the home must be the one the user left, not the older archive.
+func TestNodeDownKeepsRestoredHome(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.backend.writeHome(w.ID, "v1")
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+	h.backend.writeHome(w.ID, "v2")
+
+	h.backend.nodeDown(w.ID, true)
+	for range 5 {
+		h.tick(c, 1)
+		h.advance(time.Minute)
+	}
+	h.backend.nodeDown(w.ID, false)
+	h.converge(c)
+	if home, _ := h.backend.home(w.ID); home != "v2" {
+		t.Fatalf("home after the node came back = %q, want the user's %q", home, "v2")
+	}
+	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+}
+
+// TestNodeLostWithRestoredHomeIsDataLoss: the node never comes back and
+// its volume is removed. The newer home is gone: that is DataLost for an
+// operator to judge, not a silent restore of the older archive.
+func TestNodeLostWithRestoredHomeIsDataLoss(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	h.converge(c)
+	h.backend.nodeDown(w.ID, true)
+	h.tick(c, 2)
+	h.backend.mu.Lock()
+	delete(h.backend.volumes, w.ID)
+	h.backend.mu.Unlock()
+	h.tick(c, 2)
+	got := h.row(w.ID)
+	if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonDataLost {
+		t.Fatalf("phase %s op %s reason %s", got.Phase, got.Operation, deref(got.ErrorReason))
+	}
+	if n := h.backend.count("SubmitRestore"); n != 1 {
+		t.Fatalf("%d restores submitted, want only the wake's", n)
+	}
+}
+
+// TestCommittedArchiveOutlastsDeadline: the archive is uploaded, verified
+// and committed, but the volume stays in use past the ARCHIVING timeout.
+// The home is safe in the archive: that is no ERROR for an admin to clear;
+// the volume goes once it is free.
+func TestCommittedArchiveOutlastsDeadline(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.converge(c)
+	h.backend.writeHome(w.ID, "data")
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	inUse := func() {
+		h.backend.mu.Lock()
+		h.backend.fail["DeleteVolume"] = ErrVolumeInUse
+		h.backend.mu.Unlock()
+	}
+	for range 10 {
+		inUse()
+		h.tick(c, 1)
+		if h.row(w.ID).ArchiveKey != nil {
+			break
+		}
+	}
+	if got := h.row(w.ID); got.ArchiveKey == nil || got.Operation != workspace.OpArchiving {
+		t.Fatalf("archive key %s op %s: the test does not reach its case", deref(got.ArchiveKey), got.Operation)
+	}
+	h.advance(DefaultConfig().Timeouts[workspace.OpArchiving] + time.Minute)
+	inUse()
+	h.tick(c, 1)
+	if got := h.row(w.ID); got.Phase == workspace.PhaseError || got.ErrorReason != nil {
+		t.Fatalf("phase %s reason %s after the deadline with the archive committed", got.Phase, deref(got.ErrorReason))
+	}
+	h.converge(c)
+	got := h.expect(w.ID, workspace.PhaseArchived)
+	if data, _ := h.backend.store.data(deref(got.ArchiveKey)); data != "data" {
+		t.Fatalf("archive holds %q", data)
+	}
+}
+
 func TestDeposedControllerCannotWrite(t *testing.T) {
 	h := newHarness(t)
 	c := h.controller()

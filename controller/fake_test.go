@@ -46,7 +46,10 @@ type fakeBackend struct {
 
 type fakeVolume struct {
 	ready bool
-	data  string
+	// unavailable: the volume's node is down (Nomad reports the volume
+	// as existing but not ready until the node is back).
+	unavailable bool
+	data        string
 }
 
 type fakeContainer struct {
@@ -109,7 +112,7 @@ func (b *fakeBackend) Observe(ctx context.Context) (Snapshot, error) {
 	get := func(id string) Observed { return snap.Workspaces[id] }
 	for id, v := range b.volumes {
 		o := get(id)
-		o.VolumeExists, o.VolumeReady = true, v.ready
+		o.VolumeExists, o.VolumeReady = true, v.ready && !v.unavailable
 		snap.Workspaces[id] = o
 	}
 	for id, c := range b.conts {
@@ -325,6 +328,17 @@ func (b *fakeBackend) count(method string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.calls[method]
+}
+
+// nodeDown takes the node of a workspace's volume away (down: its
+// container is lost, its volume unavailable) or brings it back.
+func (b *fakeBackend) nodeDown(wsID string, down bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.volumes[wsID].unavailable = down
+	if down {
+		delete(b.conts, wsID)
+	}
 }
 
 // writeHome puts data on a workspace's volume (the user's files).

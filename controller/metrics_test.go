@@ -211,6 +211,8 @@ func TestTTLMetrics(t *testing.T) {
 	})
 	idle, busy, standby, fresh := h.create("idle"), h.create("busy"), h.create("standby"), h.create("fresh")
 	h.exec(`UPDATE workspaces SET phase = 'RUNNING', last_access_at = now() - interval '1 hour'`)
+	// Running for an hour: the phase change above stamped now.
+	h.exec(`UPDATE workspaces SET phase_changed_at = now() - interval '1 hour'`)
 	h.exec(`UPDATE workspaces SET operation = 'STOPPING' WHERE id = $1`, busy.ID)
 	h.exec(`UPDATE workspaces SET phase = 'STANDBY', desired_state = 'STANDBY' WHERE id = $1`, standby.ID)
 	h.exec(`UPDATE workspaces SET phase_changed_at = now() - interval '1 hour' WHERE id = $1`, standby.ID)

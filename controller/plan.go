@@ -129,10 +129,23 @@ func (p *planner) broken() (reason, message string) {
 		}
 		return r, "a container is running without the workspace volume"
 	}
-	if workspace.VolumeHoldsHome(p.w) && !p.obs.VolumeExists && !workspace.ErrorFinal(p.w) {
+	if !p.obs.VolumeExists && !workspace.ErrorFinal(p.w) && (workspace.VolumeHoldsHome(p.w) || heldHome(p.w)) {
 		return workspace.ReasonDataLost, "the home volume disappeared"
 	}
 	return "", ""
+}
+
+// heldHome reports a stored observation of a restored home whose volume
+// was present but not ready (its node down): still the home, though
+// VolumeHoldsHome no longer says so.
+func heldHome(w workspace.Workspace) bool {
+	c := w.Conditions[workspace.CondVolumeReady]
+	return c.Status == workspace.ConditionFalse && c.Reason == workspace.ReasonVolumeCreating && restored(w)
+}
+
+// restored reports whether a restore from w's current archive completed.
+func restored(w workspace.Workspace) bool {
+	return w.ArchiveKey != nil && w.RestoreMarker != nil && *w.RestoreMarker == *w.ArchiveKey
 }
 
 // settle derives phase and the derived conditions of next and returns the
@@ -228,6 +241,12 @@ func (p *planner) idle() Action {
 	if w.DeletedAt != nil {
 		return p.claim(workspace.OpDeleting, p.deletingSteps()...)
 	}
+	if p.restoredHomeUnavailable() {
+		// The phase reads ARCHIVED, but the volume holds a home newer than
+		// the archive: a restore would overwrite it, and the cleanup of a
+		// failed restore would delete it. Wait for the volume.
+		return p.settle(p.purgeStale()...)
+	}
 	phase := workspace.DerivePhase(p.next)
 	if phase == workspace.PhaseError {
 		return p.settle(p.purgeStale()...)
@@ -252,10 +271,22 @@ func (p *planner) idle() Action {
 	return p.settle(p.purgeStale()...)
 }
 
+// restoredHomeUnavailable reports a volume that exists but is not ready
+// (Nomad says so of every volume on a node that is down) after a restore
+// from the current archive completed on it: it still holds the home.
+func (p *planner) restoredHomeUnavailable() bool {
+	return p.obs.VolumeExists && !p.obs.VolumeReady && restored(p.w)
+}
+
 func (p *planner) stepUp(phase workspace.Phase) Action {
 	switch phase {
 	case workspace.PhasePending:
 		if p.w.DesiredState == workspace.DesiredArchived {
+			if p.obs.VolumeExists {
+				// A volume that is not ready may hold a home (its node is
+				// down): an empty archive must not take its place.
+				return p.settle(p.purgeStale()...)
+			}
 			return p.claim(workspace.OpCreateEmptyArchive, StepCreateEmptyArchive)
 		}
 		return p.claim(workspace.OpProvisioning, p.provisionSteps()...)
@@ -289,11 +320,28 @@ func (p *planner) purgeStale() []Step {
 	return steps
 }
 
+// inFlight judges the running operation. What the observation shows
+// finished (or failed) wins over the timeout: a pass that comes late, after
+// a failover or a slow pass, must not call finished work a Timeout. Only an
+// operation still unfinished at its deadline fails, except an ARCHIVING
+// whose archive is committed: the home is safe, so it ends without error
+// and the idle plan claims ARCHIVING again to delete the volume.
 func (p *planner) inFlight() Action {
+	a := p.operation()
 	w := p.w
-	if limit := p.cfg.Timeouts[w.Operation]; limit > 0 && w.OpStartedAt != nil && p.now.Sub(*w.OpStartedAt) > limit {
-		return p.fail(workspace.ReasonTimeout, string(w.Operation)+" did not finish in time", true)
+	limit := p.cfg.Timeouts[w.Operation]
+	if a.Next.Operation == workspace.OpNone || limit <= 0 || w.OpStartedAt == nil || p.now.Sub(*w.OpStartedAt) <= limit {
+		return a
 	}
+	if w.Operation == workspace.OpArchiving && committed(p.next) {
+		return p.complete(a.Steps...)
+	}
+	return p.fail(workspace.ReasonTimeout, string(w.Operation)+" did not finish in time", true)
+}
+
+// operation plans the running operation's next step, deadline aside.
+func (p *planner) operation() Action {
+	w := p.w
 	switch w.Operation {
 	case workspace.OpProvisioning:
 		if p.obs.VolumeReady {

@@ -241,6 +241,11 @@ func TestPlanInFlight(t *testing.T) {
 			}
 		}
 	}
+	succeeded := func(t *testing.T, n workspace.Workspace) {
+		if n.ErrorReason != nil || n.ErrorCount != 0 || n.Conditions[workspace.CondHealthy].Status != workspace.ConditionTrue {
+			t.Errorf("want success: reason %s count %d healthy %+v", deref(n.ErrorReason), n.ErrorCount, n.Conditions[workspace.CondHealthy])
+		}
+	}
 	cases := []inflight{
 		{name: "provisioning done", op: workspace.OpProvisioning, obs: volume, wantOp: workspace.OpNone, phase: workspace.PhaseStandby, write: true},
 		{name: "provisioning resubmits", op: workspace.OpProvisioning, obs: Observed{}, wantOp: workspace.OpProvisioning, phase: workspace.PhasePending, steps: []Step{StepProvisionVolume}},
@@ -255,6 +260,31 @@ func TestPlanInFlight(t *testing.T) {
 			obs:    Observed{VolumeExists: true, VolumeReady: true, Failure: &Failure{Reason: workspace.ReasonUnschedulable}},
 			wantOp: workspace.OpNone, phase: workspace.PhaseStandby, write: true, verify: retry(workspace.ReasonUnschedulable)},
 		{name: "starting timeout", op: workspace.OpStarting, obs: volume, started: time.Hour,
+			wantOp: workspace.OpNone, phase: workspace.PhaseError, write: true, verify: terminal(workspace.ReasonTimeout)},
+		// Work observed finished counts even when the pass that sees it
+		// comes late (a leader failover, a slow pass): it is not a timeout.
+		{name: "starting done after its timeout", op: workspace.OpStarting, obs: running, started: time.Hour,
+			wantOp: workspace.OpNone, phase: workspace.PhaseRunning, write: true, verify: succeeded},
+		{name: "stopping done after its timeout", op: workspace.OpStopping, obs: volume, started: time.Hour,
+			wantOp: workspace.OpNone, phase: workspace.PhaseStandby, write: true, verify: succeeded},
+		{name: "restore done after its timeout", op: workspace.OpRestoring, prep: withArchive, obs: restoreJob(JobSucceeded, ""), started: 2 * time.Hour,
+			wantOp: workspace.OpNone, phase: workspace.PhaseStandby, steps: []Step{StepPurgeRestoreJob}, write: true, verify: succeeded},
+		{name: "archiving done after its timeout", op: workspace.OpArchiving, prep: committedArchive, obs: Observed{}, started: 2 * time.Hour,
+			wantOp: workspace.OpNone, phase: workspace.PhaseArchived, write: true, verify: succeeded},
+		// Past the deadline with the archive committed, the data is safe:
+		// ARCHIVING ends without ERROR and the idle plan deletes the volume.
+		{name: "archive verified at its deadline", op: workspace.OpArchiving, obs: archiveJob(JobSucceeded, ""), started: 2 * time.Hour,
+			check:  ArchiveCheck{Key: keyOld, Meta: archive.Meta{Format: archive.Format}},
+			wantOp: workspace.OpNone, phase: workspace.PhaseArchived, steps: []Step{StepPurgeArchiveJob}, write: true,
+			verify: func(t *testing.T, n workspace.Workspace) {
+				succeeded(t, n)
+				if deref(n.ArchiveKey) != keyOld {
+					t.Errorf("archive key %q not committed", deref(n.ArchiveKey))
+				}
+			}},
+		{name: "committed archive's volume outlasts the deadline", op: workspace.OpArchiving, prep: committedArchive, obs: volume, started: 2 * time.Hour,
+			wantOp: workspace.OpNone, phase: workspace.PhaseArchived, steps: []Step{StepDeleteVolume}, write: true, verify: succeeded},
+		{name: "restore still running times out", op: workspace.OpRestoring, prep: withArchive, obs: restoreJob(JobRunning, ""), started: 2 * time.Hour,
 			wantOp: workspace.OpNone, phase: workspace.PhaseError, write: true, verify: terminal(workspace.ReasonTimeout)},
 		{name: "stopping resubmits", op: workspace.OpStopping, obs: running, wantOp: workspace.OpStopping, phase: workspace.PhaseRunning, steps: []Step{StepStopWorkspace}},
 		{name: "stopping done when no allocation is live", op: workspace.OpStopping, obs: volume, wantOp: workspace.OpNone, phase: workspace.PhaseStandby, write: true},
@@ -315,6 +345,8 @@ func TestPlanInFlight(t *testing.T) {
 			wantOp: workspace.OpDeleting, phase: workspace.PhaseDeleting, steps: []Step{StepPurgeArchiveJob, StepDeleteVolume}},
 		{name: "deleting finishes", op: workspace.OpDeleting, obs: Observed{},
 			wantOp: workspace.OpNone, phase: workspace.PhaseDeleted, steps: []Step{StepPurgeWorkspaceJob}, write: true},
+		{name: "deleting finishes after its timeout", op: workspace.OpDeleting, obs: Observed{}, started: time.Hour,
+			wantOp: workspace.OpNone, phase: workspace.PhaseDeleted, steps: []Step{StepPurgeWorkspaceJob}, write: true, verify: succeeded},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -390,6 +422,42 @@ func TestPlanRules(t *testing.T) {
 		}
 		if b := Plan(a.Next, obs, ArchiveCheck{}, t0.Add(time.Minute), testCfg); b.Write || len(b.Steps) > 0 {
 			t.Errorf("recorded violation planned again: %+v", b)
+		}
+	})
+	t.Run("unavailable home is neither replaced nor deleted", func(t *testing.T) {
+		// A volume whose node is down exists but is not ready. Restored
+		// from its archive (marker = key), or never archived, it still
+		// holds the home: no restore over it, no empty archive in its
+		// place, no deletion as a leftover of a failed restore.
+		unavailable := Observed{VolumeExists: true}
+		restored := stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby))
+		restored.ArchiveKey, restored.RestoreMarker = ptr(keyOld), ptr(keyOld)
+		derive(restored.Conditions, &restored, t0.Add(-time.Hour))
+		fresh := stored(workspace.PhaseStandby, workspace.DesiredArchived, observed(workspace.PhaseStandby))
+		for name, w := range map[string]workspace.Workspace{
+			"restored, desired RUNNING":        withDesired(restored, workspace.DesiredRunning),
+			"restored, desired ARCHIVED":       withDesired(restored, workspace.DesiredArchived),
+			"never archived, desired ARCHIVED": fresh,
+		} {
+			for pass := range 2 {
+				a := Plan(w, unavailable, ArchiveCheck{}, t0.Add(time.Duration(pass)*time.Minute), testCfg)
+				if a.Next.Operation != workspace.OpNone || len(a.Steps) > 0 {
+					t.Errorf("%s, pass %d: claimed %s with steps %v", name, pass, a.Next.Operation, a.Steps)
+				}
+				w = a.Next
+			}
+		}
+	})
+	t.Run("unavailable restored home that vanishes is data loss", func(t *testing.T) {
+		w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+		w.ArchiveKey, w.RestoreMarker = ptr(keyOld), ptr(keyOld)
+		derive(w.Conditions, &w, t0.Add(-time.Hour))
+		// The node goes down: the pass records the volume as not ready.
+		a := Plan(w, Observed{VolumeExists: true}, ArchiveCheck{}, t0, testCfg)
+		// It never comes back; its volume is gone.
+		b := Plan(a.Next, Observed{}, ArchiveCheck{}, t0.Add(time.Hour), testCfg)
+		if b.Next.Phase != workspace.PhaseError || deref(b.Next.ErrorReason) != workspace.ReasonDataLost {
+			t.Fatalf("phase %s op %s reason %s", b.Next.Phase, b.Next.Operation, deref(b.Next.ErrorReason))
 		}
 	})
 	t.Run("home volume vanished", func(t *testing.T) {
@@ -474,4 +542,9 @@ func TestPlanRules(t *testing.T) {
 			t.Errorf("backoff = %v, want %v", got, want)
 		}
 	})
+}
+
+func withDesired(w workspace.Workspace, d workspace.DesiredState) workspace.Workspace {
+	w.DesiredState = d
+	return w
 }

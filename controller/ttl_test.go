@@ -43,6 +43,8 @@ func TestTTLRules(t *testing.T) {
 		ws[name] = h.create(name)
 	}
 	h.exec(`UPDATE workspaces SET phase = 'RUNNING', last_access_at = now() - interval '1 hour'`)
+	// Running for an hour: the phase change above stamped now.
+	h.exec(`UPDATE workspaces SET phase_changed_at = now() - interval '1 hour'`)
 	h.exec(`UPDATE workspaces SET last_access_at = now() - interval '1 minute' WHERE name = 'recent'`)
 	h.exec(`UPDATE workspaces SET operation = 'STOPPING' WHERE name = 'busy'`)
 	h.exec(`UPDATE workspaces SET standby_ttl = interval '2 hours' WHERE name = 'own-ttl'`)
@@ -123,6 +125,7 @@ func TestTTLSkipsWorkspaceWokenMeanwhile(t *testing.T) {
 	ctx := context.Background()
 	w := h.create("dev")
 	h.exec(`UPDATE workspaces SET phase = 'RUNNING', last_access_at = now() - interval '1 hour'`)
+	h.exec(`UPDATE workspaces SET phase_changed_at = now() - interval '1 hour'`)
 	idle, err := h.svc.Idle(ctx, time.Now(), 10*time.Minute, time.Hour)
 	if err != nil || len(idle) != 1 {
 		t.Fatalf("idle = %d, %v", len(idle), err)
@@ -134,5 +137,43 @@ func TestTTLSkipsWorkspaceWokenMeanwhile(t *testing.T) {
 	}
 	if got := h.row(w.ID).DesiredState; got != workspace.DesiredRunning {
 		t.Fatalf("desired %s", got)
+	}
+}
+
+// TestTTLCountsFromRunning: a wake sets last_access_at, but getting an
+// archived workspace running (restore, then start) can take longer than
+// standby_ttl. The TTL must count from when it became RUNNING, or it stops
+// the workspace the user is waiting for the moment it is ready.
+func TestTTLCountsFromRunning(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	ctx := context.Background()
+	w := h.create("dev")
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	h.converge(c)
+	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+	// The wake was 15 minutes ago: that is how long the restore took.
+	h.exec(`UPDATE workspaces SET last_access_at = now() - interval '15 minutes' WHERE id = $1`, w.ID)
+
+	now := time.Now()
+	r := NewTTLRunner(hclog.NewNullLogger(), h.svc, newRedis(t), TTLConfig{StandbyTTL: 10 * time.Minute, ArchiveTTL: time.Hour})
+	r.now = func() time.Time { return now }
+	if _, err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.row(w.ID).DesiredState; got != workspace.DesiredRunning {
+		t.Fatalf("a workspace running for moments was judged idle: desired %s", got)
+	}
+	// Unused for standby_ttl since it became RUNNING, it does stop.
+	now = now.Add(11 * time.Minute)
+	res, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.row(w.ID).DesiredState; got != workspace.DesiredStandby || len(res.Standby) != 1 {
+		t.Fatalf("desired %s after standby_ttl of running unused (result %+v)", got, res)
 	}
 }

@@ -182,13 +182,17 @@ func TouchLastAccess(ctx context.Context, q Querier, ids []string, at []time.Tim
 
 // ListIdleWorkspaces returns live workspaces without an operation whose TTL
 // ran out at now: RUNNING (desired RUNNING) idle past the standby TTL since
-// last_access_at, and STANDBY (desired STANDBY) past the archive TTL since
-// phase_changed_at. Per-workspace TTLs override the defaults.
+// the later of last_access_at and phase_changed_at, and STANDBY (desired
+// STANDBY) past the archive TTL since phase_changed_at. A wake sets
+// last_access_at when it is asked for, but a restore and start may take
+// longer than the TTL: idleness counts from when the workspace could first
+// be used. Per-workspace TTLs override the defaults.
 func ListIdleWorkspaces[T any](ctx context.Context, q Querier, now time.Time, standbyTTL, archiveTTL time.Duration) ([]T, error) {
 	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
 		WHERE deleted_at IS NULL AND operation = 'NONE' AND (
 		      (phase = 'RUNNING' AND desired_state = 'RUNNING'
-		       AND last_access_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval))
+		       AND last_access_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval)
+		       AND phase_changed_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval))
 		   OR (phase = 'STANDBY' AND desired_state = 'STANDBY'
 		       AND phase_changed_at < $1::timestamptz - COALESCE(archive_ttl, $3::interval)))
 		ORDER BY id`, now, standbyTTL, archiveTTL))
