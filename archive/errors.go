@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"context"
 	"errors"
 	"net"
 	"syscall"
@@ -61,7 +62,7 @@ func withCode(code Code, err error) error {
 
 // CodeOf classifies err: the code attached where the failure was understood
 // wins; otherwise a full disk, an S3 error response or a network failure is
-// recognised by type; anything else is UNKNOWN.
+// recognised by type; anything else, cancellation included, is UNKNOWN.
 func CodeOf(err error) Code {
 	if err == nil {
 		return ""
@@ -69,14 +70,21 @@ func CodeOf(err error) Code {
 	if ae, ok := errors.AsType[*Error](err); ok {
 		return ae.Code
 	}
+	if errors.Is(err, context.Canceled) {
+		return CodeUnknown
+	}
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return CodeDiskFull
 	}
 	if _, ok := errors.AsType[minio.ErrorResponse](err); ok {
 		return CodeS3Access
 	}
-	if _, ok := errors.AsType[net.Error](err); ok {
-		return CodeS3Access
+	if ne, ok := errors.AsType[net.Error](err); ok {
+		// syscall.Errno has Timeout and Temporary as well: a local file
+		// error would otherwise pass for a network failure.
+		if _, local := ne.(syscall.Errno); !local {
+			return CodeS3Access
+		}
 	}
 	return CodeUnknown
 }
@@ -91,6 +99,9 @@ func s3Error(err error, notFound Code) error {
 	}
 	if _, coded := errors.AsType[*Error](err); coded {
 		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return withCode(CodeUnknown, err)
 	}
 	if resp, ok := errors.AsType[minio.ErrorResponse](err); ok && resp.Code == minio.NoSuchKey {
 		return withCode(notFound, err)

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,11 @@ func checkEntry(h *tar.Header) (entry, error) {
 	name := strings.TrimSuffix(h.Name, "/")
 	if err := checkName(name); err != nil {
 		return entry{}, fmt.Errorf("entry %q: %w", h.Name, err)
+	}
+	if name == stagingName || strings.HasPrefix(name, stagingName+"/") {
+		// The swap would try to move it onto the staging directory itself,
+		// after the old home is already gone.
+		return entry{}, fmt.Errorf("entry %q: %s is the restore's staging directory", h.Name, stagingName)
 	}
 	e := entry{name: name, mode: fs.FileMode(h.Mode & 0o777), mtime: h.ModTime}
 	if h.Mode&0o1000 != 0 {
@@ -265,9 +271,9 @@ func (x *extractor) file(dir *os.File, base string, e entry, tr io.Reader) error
 	if err != nil {
 		return err
 	}
-	n, err := io.CopyBuffer(f, tr, x.buf)
+	n, err := x.copyKeepingHoles(f, tr, e.size)
 	x.written.Add(n)
-	if err == nil && n != e.size {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		err = fmt.Errorf("entry %q: %d of %d bytes", e.name, n, e.size)
 	}
 	if err == nil {
@@ -280,6 +286,65 @@ func (x *extractor) file(dir *os.File, base string, e entry, tr io.Reader) error
 		err = closeErr
 	}
 	return err
+}
+
+// holeBlock is the unit in which zeros are left unwritten: the block size
+// of the common file systems.
+const holeBlock = 4096
+
+var zeroBlock [holeBlock]byte
+
+// copyKeepingHoles writes the size bytes of an entry to f, leaving every
+// block of zeros a hole. An archive stores a sparse file (a disk image, a
+// preallocated database) as its full length; written back densely it could
+// need many times the room the home had, more than its volume holds.
+func (x *extractor) copyKeepingHoles(f sysFile, r io.Reader, size int64) (int64, error) {
+	var off, end int64 // end: just past the last byte written
+	for off < size {
+		n, err := io.ReadFull(r, x.buf[:min(int64(len(x.buf)), size-off)])
+		chunkEnd, werr := writeNonZero(f, x.buf[:n], off)
+		if werr != nil {
+			return off, werr
+		}
+		end = max(end, chunkEnd)
+		off += int64(n)
+		if err != nil {
+			return off, err
+		}
+	}
+	if end < size {
+		// The file ends in a hole: only its length is left to set.
+		return off, f.truncate(size)
+	}
+	return off, nil
+}
+
+// writeNonZero writes the blocks of p that hold anything but zeros at
+// offset off, each run of them in one call, and returns the end of the last
+// one (0 if none).
+func writeNonZero(f sysFile, p []byte, off int64) (int64, error) {
+	var end int64
+	for i := 0; i < len(p); {
+		if isZeroBlock(p, i) {
+			i = min(i+holeBlock, len(p))
+			continue
+		}
+		start := i
+		for i < len(p) && !isZeroBlock(p, i) {
+			i = min(i+holeBlock, len(p))
+		}
+		if err := f.writeAt(p[start:i], off+int64(start)); err != nil {
+			return 0, err
+		}
+		end = off + int64(i)
+	}
+	return end, nil
+}
+
+// isZeroBlock reports whether the block of p starting at i is all zeros.
+func isZeroBlock(p []byte, i int) bool {
+	block := p[i:min(i+holeBlock, len(p))]
+	return bytes.Equal(block, zeroBlock[:len(block)])
 }
 
 // finishDirs applies directory modes and mtimes after their contents are

@@ -101,6 +101,7 @@ var hostileArchives = map[string][]tarEntry{
 	"duplicate file":      {{name: "f", body: "1"}, {name: "f", body: "2"}},
 	"file then dir":       {{name: "f", body: "1"}, {name: "f", typ: tar.TypeDir}},
 	"dir with data":       {{name: "d", typ: tar.TypeDir, size: 10}},
+	"staging name":        {{name: stagingName + "/f", body: "x"}},
 	// Each link is lexically inside, but together they climb out; os.Root
 	// must stop the write through them.
 	"symlink chain": {

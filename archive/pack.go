@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -86,11 +87,17 @@ type packer struct {
 // writeTree writes the contents of root (not root itself) to w as tar, in
 // lexical order so the same tree always gives the same bytes.
 func writeTree(ctx context.Context, logger hclog.Logger, root string, w io.Writer, read *atomic.Int64) error {
+	// The walk follows no symlink, not even the home's own path, which
+	// would leave nothing to archive.
+	root, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return err
+	}
 	p := &packer{
 		logger: logger, tw: tar.NewWriter(w), root: root, read: read,
 		links: make(map[fileID]string), buf: make([]byte, 1<<20),
 	}
-	err := filepath.WalkDir(root, func(file string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(file string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -105,8 +112,13 @@ func writeTree(ctx context.Context, logger hclog.Logger, root string, w io.Write
 			return nil
 		}
 		if rel == stagingName {
-			logger.Warn("skipping leftover restore staging directory", "path", file)
-			return fs.SkipDir
+			logger.Warn("skipping entry named like the restore staging directory", "path", file)
+			// SkipDir on anything but a directory would skip the rest of
+			// the home's top level.
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
 		}
 		return p.add(file, filepath.ToSlash(rel))
 	})
@@ -179,6 +191,15 @@ func (p *packer) addFile(file string, hdr *tar.Header) error {
 	}
 	if n != hdr.Size {
 		return fmt.Errorf("copy %s: file shrank from %d to %d bytes while archiving", file, hdr.Size, n)
+	}
+	// Growth or a rewrite in place goes unseen by the copy, which stops at
+	// the size the header announced.
+	st, err := f.stat()
+	if err != nil {
+		return err
+	}
+	if st.Size != hdr.Size || !time.Unix(st.Mtim.Unix()).Equal(hdr.ModTime) {
+		return fmt.Errorf("copy %s: file changed while archiving", file)
 	}
 	return nil
 }

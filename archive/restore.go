@@ -179,11 +179,32 @@ func swapIn(dstDir, staging string) error {
 		return err
 	}
 	for _, e := range staged {
-		if err := os.Rename(filepath.Join(staging, e.Name()), filepath.Join(dstDir, e.Name())); err != nil {
+		if err := moveIn(filepath.Join(staging, e.Name()), filepath.Join(dstDir, e.Name())); err != nil {
 			return err
 		}
 	}
 	return os.Remove(staging)
+}
+
+// moveIn renames a staged entry into place. Moving a directory to another
+// parent rewrites its ".." entry, which takes write permission on the
+// directory itself: a read-only one is made writable for the rename.
+func moveIn(from, to string) error {
+	fi, err := os.Lstat(from)
+	if err != nil {
+		return err
+	}
+	mode := fi.Mode()
+	if !mode.IsDir() || mode&0o200 != 0 {
+		return os.Rename(from, to)
+	}
+	if err := os.Chmod(from, mode|0o200); err != nil {
+		return err
+	}
+	if err := os.Rename(from, to); err != nil {
+		return err
+	}
+	return os.Chmod(to, mode)
 }
 
 // removeTree removes path and everything below it, first making

@@ -41,7 +41,7 @@ func NewStore(logger hclog.Logger, client *minio.Client, bucket string) *Store {
 func (s *Store) Stat(ctx context.Context, key string) (Meta, error) {
 	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
-		return Meta{}, s3Error(fmt.Errorf("stat %s: %w", key, err), CodeArchiveNotFound)
+		return Meta{}, s.statError(ctx, key, err)
 	}
 	meta, err := s.readMeta(ctx, key)
 	if err != nil {
@@ -51,6 +51,28 @@ func (s *Store) Stat(ctx context.Context, key string) (Meta, error) {
 		return Meta{}, withCode(CodeChecksumMismatch, fmt.Errorf("%s has %d bytes, its meta says %d", key, info.Size, meta.Size))
 	}
 	return meta, nil
+}
+
+// statError classifies a failed HEAD of the object at key. An answer to a
+// HEAD has no body, so minio-go reads any bare 404 as NoSuchKey, though a
+// missing bucket answers so too, and some servers answer an unknown access
+// key so. Only a GET's answer, which carries the error code, may declare the
+// archive missing: that is what the controller writes off as lost data.
+func (s *Store) statError(ctx context.Context, key string, headErr error) error {
+	headErr = fmt.Errorf("stat %s: %w", key, headErr)
+	if resp, ok := errors.AsType[minio.ErrorResponse](headErr); !ok || resp.Code != minio.NoSuchKey {
+		return s3Error(headErr, CodeArchiveNotFound)
+	}
+	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err == nil {
+		// Stat would send another HEAD; a read sends the GET.
+		_, err = obj.Read(make([]byte, 1))
+		obj.Close()
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return withCode(CodeS3Access, fmt.Errorf("%w, yet a GET finds it", headErr))
+	}
+	return s3Error(fmt.Errorf("get %s: %w", key, err), CodeArchiveNotFound)
 }
 
 func (s *Store) readMeta(ctx context.Context, key string) (Meta, error) {
@@ -111,6 +133,9 @@ func (s *Store) Archive(ctx context.Context, srcDir, key string, progress io.Wri
 	if !upload {
 		log.Info("archive already complete, not uploading")
 		out.fields("STEP", "check", "RESULT", "EXISTS")
+		// The run that completed it may have been killed before clearing
+		// the parts of earlier attempts.
+		s.abortStaleUploads(ctx, log, key)
 		return existing, nil
 	}
 	out.fields("STEP", "check", "RESULT", "OK")

@@ -60,16 +60,24 @@ func (f sysFile) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (f sysFile) Write(p []byte) (int, error) {
-	written := 0
-	for written < len(p) {
-		n, err := ignoringEINTR(func() (int, error) { return syscall.Write(f.fd, p[written:]) })
+// writeAt writes all of p at offset off.
+func (f sysFile) writeAt(p []byte, off int64) error {
+	for len(p) > 0 {
+		n, err := ignoringEINTR(func() (int, error) { return syscall.Pwrite(f.fd, p, off) })
 		if err != nil {
-			return written, &fs.PathError{Op: "write", Path: f.name, Err: err}
+			return &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
-		written += n
+		p, off = p[n:], off+int64(n)
 	}
-	return written, nil
+	return nil
+}
+
+// truncate sets the file's length, leaving any extension a hole.
+func (f sysFile) truncate(size int64) error {
+	if err := syscall.Ftruncate(f.fd, size); err != nil {
+		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
+	}
+	return nil
 }
 
 // chmod sets the permission and sticky bits of mode.
@@ -94,6 +102,14 @@ func (f sysFile) setTimes(t time.Time) error {
 		return &fs.PathError{Op: "utimensat", Path: f.name, Err: errno}
 	}
 	return nil
+}
+
+func (f sysFile) stat() (syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(f.fd, &st); err != nil {
+		return st, &fs.PathError{Op: "fstat", Path: f.name, Err: err}
+	}
+	return st, nil
 }
 
 func (f sysFile) Close() error {
