@@ -35,20 +35,7 @@ func TestPackSkipsOnlyTheStagingName(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			var tarball bytes.Buffer
-			var read, written atomic.Int64
-			if err := writeTree(context.Background(), hclog.NewNullLogger(), src, &tarball, &read); err != nil {
-				t.Fatal(err)
-			}
-			dst := t.TempDir()
-			root, err := os.OpenRoot(dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer root.Close()
-			if err := extractTar(context.Background(), &tarball, root, &written); err != nil {
-				t.Fatal(err)
-			}
+			dst, _, _ := packThenExtract(t, src)
 			compareTrees(t, want, snapshot(t, dst))
 		})
 	}
@@ -306,20 +293,7 @@ func TestPackThenExtractKeepsHoles(t *testing.T) {
 	mustWrite(t, filepath.Join(src, "zeros-then-hole"), string(make([]byte, 10000)), 0o644)
 	want := snapshot(t, src)
 
-	var tarball bytes.Buffer
-	var read, written atomic.Int64
-	if err := writeTree(context.Background(), hclog.NewNullLogger(), src, &tarball, &read); err != nil {
-		t.Fatal(err)
-	}
-	dst := t.TempDir()
-	root, err := os.OpenRoot(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	if err := extractTar(context.Background(), &tarball, root, &written); err != nil {
-		t.Fatal(err)
-	}
+	dst, read, written := packThenExtract(t, src)
 	compareTrees(t, want, snapshot(t, dst))
 	fi, err := os.Stat(filepath.Join(dst, "disk.img"))
 	if err != nil {
@@ -328,8 +302,8 @@ func TestPackThenExtractKeepsHoles(t *testing.T) {
 	if used := fi.Sys().(*syscall.Stat_t).Blocks * 512; used > 1<<20 {
 		t.Fatalf("restored %d-byte sparse file occupies %d bytes", fi.Size(), used)
 	}
-	if read.Load() != written.Load() {
-		t.Fatalf("read %d bytes, wrote %d", read.Load(), written.Load())
+	if read != written {
+		t.Fatalf("read %d bytes, wrote %d", read, written)
 	}
 }
 

@@ -19,22 +19,30 @@ func TestPackThenExtract(t *testing.T) {
 	mustWrite(t, filepath.Join(src, "latin1-\xe9t\xe9.txt"), "not UTF-8\n", 0o644)
 	want := expectedSnapshot(t, src)
 
+	dst, read, written := packThenExtract(t, src)
+	compareTrees(t, want, snapshot(t, dst))
+	if read != written {
+		t.Fatalf("read %d bytes, wrote %d", read, written)
+	}
+}
+
+// packThenExtract writes src as tar and extracts it into a new directory,
+// returning that directory and the bytes read and written.
+func packThenExtract(t *testing.T, src string) (dst string, read, written int64) {
+	t.Helper()
 	var tarball bytes.Buffer
-	var read, written atomic.Int64
-	if err := writeTree(context.Background(), hclog.NewNullLogger(), src, &tarball, &read); err != nil {
+	var r, w atomic.Int64
+	if err := writeTree(context.Background(), hclog.NewNullLogger(), src, &tarball, &r); err != nil {
 		t.Fatal(err)
 	}
-	dst := t.TempDir()
+	dst = t.TempDir()
 	root, err := os.OpenRoot(dst)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	if err := extractTar(context.Background(), &tarball, root, &written); err != nil {
+	if err := extractTar(context.Background(), &tarball, root, &w); err != nil {
 		t.Fatal(err)
 	}
-	compareTrees(t, want, snapshot(t, dst))
-	if read.Load() != written.Load() {
-		t.Fatalf("read %d bytes, wrote %d", read.Load(), written.Load())
-	}
+	return dst, r.Load(), w.Load()
 }
