@@ -93,11 +93,7 @@ func TestStopKillsProcessesThatLeftTheTree(t *testing.T) {
 	if err := b.StopWorkspace(ctx, testID); err != nil {
 		t.Fatalf("StopWorkspace: %v", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); processRunning(daemon); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("detached process %d of the workspace survived the stop", daemon)
-		}
-	}
+	waitGone(t, daemon, "detached process of the workspace survived the stop")
 }
 
 // The process group recorded for a launch outlives it only as a number:
@@ -148,6 +144,16 @@ func TestStopLeavesAReusedProcessGroupAlone(t *testing.T) {
 	case <-exited:
 		t.Fatalf("stopping a long-ended workspace killed process group %d of someone else", pid)
 	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// waitGone fails with what unless process pid ends within 10 s.
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); processRunning(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d", what, pid)
+		}
 	}
 }
 
@@ -237,11 +243,7 @@ func TestDeleteVolumeEndsWhatACrashedWorkspaceLeft(t *testing.T) {
 	if err := b.DeleteVolume(ctx, testID); err != nil {
 		t.Fatalf("DeleteVolume: %v", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); processRunning(daemon); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d of the crashed workspace outlived its home", daemon)
-		}
-	}
+	waitGone(t, daemon, "process of the crashed workspace outlived its home")
 }
 
 // A crash of codehub between recording an attempt and starting its process
