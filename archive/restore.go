@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
 )
 
 // maxWindow bounds the zstd window a restore accepts: what we write uses
@@ -47,6 +48,9 @@ func (s *Store) Restore(ctx context.Context, key, dstDir string, progress io.Wri
 	}
 	if err := swapIn(dstDir, staging); err != nil {
 		return Meta{}, classifyLocal(fmt.Errorf("swap restored tree into %s: %w", dstDir, err))
+	}
+	if err := syncFS(dstDir); err != nil {
+		return Meta{}, classifyLocal(fmt.Errorf("flush restored tree in %s: %w", dstDir, err))
 	}
 	out.fields("STEP", "swap", "RESULT", "OK")
 	log.Info("restore complete", "bytes", meta.Size)
@@ -184,6 +188,24 @@ func swapIn(dstDir, staging string) error {
 		}
 	}
 	return os.Remove(staging)
+}
+
+// syncFS flushes the file system holding dir. The controller records the
+// home as restored once the job reports success, so by then a crash of the
+// node must not be able to leave files cut short or renames undone; before
+// it, a rerun replaces the whole tree anyway. One syncfs covers every
+// file's contents and the swap's renames, where an fsync per file would
+// cost a disk flush each.
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return &fs.PathError{Op: "syncfs", Path: dir, Err: err}
+	}
+	return nil
 }
 
 // moveIn renames a staged entry into place. Moving a directory to another
