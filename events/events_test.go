@@ -35,17 +35,7 @@ func TestListenerRelaysAndReconnects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dbURL := testenv.PostgresURL(t)
-	opts, err := redis.ParseURL(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	sub := rdb.Subscribe(ctx, Channel("u1"))
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rdb, sub := subscribeOwner(ctx, t, "u1")
 	var wakes atomic.Int32
 	l := NewListener(hclog.NewNullLogger(), dbURL, rdb, func() { wakes.Add(1) })
 	runCtx, stop := context.WithCancel(ctx)
@@ -135,17 +125,7 @@ func TestNewListenerRepublishesChangesMissedMeanwhile(t *testing.T) {
 	if _, err := pool.Exec(ctx, `INSERT INTO workspaces (id, owner_id, name, image) VALUES ($1, 'u1', 'w', 'img')`, ws); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := redis.ParseURL(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	sub := rdb.Subscribe(ctx, Channel("u1"))
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rdb, sub := subscribeOwner(ctx, t, "u1")
 	var wakes atomic.Int32
 	runListener := func() (stop func()) {
 		l := NewListener(hclog.NewNullLogger(), dbURL, rdb, func() { wakes.Add(1) })
@@ -199,4 +179,22 @@ func TestNewListenerRepublishesChangesMissedMeanwhile(t *testing.T) {
 	if wakes.Load() == 0 {
 		t.Fatal("a desired-state change made between two listeners did not wake the controller")
 	}
+}
+
+// subscribeOwner returns a Redis client of the test's database and a
+// subscription, already confirmed, to the channel of owner.
+func subscribeOwner(ctx context.Context, t *testing.T, owner string) (*redis.Client, *redis.PubSub) {
+	t.Helper()
+	opts, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	sub := rdb.Subscribe(ctx, Channel(owner))
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return rdb, sub
 }
