@@ -491,27 +491,9 @@ func TestConcurrentStartsRespectLimit(t *testing.T) {
 		ids[i] = w.ID
 	}
 	c := env.Login(alice)
-	codes := make([]int, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			req, _ := http.NewRequest("PATCH", env.URL+"/api/v1/workspaces/"+id, strings.NewReader(`{"desired_state":"RUNNING"}`))
-			req.Header.Set("Content-Type", "application/json")
-			res, err := c.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			res.Body.Close()
-			codes[i] = res.StatusCode
-		}()
-	}
-	close(start)
-	wg.Wait()
+	codes := burst(t, n, func(i int) (*http.Client, *http.Request) {
+		return c, jsonRequest("PATCH", env.URL+"/api/v1/workspaces/"+ids[i], `{"desired_state":"RUNNING"}`)
+	})
 	ok, limited := 0, 0
 	for _, code := range codes {
 		switch code {
@@ -562,27 +544,9 @@ func TestLoginBackoffHoldsUnderConcurrency(t *testing.T) {
 	env := apitest.New(t, apitest.Config{})
 	env.CreateUser("bob", false)
 	env.Exec(`UPDATE users SET failed_logins = 2 WHERE username = 'bob'`)
-	codes := make([]int, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			req, _ := http.NewRequest("POST", env.URL+"/api/v1/login", strings.NewReader(`{"username":"bob","password":"guess-`+strconv.Itoa(i)+`"}`))
-			req.Header.Set("Content-Type", "application/json")
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			res.Body.Close()
-			codes[i] = res.StatusCode
-		}()
-	}
-	close(start)
-	wg.Wait()
+	codes := burst(t, n, func(i int) (*http.Client, *http.Request) {
+		return http.DefaultClient, jsonRequest("POST", env.URL+"/api/v1/login", `{"username":"bob","password":"guess-`+strconv.Itoa(i)+`"}`)
+	})
 	checked, refused := 0, 0
 	for _, code := range codes {
 		switch code {
@@ -632,29 +596,14 @@ func TestLoginBurstMemoryBounded(t *testing.T) {
 			}
 		}
 	}()
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			body := `{"username":"nobody-` + strconv.Itoa(i) + `","password":"x"}`
-			req, _ := http.NewRequest("POST", env.URL+"/api/v1/login", strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			res.Body.Close()
-			if res.StatusCode != 401 {
-				t.Errorf("unknown user: %d", res.StatusCode)
-			}
-		}()
+	codes := burst(t, n, func(i int) (*http.Client, *http.Request) {
+		return http.DefaultClient, jsonRequest("POST", env.URL+"/api/v1/login", `{"username":"nobody-`+strconv.Itoa(i)+`","password":"x"}`)
+	})
+	for _, code := range codes {
+		if code != 401 {
+			t.Errorf("unknown user: %d", code)
+		}
 	}
-	close(start)
-	wg.Wait()
 	close(stop)
 	<-sampled
 	grown := (peak.Load() - min(base, peak.Load())) >> 20
@@ -707,27 +656,9 @@ func TestConcurrentCreatesRespectGlobalLimit(t *testing.T) {
 	for i := range n {
 		clients[i] = env.Login(env.CreateUser(fmt.Sprintf("user-%02d", i), false))
 	}
-	codes := make([]int, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			req, _ := http.NewRequest("POST", env.URL+"/api/v1/workspaces", strings.NewReader(`{"name":"ws"}`))
-			req.Header.Set("Content-Type", "application/json")
-			res, err := c.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			res.Body.Close()
-			codes[i] = res.StatusCode
-		}()
-	}
-	close(start)
-	wg.Wait()
+	codes := burst(t, n, func(i int) (*http.Client, *http.Request) {
+		return clients[i], jsonRequest("POST", env.URL+"/api/v1/workspaces", `{"name":"ws"}`)
+	})
 	created := 0
 	for _, code := range codes {
 		switch code {
@@ -741,4 +672,36 @@ func TestConcurrentCreatesRespectGlobalLimit(t *testing.T) {
 	if n := countWorkspaces(t, env); created != limit || n != limit {
 		t.Fatalf("%d created (%d rows), global limit %d", created, n, limit)
 	}
+}
+
+// burst sends n requests released at the same moment and returns their
+// status codes; next(i) gives request i and the client to send it with.
+// A request that gets no answer fails the test and leaves its code 0.
+func burst(t *testing.T, n int, next func(i int) (*http.Client, *http.Request)) []int {
+	t.Helper()
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		c, req := next(i)
+		wg.Go(func() {
+			<-start
+			res, err := c.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			res.Body.Close()
+			codes[i] = res.StatusCode
+		})
+	}
+	close(start)
+	wg.Wait()
+	return codes
+}
+
+func jsonRequest(method, url, body string) *http.Request {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	return req
 }
