@@ -164,6 +164,16 @@ func (h *harness) create(name string) workspace.Workspace {
 	return w
 }
 
+// archiveThenRestore archives workspace id and wakes it again, so its home
+// is one restored from its archive.
+func (h *harness) archiveThenRestore(c *WorkspaceController, id string) {
+	h.t.Helper()
+	h.setDesired(id, workspace.DesiredArchived)
+	h.converge(c)
+	h.setDesired(id, workspace.DesiredRunning)
+	h.converge(c)
+}
+
 // converge ticks a fresh controller until a pass finds nothing to do.
 func (h *harness) converge(c *WorkspaceController) {
 	h.t.Helper()
@@ -562,10 +572,7 @@ func TestNodeDownKeepsRestoredHome(t *testing.T) {
 	w := h.create("dev")
 	h.converge(c)
 	h.backend.writeHome(w.ID, "v1")
-	h.setDesired(w.ID, workspace.DesiredArchived)
-	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredRunning)
-	h.converge(c)
+	h.archiveThenRestore(c, w.ID)
 	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
 	h.backend.writeHome(w.ID, "v2")
 
@@ -590,10 +597,7 @@ func TestNodeLostWithRestoredHomeIsDataLoss(t *testing.T) {
 	c := h.controller()
 	w := h.create("dev")
 	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredArchived)
-	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredRunning)
-	h.converge(c)
+	h.archiveThenRestore(c, w.ID)
 	h.backend.nodeDown(w.ID, true)
 	h.tick(c, 2)
 	h.backend.mu.Lock()

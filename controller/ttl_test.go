@@ -150,10 +150,7 @@ func TestTTLCountsFromRunning(t *testing.T) {
 	ctx := context.Background()
 	w := h.create("dev")
 	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredArchived)
-	h.converge(c)
-	h.setDesired(w.ID, workspace.DesiredRunning)
-	h.converge(c)
+	h.archiveThenRestore(c, w.ID)
 	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
 	// The wake was 15 minutes ago: that is how long the restore took.
 	h.exec(`UPDATE workspaces SET last_access_at = now() - interval '15 minutes' WHERE id = $1`, w.ID)
