@@ -63,12 +63,7 @@ func TestCodeServerServesWorkbench(t *testing.T) {
 	b := codeServerBackend(t)
 	ctx := context.Background()
 	stopOnCleanup(t, b)
-	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("ProvisionVolume: %v", err)
-	}
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("StartWorkspace: %v", err)
-	}
+	provisionAndStart(ctx, t, b)
 	untilReady(t, b, time.Now())
 	addr, err := b.Resolve(ctx, testID)
 	if err != nil {

@@ -78,12 +78,7 @@ func TestStopKillsProcessesThatLeftTheTree(t *testing.T) {
 	ctx := context.Background()
 	b := newTestBackend(t, t.TempDir(), "--daemon")
 	stopOnCleanup(t, b)
-	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("ProvisionVolume: %v", err)
-	}
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("StartWorkspace: %v", err)
-	}
+	provisionAndStart(ctx, t, b)
 	waitFor(t, b, "ready", func(o controller.Observed) bool { return o.UpstreamReady })
 	daemon := readPIDFile(t, filepath.Join(b.HomeDir(testID), "daemon.pid"))
 	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
@@ -192,12 +187,7 @@ func TestWorkspaceEnvironmentHoldsNoCodehubSecrets(t *testing.T) {
 	}
 	b := newTestBackend(t, t.TempDir())
 	stopOnCleanup(t, b)
-	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("ProvisionVolume: %v", err)
-	}
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("StartWorkspace: %v", err)
-	}
+	provisionAndStart(ctx, t, b)
 	waitFor(t, b, "ready", func(o controller.Observed) bool { return o.UpstreamReady })
 	addr, err := b.Resolve(ctx, testID)
 	if err != nil {
@@ -220,12 +210,7 @@ func TestDeleteVolumeEndsWhatACrashedWorkspaceLeft(t *testing.T) {
 	ctx := context.Background()
 	b := newTestBackend(t, t.TempDir(), "--daemon")
 	stopOnCleanup(t, b)
-	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("ProvisionVolume: %v", err)
-	}
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("StartWorkspace: %v", err)
-	}
+	provisionAndStart(ctx, t, b)
 	waitFor(t, b, "ready", func(o controller.Observed) bool { return o.UpstreamReady })
 	daemon := readPIDFile(t, filepath.Join(b.HomeDir(testID), "daemon.pid"))
 	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })

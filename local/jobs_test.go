@@ -131,12 +131,7 @@ func TestJobRefusedWhileWorkspaceRuns(t *testing.T) {
 	ctx := context.Background()
 	b := newTestBackend(t, t.TempDir())
 	stopOnCleanup(t, b)
-	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("ProvisionVolume: %v", err)
-	}
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("StartWorkspace: %v", err)
-	}
+	provisionAndStart(ctx, t, b)
 	waitFor(t, b, "live", func(o controller.Observed) bool { return o.ContainerLive })
 	job := controller.JobSpec{WorkspaceID: testID, OpID: "op", ArchiveKey: archive.Key(testID, "op"), Attempt: 1}
 	if err := b.SubmitArchive(ctx, job); !errors.Is(err, controller.ErrVolumeInUse) {

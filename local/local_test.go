@@ -175,12 +175,7 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 func TestWorkspaceThatExitsIsAFailure(t *testing.T) {
 	ctx := context.Background()
 	b := newTestBackend(t, t.TempDir(), "--exit", "3")
-	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("ProvisionVolume: %v", err)
-	}
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
-		t.Fatalf("StartWorkspace: %v", err)
-	}
+	provisionAndStart(ctx, t, b)
 	o := waitFor(t, b, "failed", func(o controller.Observed) bool { return o.Failure != nil })
 	if o.ContainerLive || o.UpstreamReady {
 		t.Fatalf("exited workspace observed as %+v", o)
@@ -316,5 +311,16 @@ func TestWatchWakesWhenAWorkspaceBecomesReady(t *testing.T) {
 		if snap.Workspaces[testID].UpstreamReady {
 			return
 		}
+	}
+}
+
+// provisionAndStart creates the test workspace's home and starts it.
+func provisionAndStart(ctx context.Context, t *testing.T, b *Backend) {
+	t.Helper()
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
+		t.Fatalf("ProvisionVolume: %v", err)
+	}
+	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
+		t.Fatalf("StartWorkspace: %v", err)
 	}
 }
