@@ -55,6 +55,19 @@ type TickStats struct {
 	Steps int
 	// InFlight counts workspaces with an operation running after the pass.
 	InFlight int
+	// NextAttempt is the earliest time after the pass at which a failed
+	// attempt may be retried; zero when none waits.
+	NextAttempt time.Time
+}
+
+// noteRetry keeps the earliest retry time still ahead of now.
+func (s *TickStats) noteRetry(at *time.Time, now time.Time) {
+	if at == nil || !at.After(now) {
+		return
+	}
+	if s.NextAttempt.IsZero() || at.Before(s.NextAttempt) {
+		s.NextAttempt = *at
+	}
 }
 
 // Active reports whether the next pass should come soon.
@@ -164,7 +177,7 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 		w := *row
 		obs := snap.Workspaces[w.ID]
 		a := Plan(w, obs, c.checkArchive(ctx, w, obs), now, c.cfg)
-		op, err := c.act(ctx, epoch, w, a, &stats)
+		after, err := c.act(ctx, epoch, w, a, &stats)
 		if a.Write || err != nil {
 			// Reread next pass: the trigger changed columns too.
 			delete(c.rows, w.ID)
@@ -178,9 +191,10 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 		case err != nil:
 			c.logger.Warn("workspace pass failed", "workspace_id", w.ID, "error", err)
 		}
-		if op != workspace.OpNone {
+		if after.Operation != workspace.OpNone {
 			stats.InFlight++
 		}
+		stats.noteRetry(after.NextAttemptAt, now)
 	}
 	c.reportOrphans(Orphans(snap, ws), now)
 	return stats, nil
@@ -280,16 +294,16 @@ func (c *WorkspaceController) checkArchive(ctx context.Context, w workspace.Work
 	return ArchiveCheck{Key: key, Meta: meta, Err: err}
 }
 
-// act carries out a plan and returns the operation the workspace is left in.
-func (c *WorkspaceController) act(ctx context.Context, epoch int64, w workspace.Workspace, a Action, stats *TickStats) (workspace.Operation, error) {
+// act carries out a plan and returns the workspace as the pass leaves it.
+func (c *WorkspaceController) act(ctx context.Context, epoch int64, w workspace.Workspace, a Action, stats *TickStats) (workspace.Workspace, error) {
 	if !a.Write && len(a.Steps) == 0 {
-		return w.Operation, nil
+		return w, nil
 	}
 	log := c.logger.With("workspace_id", w.ID)
 	if a.Write && !a.WriteLast {
 		v, err := c.write(ctx, epoch, w, a.Next, stats)
 		if err != nil {
-			return w.Operation, err
+			return w, err
 		}
 		a.Next.Version = v
 		logTransition(log, w, a.Next)
@@ -301,25 +315,25 @@ func (c *WorkspaceController) act(ctx context.Context, epoch int64, w workspace.
 			continue
 		}
 		if errors.Is(err, ErrVolumeInUse) || ctx.Err() != nil {
-			return a.Next.Operation, ctx.Err()
+			return a.Next, ctx.Err()
 		}
 		if !step.submits() {
 			log.Warn("step failed, retrying next pass", "step", step, "error", err)
-			return a.Next.Operation, nil
+			return a.Next, nil
 		}
 		return c.recordFailure(ctx, epoch, log, a.Next, step, err, stats)
 	}
 	if a.Write && a.WriteLast {
 		if _, err := c.write(ctx, epoch, w, a.Next, stats); err != nil {
-			return w.Operation, err
+			return w, err
 		}
 		logTransition(log, w, a.Next)
 	}
-	return a.Next.Operation, nil
+	return a.Next, nil
 }
 
 // recordFailure stores a failed submission as a failed attempt.
-func (c *WorkspaceController) recordFailure(ctx context.Context, epoch int64, log hclog.Logger, w workspace.Workspace, step Step, stepErr error, stats *TickStats) (workspace.Operation, error) {
+func (c *WorkspaceController) recordFailure(ctx context.Context, epoch int64, log hclog.Logger, w workspace.Workspace, step Step, stepErr error, stats *TickStats) (workspace.Workspace, error) {
 	reason, terminal := stepFailureReason(step), false
 	var f *Failure
 	if errors.As(stepErr, &f) {
@@ -331,9 +345,9 @@ func (c *WorkspaceController) recordFailure(ctx context.Context, epoch int64, lo
 	derive(w.Conditions, &next, now)
 	log.Warn("operation attempt failed", "operation", w.Operation, "step", step, "reason", reason, "error_count", next.ErrorCount, "error", stepErr)
 	if _, err := c.write(ctx, epoch, w, next, stats); err != nil {
-		return w.Operation, err
+		return w, err
 	}
-	return workspace.OpNone, nil
+	return next, nil
 }
 
 func stepFailureReason(step Step) string {

@@ -758,3 +758,34 @@ func TestOrphanedVolumeIsReportedNotRemoved(t *testing.T) {
 		t.Errorf("orphaned workspaces after removal = %v", got)
 	}
 }
+
+// A failed submission tells the coordinator when to come back: the pass
+// that records it, and every pass that waits out the backoff, report the
+// row's next_attempt_at.
+func TestFailedStepReportsNextAttempt(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.create("dev")
+	h.backend.fail["ProvisionVolume"] = errors.New("nomad unavailable")
+	stats, err := c.Tick(context.Background(), h.epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := h.row(w.ID)
+	// PostgreSQL keeps microseconds.
+	if row.NextAttemptAt == nil || !stats.NextAttempt.Truncate(time.Microsecond).Equal(*row.NextAttemptAt) {
+		t.Fatalf("pass reported next attempt %v, row holds %v", stats.NextAttempt, row.NextAttemptAt)
+	}
+	waiting, err := c.Tick(context.Background(), h.epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waiting.Active() || !waiting.NextAttempt.Equal(*row.NextAttemptAt) {
+		t.Fatalf("waiting pass: %+v, want inactive with next attempt %v", waiting, row.NextAttemptAt)
+	}
+	h.advance(c.cfg.BackoffMax)
+	h.converge(c)
+	if done, err := c.Tick(context.Background(), h.epoch); err != nil || !done.NextAttempt.IsZero() {
+		t.Fatalf("converged pass still reports a retry: %+v %v", done, err)
+	}
+}

@@ -250,7 +250,7 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // runController ticks the controller: at once, then every active or idle
-// interval, or sooner when woken.
+// interval, at the earliest retry, or sooner when woken.
 func (c *Coordinator) runController(ctx context.Context, epoch int64) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -268,10 +268,20 @@ func (c *Coordinator) runController(ctx context.Context, epoch int64) error {
 		if err != nil && ctx.Err() == nil {
 			c.logger.Warn("controller pass failed", "error", err)
 		}
-		next := c.cfg.IdleInterval
-		if stats.Active() {
-			next = c.cfg.ActiveInterval
-		}
-		timer.Reset(next)
+		timer.Reset(nextPass(stats, c.cfg, time.Now()))
 	}
+}
+
+// nextPass is the pause before the next controller pass: short while work
+// is in flight, long when idle, and never past the earliest retry of a
+// failed attempt, so a transient failure costs its backoff and no more.
+func nextPass(stats TickStats, cfg CoordinatorConfig, now time.Time) time.Duration {
+	next := cfg.IdleInterval
+	if stats.Active() {
+		next = cfg.ActiveInterval
+	}
+	if !stats.NextAttempt.IsZero() {
+		next = min(next, max(stats.NextAttempt.Sub(now), 0))
+	}
+	return next
 }

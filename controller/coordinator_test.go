@@ -330,3 +330,27 @@ func TestLeaderSessionKeepalive(t *testing.T) {
 		}
 	}
 }
+
+func TestNextPass(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	cfg := CoordinatorConfig{IdleInterval: 15 * time.Second, ActiveInterval: time.Second}
+	cases := []struct {
+		name  string
+		stats TickStats
+		want  time.Duration
+	}{
+		{"idle", TickStats{}, 15 * time.Second},
+		{"in flight", TickStats{InFlight: 1}, time.Second},
+		{"retry before the idle interval", TickStats{NextAttempt: now.Add(5 * time.Second)}, 5 * time.Second},
+		{"retry after the idle interval", TickStats{NextAttempt: now.Add(time.Minute)}, 15 * time.Second},
+		{"retry after the active interval", TickStats{Writes: 1, NextAttempt: now.Add(5 * time.Second)}, time.Second},
+		{"retry already due", TickStats{NextAttempt: now.Add(-time.Second)}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextPass(tc.stats, cfg, now); got != tc.want {
+				t.Errorf("nextPass = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
