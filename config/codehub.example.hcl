@@ -162,15 +162,25 @@ workspace {
   # when set, it must include image.
   allowed_images = ["codercom/code-server:4.100.3"]
 
+  # docker driver: replaces the image's ENTRYPOINT; args follow it. The
+  # default image's own ENTRYPOINT adds "--bind-addr 0.0.0.0:8080 ." to
+  # every start, so the default runs its script alone. Set [] to keep the
+  # ENTRYPOINT of another image.
+  entrypoint = ["/usr/bin/entrypoint.sh"]
+
   # exec and raw_exec drivers: the program to run (the local backend runs
-  # its code_server instead).
+  # its code_server instead). The docker driver runs the image instead.
   command = "/usr/bin/code-server"
 
   # Arguments for the program (or the image's entrypoint). Two placeholders
   # are replaced when the workspace starts:
-  #   %PORT%  the port the program must listen on
+  #   %PORT%  the port the program must listen on: under docker's bridge
+  #           networking, port below; otherwise the port Nomad assigns
   #   %HOME%  the workspace's home directory
   # They use percent signs because HCL itself interpolates ${...} and %{...}.
+  # With upstream_auth = "code-server", --ignore-last-opened is added unless
+  # present: code-server would otherwise reopen the folder it showed last,
+  # and a restore can move a home (raw_exec homes are the volume's path).
   args = [
     "--bind-addr", "0.0.0.0:%PORT%",
     "--auth", "password",
@@ -191,7 +201,10 @@ workspace {
   #                  can reach.
   upstream_auth = "code-server"
 
-  # Port code-server listens on inside the workspace (docker driver).
+  # Port code-server listens on inside its container under docker's bridge
+  # networking. With network_mode = "host" it is not used: the program
+  # listens on the port Nomad assigns (%PORT%), so workspaces never collide
+  # on a node.
   port = 8080
 
   # User and group the workspace runs as; the home volume is owned by them.

@@ -156,6 +156,9 @@ type Workspace struct {
 	Image string `hcl:"image,optional"`
 	// AllowedImages lists the images a user may pick; empty allows Image only.
 	AllowedImages []string `hcl:"allowed_images,optional"`
+	// Entrypoint replaces the image's ENTRYPOINT under the docker driver;
+	// empty keeps the image's own. Args follow it.
+	Entrypoint []string `hcl:"entrypoint,optional"`
 	// Command is the program exec and raw_exec run.
 	Command string `hcl:"command,optional"`
 	// Args are the program's arguments, with PlaceholderPort and

@@ -209,3 +209,28 @@ func TestEveryDurationIsResolved(t *testing.T) {
 		t.Errorf("resolved durations %q\nwant %q", got, want)
 	}
 }
+
+func TestProgramArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		w    Workspace
+		want []string
+	}{
+		{"code-server gets the flag", Workspace{UpstreamAuth: UpstreamAuthCodeServer, Args: []string{"--auth", "password", "%HOME%"}},
+			[]string{"--auth", "password", "%HOME%", "--ignore-last-opened"}},
+		{"flag already there", Workspace{UpstreamAuth: UpstreamAuthCodeServer, Args: []string{"--ignore-last-opened", "%HOME%"}},
+			[]string{"--ignore-last-opened", "%HOME%"}},
+		{"another program", Workspace{UpstreamAuth: UpstreamAuthNone, Args: []string{"-listen", "%PORT%"}},
+			[]string{"-listen", "%PORT%"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := slices.Clone(tc.w.Args)
+			if got := tc.w.ProgramArgs(); !slices.Equal(got, tc.want) {
+				t.Errorf("ProgramArgs = %q, want %q", got, tc.want)
+			}
+			if !slices.Equal(tc.w.Args, before) {
+				t.Errorf("ProgramArgs changed Args to %q", tc.w.Args)
+			}
+		})
+	}
+}

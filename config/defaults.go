@@ -93,8 +93,11 @@ func defaultConsul() *Consul {
 
 func defaultWorkspace() *Workspace {
 	return &Workspace{
-		Image:   defaultWorkspaceImage,
-		Command: "/usr/bin/code-server",
+		Image: defaultWorkspaceImage,
+		// The default image's ENTRYPOINT carries arguments of its own
+		// ("--bind-addr 0.0.0.0:8080 ."); its script alone takes ours.
+		Entrypoint: []string{"/usr/bin/entrypoint.sh"},
+		Command:    "/usr/bin/code-server",
 		Args: []string{
 			"--bind-addr", "0.0.0.0:" + PlaceholderPort,
 			"--auth", "password",
@@ -162,6 +165,19 @@ func (w *Workspace) ExpandArgs(port int, home string) []string {
 		out[i] = r.Replace(a)
 	}
 	return out
+}
+
+// ProgramArgs are the arguments the workspace program runs with: Args, and
+// for code-server (upstream_auth "code-server") --ignore-last-opened unless
+// Args have it. code-server otherwise reopens the folder it last showed,
+// which a restore may have moved: raw_exec homes are the volume's host path,
+// and a restore makes a new volume.
+func (w *Workspace) ProgramArgs() []string {
+	const ignoreLastOpened = "--ignore-last-opened"
+	if w.UpstreamAuth != UpstreamAuthCodeServer || slices.Contains(w.Args, ignoreLastOpened) {
+		return w.Args
+	}
+	return append(slices.Clip(w.Args), ignoreLastOpened)
 }
 
 // ImageAllowed reports whether a user may run image: the default image

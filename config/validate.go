@@ -310,6 +310,9 @@ func (c *Config) checkNomad(ch *checker, n *NomadBackend) {
 		if c.Workspace.Image == "" {
 			ch.add("workspace.image", "must be set for the docker driver")
 		}
+		if slices.Contains(c.Workspace.Entrypoint, "") {
+			ch.add("workspace.entrypoint", "must not contain an empty element; [] keeps the image's ENTRYPOINT")
+		}
 	case DriverExec, DriverRawExec:
 		if n.NetworkMode != "" {
 			ch.add("backend.nomad.network_mode", "applies only to the docker driver")

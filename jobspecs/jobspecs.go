@@ -132,13 +132,17 @@ type Values struct {
 	// docker and exec, the volume's host path for raw_exec.
 	HomeDir string
 
-	// Workspace program.
-	Image   string
-	Command string
-	Args    []string
+	// Workspace program. Command runs under exec and raw_exec; under
+	// docker the image runs, its ENTRYPOINT replaced by Entrypoint when set.
+	// Args follow either.
+	Image      string
+	Entrypoint []string
+	Command    string
+	Args       []string
 	// Port is the port the program listens on inside its own network
 	// namespace (docker bridge); 0 means it listens on the Nomad-assigned
-	// port given through the port placeholder.
+	// port given through the port placeholder (host networking, exec,
+	// raw_exec).
 	Port int
 	// NetworkMode is the docker network mode; empty is docker's default.
 	NetworkMode   string

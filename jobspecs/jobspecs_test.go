@@ -40,6 +40,7 @@ func baseValues(kind Kind, driver string) Values {
 	switch driver {
 	case "docker":
 		v.Image = "codercom/code-server:4.100.3"
+		v.Entrypoint = []string{"/usr/bin/entrypoint.sh"}
 		v.Args = []string{"--bind-addr", "0.0.0.0:8080", "--auth", "none", "%HOME%"}
 		v.JobImage = "ghcr.io/codehub-io/codehub:1.0.0"
 	default:
@@ -81,10 +82,12 @@ func TestRenderGolden(t *testing.T) {
 		{"workspace-raw_exec-token", KindWorkspace, "raw_exec", func(v *Values) {
 			v.TokenVariablePath = "nomad/jobs/" + v.JobID
 		}},
+		// What the nomad backend renders from network_mode = "host": no
+		// container port (nomad's TestRenderDockerPortFromConfig).
 		{"workspace-docker-host-network", KindWorkspace, "docker", func(v *Values) {
 			v.NetworkMode = "host"
 			v.Port = 0
-			v.Args = []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"}
+			v.Args = []string{"--bind-addr", "0.0.0.0:%PORT%", "--auth", "password", "%HOME%"}
 		}},
 		{"archive-docker", KindArchive, "docker", nil},
 		{"archive-raw_exec", KindArchive, "raw_exec", nil},

@@ -396,9 +396,10 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	v := b.commonValues(spec.WorkspaceID, jobID(spec.WorkspaceID), home)
 	v.OwnerID = spec.OwnerID
 	v.Image = image
+	v.Entrypoint = w.Entrypoint
 	v.Command = w.Command
 	v.Args = w.Args
-	v.Port = w.Port
+	v.Port = containerPort(w)
 	v.NetworkMode = w.NetworkMode
 	v.UID, v.GID = w.UID, w.GID
 	v.CPU, v.Memory = w.CPU, w.Memory
@@ -409,6 +410,17 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 		v.TokenVariablePath = variablePath(jobID(spec.WorkspaceID))
 	}
 	return b.renderer.Render(jobspecs.KindWorkspace, v)
+}
+
+// containerPort is the port a docker workspace's program listens on in its
+// own network namespace. Under host networking it has none: docker ignores
+// port mappings there, but Nomad would still set NOMAD_PORT_http to a
+// mapping's target while the service and its check use the host port.
+func containerPort(w WorkspaceOptions) int {
+	if w.NetworkMode == "host" {
+		return 0
+	}
+	return w.Port
 }
 
 // RenderBatch returns the HCL of an archive or restore job attempt.

@@ -39,14 +39,15 @@ func OptionsFromConfig(cfg *config.Config, artifactChecksum string) (Options, er
 		JobImage:        n.JobImage,
 		CodehubPath:     n.CodehubPath,
 		Workspace: WorkspaceOptions{
-			Image:   w.Image,
-			Command: w.Command,
-			Args:    w.Args,
-			Port:    w.Port,
-			UID:     w.UID,
-			GID:     w.GID,
-			CPU:     w.CPU,
-			Memory:  w.Memory,
+			Image:      w.Image,
+			Entrypoint: w.Entrypoint,
+			Command:    w.Command,
+			Args:       w.ProgramArgs(),
+			Port:       w.Port,
+			UID:        w.UID,
+			GID:        w.GID,
+			CPU:        w.CPU,
+			Memory:     w.Memory,
 
 			UpstreamAuth: w.UpstreamAuth == config.UpstreamAuthCodeServer,
 

@@ -79,12 +79,16 @@ type Options struct {
 type WorkspaceOptions struct {
 	// Image is the default image (docker), used when a workspace has none.
 	Image string
-	// Command and Args run the program (exec/raw_exec, or override the
-	// image's command); the port and home placeholders are filled in at render time.
+	// Entrypoint replaces the image's ENTRYPOINT (docker); empty keeps it.
+	Entrypoint []string
+	// Command runs the program under exec and raw_exec. Args follow the
+	// command, or the docker entrypoint; the port and home placeholders are
+	// filled in at render time.
 	Command string
 	Args    []string
-	// Port the program listens on inside its container (docker bridge
-	// networking); 0 means it listens on the Nomad-assigned {port}.
+	// Port the program listens on inside its container under docker's
+	// bridge networking. Host networking ignores it: the program listens on
+	// the Nomad-assigned port given by the port placeholder.
 	Port int
 	// NetworkMode is the docker network mode of workspace and batch jobs
 	// ("host" where the engine has no bridge); empty leaves docker's default.
