@@ -17,6 +17,7 @@ import (
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -70,10 +71,10 @@ func (d *deniedRecorder) requests() []string {
 
 // tokenClient is a client of a's HTTP API sending secretID (none when
 // empty) and recording refusals.
-func tokenClient(t *testing.T, a *testAgent, secretID string) (*api.Client, *deniedRecorder) {
+func tokenClient(t *testing.T, a *nomadtest.Agent, secretID string) (*api.Client, *deniedRecorder) {
 	t.Helper()
 	rec := &deniedRecorder{next: http.DefaultTransport}
-	c, err := api.NewClient(&api.Config{Address: a.addr, SecretID: secretID, HttpClient: &http.Client{Transport: rec}})
+	c, err := api.NewClient(&api.Config{Address: a.Addr, SecretID: secretID, HttpClient: &http.Client{Transport: rec}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,17 +83,17 @@ func tokenClient(t *testing.T, a *testAgent, secretID string) (*api.Client, *den
 
 // clientAgent is a with its API client replaced, so e2eBackend builds a
 // backend that talks to the same agent with other credentials.
-func clientAgent(a *testAgent, c *api.Client) *testAgent {
-	return &testAgent{addr: a.addr, hostVolumesDir: a.hostVolumesDir, client: c}
+func clientAgent(a *nomadtest.Agent, c *api.Client) *nomadtest.Agent {
+	return &nomadtest.Agent{Addr: a.Addr, HostVolumesDir: a.HostVolumesDir, Client: c}
 }
 
 // streamWatch runs Watch over client until the test ends. It returns a
 // channel of (coalesced) wakes and what Watch logged, which is only ever
 // the end of a stream: a refused stream ends in-band after a 200 and then
 // wakes like any reconnect, so a wake only counts while nothing is logged.
-func streamWatch(t *testing.T, client *api.Client) (<-chan struct{}, *lockedBuffer) {
+func streamWatch(t *testing.T, client *api.Client) (<-chan struct{}, *nomadtest.LockedBuffer) {
 	t.Helper()
-	logged := &lockedBuffer{}
+	logged := &nomadtest.LockedBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "watch", Level: hclog.Debug, Output: logged})
 	b := New(logger, client, Options{Namespace: "default"}, nil)
 	wakes := make(chan struct{}, 1)
@@ -115,7 +116,7 @@ func streamWatch(t *testing.T, client *api.Client) (<-chan struct{}, *lockedBuff
 }
 
 // awaitEvent waits for a wake that an event caused, not a reconnect.
-func awaitEvent(t *testing.T, wakes <-chan struct{}, ended *lockedBuffer, after string) {
+func awaitEvent(t *testing.T, wakes <-chan struct{}, ended *nomadtest.LockedBuffer, after string) {
 	t.Helper()
 	select {
 	case <-wakes:
@@ -131,14 +132,14 @@ func awaitEvent(t *testing.T, wakes <-chan struct{}, ended *lockedBuffer, after 
 // enforces ACLs, with a token holding nothing but the policy documented in
 // docs/nomad.md; an anonymous client must be refused at the first step.
 func TestE2EACLPolicy(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	rules := documentedPolicy(t)
 	s3 := testenv.NewS3(t)
 	bins := t.TempDir()
-	buildProgram(t, bins, "./testdata/wsserver", "wsserver")
-	buildProgram(t, bins, "../cmd/codehub", "codehub")
-	a := startAgent(t, "acl {\n  enabled = true\n}\n")
-	if a.managementToken == "" {
+	nomadtest.BuildProgram(t, bins, "./testdata/wsserver", "wsserver")
+	nomadtest.BuildProgram(t, bins, "../cmd/codehub", "codehub")
+	a := nomadtest.Start(t, "acl {\n  enabled = true\n}\n")
+	if a.ManagementToken == "" {
 		t.Fatal("the agent started without enforcing ACLs")
 	}
 	ctx := t.Context()
@@ -159,10 +160,10 @@ func TestE2EACLPolicy(t *testing.T) {
 	}
 	t.Logf("anonymous client refused: %v", anonymousDenied.requests())
 
-	if _, err := a.client.ACLPolicies().Upsert(&api.ACLPolicy{Name: "codehub", Rules: rules}, nil); err != nil {
+	if _, err := a.Client.ACLPolicies().Upsert(&api.ACLPolicy{Name: "codehub", Rules: rules}, nil); err != nil {
 		t.Fatalf("apply the documented policy: %v", err)
 	}
-	token, _, err := a.client.ACLTokens().Create(&api.ACLToken{Name: "codehub", Type: "client", Policies: []string{"codehub"}}, nil)
+	token, _, err := a.Client.ACLTokens().Create(&api.ACLToken{Name: "codehub", Type: "client", Policies: []string{"codehub"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,13 +241,13 @@ func TestE2EACLPolicy(t *testing.T) {
 	}
 
 	tokenVar := variablePath(jobID(wsID))
-	if v, _, err := a.client.Variables().Read(tokenVar, nil); err != nil || v.Items["token"] != upstreamToken(wsID) {
+	if v, _, err := a.Client.Variables().Read(tokenVar, nil); err != nil || v.Items["token"] != upstreamToken(wsID) {
 		t.Fatalf("read %s before purge: %v, %v", tokenVar, v, err)
 	}
 	if err := b.PurgeJob(ctx, wsID, controller.JobWorkspace); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.client.Variables().Read(tokenVar, nil); !errors.Is(err, api.ErrVariablePathNotFound) {
+	if _, _, err := a.Client.Variables().Read(tokenVar, nil); !errors.Is(err, api.ErrVariablePathNotFound) {
 		t.Fatalf("read %s after purge: %v, want not found", tokenVar, err)
 	}
 	deleteVolume(t, b, wsID)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/jobspecs"
 )
@@ -46,7 +47,7 @@ func serveBinary(t *testing.T, path string) (url, checksum string) {
 
 // artifactBackend builds a raw_exec backend whose batch jobs fetch codehub
 // with an artifact block instead of a path on the node.
-func artifactBackend(t *testing.T, a *testAgent, s3 testenv.S3, url, checksum string) *Backend {
+func artifactBackend(t *testing.T, a *nomadtest.Agent, s3 testenv.S3, url, checksum string) *Backend {
 	t.Helper()
 	r, err := jobspecs.NewRenderer("")
 	if err != nil {
@@ -63,7 +64,7 @@ func artifactBackend(t *testing.T, a *testAgent, s3 testenv.S3, url, checksum st
 		},
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "nomad-artifact-e2e", Level: hclog.Debug, Output: io.Discard})
-	return New(logger, a.client, opts, r)
+	return New(logger, a.Client, opts, r)
 }
 
 // provisionReady provisions the home volume of wsID and returns its path.
@@ -88,10 +89,10 @@ func finished(j *controller.JobResult) bool {
 // restore jobs fetch codehub from the control plane's URL, verified by
 // checksum, and move a home through S3 byte for byte.
 func TestE2EArtifactDownload(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	s3 := testenv.NewS3(t)
-	url, checksum := serveBinary(t, buildProgram(t, t.TempDir(), "../cmd/codehub", "codehub"))
-	a := startAgent(t, "")
+	url, checksum := serveBinary(t, nomadtest.BuildProgram(t, t.TempDir(), "../cmd/codehub", "codehub"))
+	a := nomadtest.Start(t, "")
 	b := artifactBackend(t, a, s3, url, checksum)
 	ctx := t.Context()
 	const src, dst = "01jb3x7k9q2m5n8p4r6s0tart1", "01jb3x7k9q2m5n8p4r6s0tart2"
@@ -147,11 +148,11 @@ func TestE2EArtifactDownload(t *testing.T) {
 // TestE2EArtifactChecksumMismatch: a binary that does not match the
 // configured checksum is never run; the job fails and Observe says why.
 func TestE2EArtifactChecksumMismatch(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	s3 := testenv.NewS3(t)
-	url, _ := serveBinary(t, buildProgram(t, t.TempDir(), "../cmd/codehub", "codehub"))
+	url, _ := serveBinary(t, nomadtest.BuildProgram(t, t.TempDir(), "../cmd/codehub", "codehub"))
 	wrong := sha256.Sum256([]byte("not the codehub binary"))
-	a := startAgent(t, "")
+	a := nomadtest.Start(t, "")
 	b := artifactBackend(t, a, s3, url, "sha256:"+hex.EncodeToString(wrong[:]))
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0tart3"
@@ -190,9 +191,9 @@ func TestE2EArtifactChecksumMismatch(t *testing.T) {
 }
 
 // onlyAlloc is the single allocation of a batch job, with its task states.
-func onlyAlloc(t *testing.T, a *testAgent, jobID string) *api.AllocationListStub {
+func onlyAlloc(t *testing.T, a *nomadtest.Agent, jobID string) *api.AllocationListStub {
 	t.Helper()
-	allocs, _, err := a.client.Jobs().Allocations(jobID, false, nil)
+	allocs, _, err := a.Client.Jobs().Allocations(jobID, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

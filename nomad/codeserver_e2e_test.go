@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -26,12 +27,12 @@ const envCodeServer = "CODEHUB_TEST_CODE_SERVER"
 // requests carrying that token as the session cookie reach the workbench,
 // and the token never appears in the job's source.
 func TestE2ECodeServerUpstreamAuth(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	codeServer := os.Getenv(envCodeServer)
 	if codeServer == "" {
 		t.Skipf("real code-server not available: set %s (scripts/install-code-server.sh installs it)", envCodeServer)
 	}
-	a := startAgent(t, "")
+	a := nomadtest.Start(t, "")
 	token := "tok-" + rand.Text()
 	// Neither archive nor restore runs here: no codehub binary, no S3.
 	b := e2eBackend(t, a, t.TempDir(), testenv.S3{}, func(o *Options) {
@@ -64,9 +65,9 @@ func TestE2ECodeServerUpstreamAuth(t *testing.T) {
 		return o.UpstreamReady || o.Failure != nil
 	})
 	if o.Failure != nil {
-		t.Fatalf("code-server failed: %+v\n%s", o.Failure, taskLogs(t, a.client, jobID(wsID)))
+		t.Fatalf("code-server failed: %+v\n%s", o.Failure, taskLogs(t, a.Client, jobID(wsID)))
 	}
-	addr, err := NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{Namespace: "default"}).Resolve(ctx, wsID)
+	addr, err := NewServiceResolver(hclog.NewNullLogger(), a.Client, ResolverOptions{Namespace: "default"}).Resolve(ctx, wsID)
 	if err != nil {
 		t.Fatal(err)
 	}

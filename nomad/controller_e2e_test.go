@@ -17,6 +17,7 @@ import (
 
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -71,7 +72,7 @@ func TestE2EControllerLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.tickUntil(w.ID, "RUNNING after restore", settled(workspace.PhaseRunning))
-	addr, err := NewServiceResolver(hclog.NewNullLogger(), h.agent.client, ResolverOptions{Namespace: "default"}).Resolve(ctx, w.ID)
+	addr, err := NewServiceResolver(hclog.NewNullLogger(), h.agent.Client, ResolverOptions{Namespace: "default"}).Resolve(ctx, w.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ type controllerHarness struct {
 	tb      testing.TB
 	pool    *pgxpool.Pool
 	s3      testenv.S3
-	agent   *testAgent
+	agent   *nomadtest.Agent
 	backend *Backend
 	ctl     *controller.WorkspaceController
 	svc     *workspace.Service
@@ -124,7 +125,7 @@ type controllerHarness struct {
 // binary for archive and restore jobs.
 func newControllerHarness(tb testing.TB, withCodehub bool) *controllerHarness {
 	tb.Helper()
-	nomadBinary(tb)
+	nomadtest.Binary(tb)
 	ctx := tb.Context()
 	h := &controllerHarness{tb: tb, s3: testenv.NewS3(tb)}
 	pool, err := store.Open(ctx, testenv.PostgresURL(tb))
@@ -138,11 +139,11 @@ func newControllerHarness(tb testing.TB, withCodehub bool) *controllerHarness {
 		tb.Fatal(err)
 	}
 	bins := tb.TempDir()
-	buildProgram(tb, bins, "./testdata/wsserver", "wsserver")
+	nomadtest.BuildProgram(tb, bins, "./testdata/wsserver", "wsserver")
 	if withCodehub {
-		buildProgram(tb, bins, "../cmd/codehub", "codehub")
+		nomadtest.BuildProgram(tb, bins, "../cmd/codehub", "codehub")
 	}
-	h.agent = startAgent(tb, "")
+	h.agent = nomadtest.Start(tb, "")
 	h.backend = e2eBackend(tb, h.agent, bins, h.s3)
 
 	h.owner = workspace.NewID()
@@ -165,7 +166,7 @@ func (h *controllerHarness) tickUntil(id, what string, cond func(workspace.Works
 	h.tb.Helper()
 	ctx := h.tb.Context()
 	var w workspace.Workspace
-	eventually(h.tb, 3*time.Minute, what, func() bool {
+	nomadtest.Eventually(h.tb, 3*time.Minute, what, func() bool {
 		if _, err := h.ctl.Tick(ctx, h.epoch); err != nil {
 			h.tb.Fatalf("tick: %v", err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/jobspecs"
 )
@@ -32,13 +33,13 @@ const (
 // the upstream token it read from its Nomad Variable. Then the archive job
 // (home mounted read-only) and the restore job run from the job image.
 func TestE2EDockerWorkspace(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	endpoint, image, jobImage := os.Getenv(envDockerEndpoint), os.Getenv(envDockerImage), os.Getenv(envDockerJobImage)
 	if endpoint == "" || image == "" || jobImage == "" {
 		t.Skipf("%s, %s and %s not set: no Docker engine for the docker driver check", envDockerEndpoint, envDockerImage, envDockerJobImage)
 	}
 	s3 := testenv.NewS3(t)
-	a := startAgent(t, fmt.Sprintf(`
+	a := nomadtest.Start(t, fmt.Sprintf(`
 plugin "docker" {
   config {
     endpoint = %q
@@ -50,7 +51,7 @@ plugin "docker" {
 		t.Fatal(err)
 	}
 	upstreamToken := func(id string) string { return "tok-" + id }
-	b := New(hclog.NewNullLogger(), a.client, Options{
+	b := New(hclog.NewNullLogger(), a.Client, Options{
 		Driver:        DriverDocker,
 		JobImage:      jobImage,
 		UpstreamToken: upstreamToken,
@@ -86,7 +87,7 @@ plugin "docker" {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "upstream ready", func(o controller.Observed) bool { return o.UpstreamReady })
-	addr, err := NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{}).Resolve(ctx, wsID)
+	addr, err := NewServiceResolver(hclog.NewNullLogger(), a.Client, ResolverOptions{}).Resolve(ctx, wsID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/workspace"
@@ -28,7 +29,7 @@ import (
 // e2eBackend builds a backend over a real agent running the test workspace
 // program under raw_exec, and codehub itself for archive/restore jobs; edits
 // adjust the options before the backend is built.
-func e2eBackend(t testing.TB, a *testAgent, bins string, s3 testenv.S3, edits ...func(*Options)) *Backend {
+func e2eBackend(t testing.TB, a *nomadtest.Agent, bins string, s3 testenv.S3, edits ...func(*Options)) *Backend {
 	t.Helper()
 	r, err := jobspecs.NewRenderer("")
 	if err != nil {
@@ -54,14 +55,14 @@ func e2eBackend(t testing.TB, a *testAgent, bins string, s3 testenv.S3, edits ..
 		edit(&opts)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "nomad-e2e", Level: hclog.Debug, Output: io.Discard})
-	return New(logger, a.client, opts, r)
+	return New(logger, a.Client, opts, r)
 }
 
 // observeUntil polls Observe until cond holds for the workspace.
 func observeUntil(t *testing.T, b *Backend, wsID, what string, cond func(controller.Observed) bool) controller.Observed {
 	t.Helper()
 	var last controller.Observed
-	eventually(t, 90*time.Second, what, func() bool {
+	nomadtest.Eventually(t, 90*time.Second, what, func() bool {
 		snap, err := b.Observe(t.Context())
 		if err != nil {
 			t.Logf("observe: %v", err)
@@ -74,12 +75,12 @@ func observeUntil(t *testing.T, b *Backend, wsID, what string, cond func(control
 }
 
 func TestE2EBackendLifecycle(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	s3 := testenv.NewS3(t)
 	bins := t.TempDir()
-	buildProgram(t, bins, "./testdata/wsserver", "wsserver")
-	buildProgram(t, bins, "../cmd/codehub", "codehub")
-	a := startAgent(t, "")
+	nomadtest.BuildProgram(t, bins, "./testdata/wsserver", "wsserver")
+	nomadtest.BuildProgram(t, bins, "../cmd/codehub", "codehub")
+	a := nomadtest.Start(t, "")
 	upstreamToken := func(id string) string { return "tok-" + id }
 	b := e2eBackend(t, a, bins, s3, func(o *Options) {
 		o.Workspace.UpstreamAuth = true
@@ -98,8 +99,8 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(home, a.hostVolumesDir) {
-		t.Fatalf("home %q is not under the agent's host volumes dir %q", home, a.hostVolumesDir)
+	if !strings.HasPrefix(home, a.HostVolumesDir) {
+		t.Fatalf("home %q is not under the agent's host volumes dir %q", home, a.HostVolumesDir)
 	}
 
 	// STARTING: the service registers before the program listens; ready
@@ -109,7 +110,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "upstream ready", func(o controller.Observed) bool { return o.UpstreamReady })
-	resolver := NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{Namespace: "default"})
+	resolver := NewServiceResolver(hclog.NewNullLogger(), a.Client, ResolverOptions{Namespace: "default"})
 	addr, err := resolver.Resolve(ctx, wsID)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +153,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	observeUntil(t, b, wsID, "container gone", func(o controller.Observed) bool { return !o.ContainerLive })
 	if _, err := resolver.Resolve(ctx, wsID); err == nil {
 		// The resolver's cache may hold the address briefly; a fresh one must not.
-		fresh := NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{Namespace: "default"})
+		fresh := NewServiceResolver(hclog.NewNullLogger(), a.Client, ResolverOptions{Namespace: "default"})
 		if _, err := fresh.Resolve(ctx, wsID); !errors.Is(err, controller.ErrNoUpstream) {
 			t.Fatalf("stopped workspace still resolves: %v", err)
 		}
@@ -221,7 +222,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "upstream ready again", func(o controller.Observed) bool { return o.UpstreamReady })
-	addr, err = NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{Namespace: "default"}).Resolve(ctx, wsID)
+	addr, err = NewServiceResolver(hclog.NewNullLogger(), a.Client, ResolverOptions{Namespace: "default"}).Resolve(ctx, wsID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	}
 	observeUntil(t, b, wsID, "container gone before delete", func(o controller.Observed) bool { return !o.ContainerLive })
 	tokenVar := variablePath(jobID(wsID))
-	v, _, err := a.client.Variables().Read(tokenVar, b.query(ctx))
+	v, _, err := a.Client.Variables().Read(tokenVar, b.query(ctx))
 	if err != nil {
 		t.Fatalf("read %s before purge: %v", tokenVar, err)
 	}
@@ -245,7 +246,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	if err := b.PurgeJob(ctx, wsID, controller.JobWorkspace); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.client.Variables().Read(tokenVar, b.query(ctx)); !errors.Is(err, api.ErrVariablePathNotFound) {
+	if _, _, err := a.Client.Variables().Read(tokenVar, b.query(ctx)); !errors.Is(err, api.ErrVariablePathNotFound) {
 		t.Fatalf("read %s after purge: %v, want not found", tokenVar, err)
 	}
 	deleteVolume(t, b, wsID)
@@ -267,7 +268,7 @@ func assertGone(t *testing.T, b *Backend, wsID string) {
 // deleteVolume retries while Nomad still counts a claim.
 func deleteVolume(t *testing.T, b *Backend, wsID string) {
 	t.Helper()
-	eventually(t, 60*time.Second, "volume delete accepted", func() bool {
+	nomadtest.Eventually(t, 60*time.Second, "volume delete accepted", func() bool {
 		err := b.DeleteVolume(t.Context(), wsID)
 		if errors.Is(err, controller.ErrVolumeInUse) {
 			return false
@@ -341,8 +342,8 @@ func submittedSource(t *testing.T, b *Backend, id string) string {
 // TestE2EUnschedulable: a workspace whose driver no node has is reported
 // as unschedulable, naming the constraint, from Nomad's own evaluation.
 func TestE2EUnschedulable(t *testing.T) {
-	nomadBinary(t)
-	a := startAgent(t, "")
+	nomadtest.Binary(t)
+	a := nomadtest.Start(t, "")
 	r, err := jobspecs.NewRenderer("")
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +352,7 @@ func TestE2EUnschedulable(t *testing.T) {
 		Driver:    DriverDocker,
 		Workspace: WorkspaceOptions{Image: "example.invalid/none:1", Port: 8080, UID: 1000, GID: 1000, CPU: 100, Memory: 64},
 	}
-	b := New(hclog.NewNullLogger(), a.client, opts, r)
+	b := New(hclog.NewNullLogger(), a.Client, opts, r)
 	const wsID = "01jb3x7k9q2m5n8p4r6s0t1zzz"
 	if err := b.ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: wsID, UID: 1000, GID: 1000}); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -44,9 +45,9 @@ func execChrootConfig(bins string) string {
 // skipWithoutExec skips unless the agent's node has a healthy exec driver.
 // The node registers only after every driver's first fingerprint, so what
 // it reports now is the driver's verdict, not a race.
-func skipWithoutExec(t *testing.T, a *testAgent) {
+func skipWithoutExec(t *testing.T, a *nomadtest.Agent) {
 	t.Helper()
-	nodes, _, err := a.client.Nodes().List(nil)
+	nodes, _, err := a.Client.Nodes().List(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +95,9 @@ func execUser(t *testing.T) (uid, gid int) {
 
 // logTaskEvents logs what Nomad reported for the tasks of job id, so a
 // failed step shows the driver's own words.
-func logTaskEvents(t *testing.T, a *testAgent, id string) {
+func logTaskEvents(t *testing.T, a *nomadtest.Agent, id string) {
 	t.Helper()
-	allocs, _, err := a.client.Jobs().Allocations(id, true, nil)
+	allocs, _, err := a.Client.Jobs().Allocations(id, true, nil)
 	if err != nil {
 		t.Logf("allocations of %s: %v", id, err)
 		return
@@ -115,14 +116,14 @@ func logTaskEvents(t *testing.T, a *testAgent, id string) {
 // the archive job fetching codehub as an artifact, the restore job running
 // codehub from a path inside the chroot.
 func TestE2EExecWorkspace(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	bins := t.TempDir()
 	// The chroot copies directories with their modes; t.TempDir's 0700
 	// would hide the programs from nobody.
 	if err := os.Chmod(bins, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := startAgent(t, execChrootConfig(bins))
+	a := nomadtest.Start(t, execChrootConfig(bins))
 	skipWithoutExec(t, a)
 	uid, gid := execUser(t)
 	s3 := testenv.NewS3(t)
@@ -293,13 +294,13 @@ func writeOwned(t *testing.T, name string, content []byte, uid, gid int) {
 
 // startExecWorkspace starts the workspace, waits until its check passes
 // and returns the address its service resolves to.
-func startExecWorkspace(t *testing.T, a *testAgent, b *Backend, spec controller.WorkspaceSpec) string {
+func startExecWorkspace(t *testing.T, a *nomadtest.Agent, b *Backend, spec controller.WorkspaceSpec) string {
 	t.Helper()
 	if err := b.StartWorkspace(t.Context(), spec); err != nil {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, spec.WorkspaceID, "upstream ready", func(o controller.Observed) bool { return o.UpstreamReady })
-	addr, err := NewServiceResolver(hclog.NewNullLogger(), a.client, ResolverOptions{Namespace: "default"}).Resolve(t.Context(), spec.WorkspaceID)
+	addr, err := NewServiceResolver(hclog.NewNullLogger(), a.Client, ResolverOptions{Namespace: "default"}).Resolve(t.Context(), spec.WorkspaceID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -14,9 +15,9 @@ import (
 // failed, the job is dead but not stopped) runs again when the controller
 // retries the start with the same spec.
 func TestE2ERetryAfterCrash(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	bins := t.TempDir()
-	server := buildProgram(t, bins, "./testdata/wsserver", "wsserver")
+	server := nomadtest.BuildProgram(t, bins, "./testdata/wsserver", "wsserver")
 	// Fails its first two runs (the allocation's run and its one restart),
 	// then serves: a crash that a fresh allocation gets past.
 	flaky := filepath.Join(bins, "flaky")
@@ -27,7 +28,7 @@ func TestE2ERetryAfterCrash(t *testing.T) {
 	if err := os.WriteFile(flaky, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := startAgent(t, "")
+	a := nomadtest.Start(t, "")
 	b := e2eBackend(t, a, bins, testenv.S3{}, func(o *Options) { o.Workspace.Command = flaky })
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0t1crh"

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -12,8 +13,8 @@ import (
 // node of the configured datacenters, where its workspace job may run; the
 // dev agent's node is in dc1.
 func TestE2EVolumeFollowsDatacenters(t *testing.T) {
-	nomadBinary(t)
-	a := startAgent(t, "")
+	nomadtest.Binary(t)
+	a := nomadtest.Start(t, "")
 	spec := func(wsID string) controller.VolumeSpec {
 		return controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}
 	}

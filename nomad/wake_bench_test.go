@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -15,11 +16,11 @@ import (
 // Observe reports its upstream passing its check. Observe is polled every
 // 100 ms, as the controller's active interval would at best.
 func BenchmarkWakeToReady(b *testing.B) {
-	nomadBinary(b)
+	nomadtest.Binary(b)
 	s3 := testenv.S3{Bucket: "unused"}
 	bins := b.TempDir()
-	buildProgram(b, bins, "./testdata/wsserver", "wsserver")
-	a := startAgent(b, "")
+	nomadtest.BuildProgram(b, bins, "./testdata/wsserver", "wsserver")
+	a := nomadtest.Start(b, "")
 	backend := e2eBackend(b, a, bins, s3)
 	ctx := b.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0twake"

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -18,10 +19,10 @@ import (
 // the controller, a job that is not codehub's does not, even while its
 // events flow, and stopping the workspace wakes it again.
 func TestE2EWatch(t *testing.T) {
-	nomadBinary(t)
+	nomadtest.Binary(t)
 	bins := t.TempDir()
-	buildProgram(t, bins, "./testdata/wsserver", "wsserver")
-	a := startAgent(t, "")
+	nomadtest.BuildProgram(t, bins, "./testdata/wsserver", "wsserver")
+	a := nomadtest.Start(t, "")
 	// No archive or restore job runs here, so no S3 server is needed.
 	b := e2eBackend(t, a, bins, testenv.S3{})
 	ctx := t.Context()
@@ -40,7 +41,7 @@ func TestE2EWatch(t *testing.T) {
 	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: wsID}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "a wake after registering the workspace job", func() bool { return wakes.Load() > before })
+	nomadtest.Eventually(t, 30*time.Second, "a wake after registering the workspace job", func() bool { return wakes.Load() > before })
 	observeUntil(t, b, wsID, "upstream ready", func(o controller.Observed) bool { return o.UpstreamReady })
 	before = settledWakes(t, &wakes)
 	t.Logf("%d wake(s) up to the running workspace", before)
@@ -48,9 +49,9 @@ func TestE2EWatch(t *testing.T) {
 	// (b) Another job's events flow, seen by a subscription of our own,
 	// without waking the controller.
 	const otherID = "other-watch-e2e"
-	seen := subscribeJob(t, a.client, otherID)
-	registerSleeper(t, a.client, otherID)
-	eventually(t, 60*time.Second, "allocation event of "+otherID+" with client status running", func() bool {
+	seen := subscribeJob(t, a.Client, otherID)
+	registerSleeper(t, a.Client, otherID)
+	nomadtest.Eventually(t, 60*time.Second, "allocation event of "+otherID+" with client status running", func() bool {
 		return seen.running.Load()
 	})
 	// Both subscriptions read the same broker; the grace lets the watch
@@ -65,7 +66,7 @@ func TestE2EWatch(t *testing.T) {
 	if err := b.StopWorkspace(ctx, wsID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "a wake after stopping the workspace job", func() bool { return wakes.Load() > before })
+	nomadtest.Eventually(t, 30*time.Second, "a wake after stopping the workspace job", func() bool { return wakes.Load() > before })
 
 	if err := stopWatch(); err != nil {
 		t.Fatalf("watch: %v", err)
@@ -78,11 +79,11 @@ func TestE2EWatch(t *testing.T) {
 	// Stop the other job and let its task die before purging it: the agent
 	// stops with the test, and a task still running then leaves its
 	// executor behind.
-	if _, _, err := a.client.Jobs().Deregister(otherID, false, nil); err != nil {
+	if _, _, err := a.Client.Jobs().Deregister(otherID, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, otherID+" allocations terminal", func() bool {
-		allocs, _, err := a.client.Jobs().Allocations(otherID, true, nil)
+	nomadtest.Eventually(t, 60*time.Second, otherID+" allocations terminal", func() bool {
+		allocs, _, err := a.Client.Jobs().Allocations(otherID, true, nil)
 		if err != nil {
 			return false
 		}
@@ -93,7 +94,7 @@ func TestE2EWatch(t *testing.T) {
 		}
 		return true
 	})
-	if _, _, err := a.client.Jobs().Deregister(otherID, true, nil); err != nil {
+	if _, _, err := a.Client.Jobs().Deregister(otherID, true, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -119,7 +120,7 @@ func settledWakes(t *testing.T, wakes *atomic.Int64) int64 {
 	t.Helper()
 	const quiet = 3 * time.Second
 	last, since := wakes.Load(), time.Now()
-	eventually(t, 60*time.Second, "wakes to settle", func() bool {
+	nomadtest.Eventually(t, 60*time.Second, "wakes to settle", func() bool {
 		if n := wakes.Load(); n != last {
 			last, since = n, time.Now()
 		}

@@ -1,9 +1,15 @@
-package nomad
+// Package nomadtest starts real Nomad agents for end-to-end tests: a
+// `nomad agent -dev` on loopback from the nomad binary on PATH, with
+// raw_exec enabled, cloud fingerprinting off and its state in a temp dir.
+// Tests that need one skip, saying why, when no binary is on PATH.
+package nomadtest
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,37 +25,38 @@ import (
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
-// testAgent is a real `nomad agent -dev` on loopback, started from the
-// nomad binary on PATH, with raw_exec enabled and its state in a temp dir.
-type testAgent struct {
-	addr           string
-	hostVolumesDir string
-	client         *api.Client
-	log            *lockedBuffer
-	// managementToken is the bootstrap token's secret when extra enabled
-	// ACLs; client carries it.
-	managementToken string
+// Agent is a real `nomad agent -dev` on loopback.
+type Agent struct {
+	// Addr is the agent's HTTP API URL.
+	Addr           string
+	HostVolumesDir string
+	Client         *api.Client
+	Log            *LockedBuffer
+	// ManagementToken is the bootstrap token's secret when extra enabled
+	// ACLs; Client carries it.
+	ManagementToken string
 }
 
-type lockedBuffer struct {
+// LockedBuffer collects output written from several goroutines.
+type LockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *LockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
-// nomadBinary returns the nomad binary on PATH or skips the test.
-func nomadBinary(t testing.TB) string {
+// Binary returns the nomad binary on PATH or skips the test.
+func Binary(t testing.TB) string {
 	t.Helper()
 	path, err := exec.LookPath("nomad")
 	if err != nil {
@@ -58,14 +65,14 @@ func nomadBinary(t testing.TB) string {
 	return path
 }
 
-// startAgent starts the agent and waits until its client node is ready
+// Start starts the agent and waits until its client node is ready
 // with raw_exec (and the drivers named in drivers) healthy. extra is added
 // to the agent configuration; when it makes the agent enforce ACLs, they
 // are bootstrapped and the client uses the management token. The agent is
 // stopped when the test ends.
-func startAgent(t testing.TB, extra string, drivers ...string) *testAgent {
+func Start(t testing.TB, extra string, drivers ...string) *Agent {
 	t.Helper()
-	bin := nomadBinary(t)
+	bin := Binary(t)
 	// Not t.TempDir: the agent leaves task mounts (secrets tmpfs) behind,
 	// which must be unmounted before the directory can be removed.
 	dir, err := os.MkdirTemp("", "codehub-nomad-agent-")
@@ -73,10 +80,10 @@ func startAgent(t testing.TB, extra string, drivers ...string) *testAgent {
 		t.Fatal(err)
 	}
 	httpPort, rpcPort, serfPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	a := &testAgent{
-		addr:           fmt.Sprintf("http://127.0.0.1:%d", httpPort),
-		hostVolumesDir: filepath.Join(dir, "host_volumes"),
-		log:            &lockedBuffer{},
+	a := &Agent{
+		Addr:           fmt.Sprintf("http://127.0.0.1:%d", httpPort),
+		HostVolumesDir: filepath.Join(dir, "host_volumes"),
+		Log:            &LockedBuffer{},
 	}
 	cfg := fmt.Sprintf(`
 bind_addr = "127.0.0.1"
@@ -110,7 +117,7 @@ plugin "raw_exec" {
   }
 }
 %s
-`, filepath.Join(dir, "data"), httpPort, rpcPort, serfPort, a.hostVolumesDir, extra)
+`, filepath.Join(dir, "data"), httpPort, rpcPort, serfPort, a.HostVolumesDir, extra)
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -118,7 +125,7 @@ plugin "raw_exec" {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "agent", "-dev", "-config", cfgPath)
-	cmd.Stdout, cmd.Stderr = a.log, a.log
+	cmd.Stdout, cmd.Stderr = a.Log, a.Log
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 20 * time.Second
 	if err := cmd.Start(); err != nil {
@@ -129,20 +136,20 @@ plugin "raw_exec" {
 		cancel()
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("nomad agent log:\n%s", a.log.String())
+			t.Logf("nomad agent log:\n%s", a.Log.String())
 		}
-		removeAgentDir(t, dir)
+		RemoveDir(t, dir)
 	})
 
-	client, err := api.NewClient(&api.Config{Address: a.addr})
+	client, err := api.NewClient(&api.Config{Address: a.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.client = client
-	drivers = append(drivers, DriverRawExec)
-	eventually(t, 60*time.Second, fmt.Sprintf("nomad client node ready with %v", drivers), func() bool {
+	a.Client = client
+	drivers = append(drivers, "raw_exec")
+	Eventually(t, 60*time.Second, fmt.Sprintf("nomad client node ready with %v", drivers), func() bool {
 		nodes, _, err := client.Nodes().List(nil)
-		if code, ok := statusCode(err); ok && code == 403 && a.managementToken == "" {
+		if forbidden(err) && a.ManagementToken == "" {
 			a.bootstrapACL(t)
 			return false
 		}
@@ -161,20 +168,20 @@ plugin "raw_exec" {
 
 // bootstrapACL takes the agent's one-time management token once its server
 // can answer; until then the caller's poll simply tries again.
-func (a *testAgent) bootstrapACL(t testing.TB) {
+func (a *Agent) bootstrapACL(t testing.TB) {
 	t.Helper()
-	token, _, err := a.client.ACLTokens().Bootstrap(nil)
+	token, _, err := a.Client.ACLTokens().Bootstrap(nil)
 	if err != nil {
 		t.Logf("acl bootstrap: %v", err)
 		return
 	}
-	a.managementToken = token.SecretID
-	a.client.SetSecretID(token.SecretID)
+	a.ManagementToken = token.SecretID
+	a.Client.SetSecretID(token.SecretID)
 }
 
-// eventually polls cond until it holds; limit only bounds a hung system
+// Eventually polls cond until it holds; limit only bounds a hung system
 // (the assertion is the condition, never the time it took).
-func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
+func Eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
@@ -185,8 +192,8 @@ func eventually(t testing.TB, limit time.Duration, what string, cond func() bool
 	}
 }
 
-// buildProgram builds a main package into dir and returns the binary path.
-func buildProgram(t testing.TB, dir, pkg, name string) string {
+// BuildProgram builds a main package into dir and returns the binary path.
+func BuildProgram(t testing.TB, dir, pkg, name string) string {
 	t.Helper()
 	out := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", out, pkg)
@@ -196,9 +203,9 @@ func buildProgram(t testing.TB, dir, pkg, name string) string {
 	return out
 }
 
-// removeAgentDir unmounts what the agent left mounted under dir, deepest
+// RemoveDir unmounts what the agent left mounted under dir, deepest
 // first, then removes dir.
-func removeAgentDir(t testing.TB, dir string) {
+func RemoveDir(t testing.TB, dir string) {
 	t.Helper()
 	info, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -220,4 +227,13 @@ func removeAgentDir(t testing.TB, dir string) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Errorf("remove agent dir: %v", err)
 	}
+}
+
+func forbidden(err error) bool {
+	var e api.UnexpectedResponseError
+	if errors.As(err, &e) && e.HasStatusCode() {
+		return e.StatusCode() == http.StatusForbidden
+	}
+	var p *api.UnexpectedResponseError
+	return errors.As(err, &p) && p != nil && p.HasStatusCode() && p.StatusCode() == http.StatusForbidden
 }
