@@ -48,6 +48,9 @@ type serverConfig struct {
 	publicHost string
 	// subdomainBase turns on subdomain mode.
 	subdomainBase string
+	// backend replaces the single-machine backend block with other blocks
+	// (a backend "nomad" block and the workspace settings it needs).
+	backend string
 }
 
 // localConfig is a single-machine server on this test's own database, Redis
@@ -115,11 +118,9 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 		}
 		logFile.Close()
 		// Workspaces outlive codehub by design; a failed run must not
-		// leave code-server processes behind.
-		if be, err := local.New(hclog.NewNullLogger(), local.Options{DataDir: srv.dataDir, CodeServer: cfg.codeServer}); err == nil {
-			if err := be.StopAll(context.Background()); err != nil {
-				t.Errorf("stop leftover workspaces: %v", err)
-			}
+		// leave code-server processes behind. (Nomad's end with its agent.)
+		if cfg.backend == "" {
+			stopLocalWorkspaces(t, srv.dataDir, cfg.codeServer)
 		}
 		if t.Failed() {
 			t.Logf("server log (%s):\n%s", srv.logPath, tail(srv.logPath, 80))
@@ -145,12 +146,30 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 	}
 }
 
+func stopLocalWorkspaces(t testing.TB, dataDir, codeServer string) {
+	be, err := local.New(hclog.NewNullLogger(), local.Options{DataDir: dataDir, CodeServer: codeServer})
+	if err != nil {
+		return
+	}
+	if err := be.StopAll(context.Background()); err != nil {
+		t.Errorf("stop leftover workspaces: %v", err)
+	}
+}
+
 func renderConfig(srv *server, port int, cfg serverConfig) string {
 	proxy := ""
 	if cfg.subdomainBase != "" {
 		proxy = fmt.Sprintf("proxy { subdomain_base = %q }\n", cfg.subdomainBase)
 	}
-	return proxy + fmt.Sprintf(`listen     = "127.0.0.1:%d"
+	backend := cfg.backend
+	if backend == "" {
+		backend = fmt.Sprintf(`backend "local" {
+  data_dir    = %q
+  code_server = %q
+}
+`, srv.dataDir, cfg.codeServer)
+	}
+	return proxy + backend + fmt.Sprintf(`listen     = "127.0.0.1:%d"
 public_url = %q
 log_level  = "debug"
 
@@ -163,11 +182,6 @@ s3 {
   access_key = %q
   secret_key = %q
   use_ssl    = false
-}
-
-backend "local" {
-  data_dir    = %q
-  code_server = %q
 }
 
 limits {
@@ -186,7 +200,7 @@ auth {
   }
 }
 `, port, srv.url, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
-		cfg.s3.AccessKey, cfg.s3.SecretKey, srv.dataDir, cfg.codeServer, adminPassword)
+		cfg.s3.AccessKey, cfg.s3.SecretKey, adminPassword)
 }
 
 func tail(path string, lines int) string {

@@ -90,6 +90,9 @@ bind_addr = "127.0.0.1"
 data_dir  = %q
 log_level = "INFO"
 
+# The update check asks a public server; tests reach only loopback.
+disable_update_check = true
+
 ports {
   http = %d
   rpc  = %d
