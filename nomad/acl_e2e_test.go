@@ -81,12 +81,6 @@ func tokenClient(t *testing.T, a *nomadtest.Agent, secretID string) (*api.Client
 	return c, rec
 }
 
-// clientAgent is a with its API client replaced, so e2eBackend builds a
-// backend that talks to the same agent with other credentials.
-func clientAgent(a *nomadtest.Agent, c *api.Client) *nomadtest.Agent {
-	return &nomadtest.Agent{Addr: a.Addr, HostVolumesDir: a.HostVolumesDir, Client: c}
-}
-
 // streamWatch runs Watch over client until the test ends. It returns a
 // channel of (coalesced) wakes and what Watch logged, which is only ever
 // the end of a stream: a refused stream ends in-band after a 200 and then
@@ -149,7 +143,7 @@ func TestE2EACLPolicy(t *testing.T) {
 	// Without a token the first step is refused, and the controller sees a
 	// backend error (not an outage to wait out).
 	anonymous, anonymousDenied := tokenClient(t, a, "")
-	nobody := e2eBackend(t, clientAgent(a, anonymous), bins, s3)
+	nobody := e2eBackend(t, a, bins, e2eConfig{s3: s3, client: anonymous})
 	err := nobody.ProvisionVolume(ctx, spec)
 	var f *controller.Failure
 	if !errors.As(err, &f) || f.Reason != workspace.ReasonBackendError || f.Terminal {
@@ -174,10 +168,7 @@ func TestE2EACLPolicy(t *testing.T) {
 		}
 	})
 	upstreamToken := func(id string) string { return "tok-" + id }
-	b := e2eBackend(t, clientAgent(a, restricted), bins, s3, func(o *Options) {
-		o.Workspace.UpstreamAuth = true
-		o.UpstreamToken = upstreamToken
-	})
+	b := e2eBackend(t, a, bins, e2eConfig{s3: s3, client: restricted, upstreamToken: upstreamToken})
 	wakes, ended := streamWatch(t, restricted)
 
 	if err := b.ProvisionVolume(ctx, spec); err != nil {

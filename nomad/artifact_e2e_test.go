@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,15 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/minio/minio-go/v7"
 
-	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
-	"github.com/codehub-io/codehub/jobspecs"
 )
 
 // serveBinary serves the file at path on loopback as /dl/codehub, as the
@@ -46,25 +42,16 @@ func serveBinary(t *testing.T, path string) (url, checksum string) {
 }
 
 // artifactBackend builds a raw_exec backend whose batch jobs fetch codehub
-// with an artifact block instead of a path on the node.
+// with an artifact block (codehub_path left empty) instead of a path on the
+// node.
 func artifactBackend(t *testing.T, a *nomadtest.Agent, s3 testenv.S3, url, checksum string) *Backend {
 	t.Helper()
-	r, err := jobspecs.NewRenderer("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := Options{
-		Driver:           DriverRawExec,
-		ArtifactURL:      url,
-		ArtifactChecksum: checksum,
-		Workspace:        WorkspaceOptions{UID: os.Getuid(), GID: os.Getgid()},
-		S3: config.S3{
-			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
-			AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey),
-		},
-	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "nomad-artifact-e2e", Level: hclog.Debug, Output: io.Discard})
-	return New(logger, a.Client, opts, r)
+	return e2eBackend(t, a, t.TempDir(), e2eConfig{
+		codehubPath:      "-",
+		publicURL:        strings.TrimSuffix(url, "/dl/codehub"),
+		artifactChecksum: checksum,
+		s3:               s3,
+	})
 }
 
 // provisionReady provisions the home volume of wsID and returns its path.

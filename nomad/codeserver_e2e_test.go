@@ -15,7 +15,6 @@ import (
 
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
-	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // envCodeServer names the code-server executable for the test that runs
@@ -35,9 +34,9 @@ func TestE2ECodeServerUpstreamAuth(t *testing.T) {
 	a := nomadtest.Start(t, "")
 	token := "tok-" + rand.Text()
 	// Neither archive nor restore runs here: no codehub binary, no S3.
-	b := e2eBackend(t, a, t.TempDir(), testenv.S3{}, func(o *Options) {
-		o.Workspace.Command = codeServer
-		o.Workspace.Args = []string{
+	b := e2eBackend(t, a, t.TempDir(), e2eConfig{
+		command: codeServer,
+		args: []string{
 			"--bind-addr", "127.0.0.1:%PORT%",
 			"--auth", "password",
 			"--disable-telemetry",
@@ -46,10 +45,9 @@ func TestE2ECodeServerUpstreamAuth(t *testing.T) {
 			"--user-data-dir", "%HOME%/.local/share/code-server",
 			"--extensions-dir", "%HOME%/.local/share/code-server/extensions",
 			"%HOME%",
-		}
-		o.Workspace.CPU, o.Workspace.Memory = 500, 2048
-		o.Workspace.UpstreamAuth = true
-		o.UpstreamToken = func(string) string { return token }
+		},
+		cpu: 500, memory: 2048,
+		upstreamToken: func(string) string { return token },
 	})
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0tcode"

@@ -144,7 +144,7 @@ func newControllerHarness(tb testing.TB, withCodehub bool) *controllerHarness {
 		nomadtest.BuildProgram(tb, bins, "../cmd/codehub", "codehub")
 	}
 	h.agent = nomadtest.Start(tb, "")
-	h.backend = e2eBackend(tb, h.agent, bins, h.s3)
+	h.backend = e2eBackend(tb, h.agent, bins, e2eConfig{s3: h.s3})
 
 	h.owner = workspace.NewID()
 	if _, err := pool.Exec(ctx, `INSERT INTO users (id, username, password_hash) VALUES ($1, 'e2e', 'x')`, h.owner); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -26,39 +27,136 @@ import (
 	"github.com/codehub-io/codehub/workspace"
 )
 
-// e2eBackend builds a backend over a real agent running the test workspace
-// program under raw_exec, and codehub itself for archive/restore jobs; edits
-// adjust the options before the backend is built.
-func e2eBackend(t testing.TB, a *nomadtest.Agent, bins string, s3 testenv.S3, edits ...func(*Options)) *Backend {
+// e2eConfig is what a Nomad end-to-end test's configuration file says;
+// the zero value runs the test workspace program from bins under raw_exec
+// and codehub from bins for archive and restore jobs.
+type e2eConfig struct {
+	driver  string // default raw_exec
+	command string // default bins/wsserver
+	args    []string
+	// codehubPath is backend.nomad.codehub_path, default bins/codehub;
+	// "-" leaves it empty, so batch jobs fetch publicURL/dl/codehub with
+	// artifactChecksum.
+	codehubPath      string
+	publicURL        string
+	artifactChecksum string
+	datacenters      []string
+	// upstreamToken, when set, turns on upstream_auth = "code-server" and
+	// is what the server derives each workspace's token with.
+	upstreamToken func(string) string
+	uid, gid      int // default this process's
+	cpu, memory   int // default 100 MHz, 64 MiB
+	s3            testenv.S3
+	client        *api.Client // default the agent's
+}
+
+// e2eBackend builds the backend the way `codehub server` does: the settings
+// are written as an HCL configuration file, which config.Load reads and
+// validates and OptionsFromConfig maps, over a real agent.
+func e2eBackend(t testing.TB, a *nomadtest.Agent, bins string, c e2eConfig) *Backend {
 	t.Helper()
-	r, err := jobspecs.NewRenderer("")
+	if c.driver == "" {
+		c.driver = DriverRawExec
+	}
+	if c.command == "" {
+		c.command = filepath.Join(bins, "wsserver")
+	}
+	if c.args == nil {
+		c.args = []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"}
+	}
+	switch c.codehubPath {
+	case "":
+		c.codehubPath = filepath.Join(bins, "codehub")
+	case "-":
+		c.codehubPath = ""
+	}
+	if c.publicURL == "" {
+		c.publicURL = "http://127.0.0.1:8080"
+	}
+	if c.datacenters == nil {
+		c.datacenters = []string{"*"}
+	}
+	if c.uid == 0 && c.gid == 0 {
+		c.uid, c.gid = os.Getuid(), os.Getgid()
+	}
+	if c.cpu == 0 {
+		c.cpu, c.memory = 100, 64
+	}
+	if c.s3.Endpoint == "" {
+		// Tests that never archive: a valid configuration reaching nothing.
+		c.s3 = testenv.S3{Endpoint: "127.0.0.1:9", Bucket: "unused", Region: "us-east-1", AccessKey: "unused", SecretKey: "unused"}
+	}
+	auth := config.UpstreamAuthNone
+	if c.upstreamToken != nil {
+		auth = config.UpstreamAuthCodeServer
+	}
+	hclText := fmt.Sprintf(`public_url = %q
+database {
+  url = "postgres://codehub@127.0.0.1:5432/codehub"
+}
+redis {
+  url = "redis://127.0.0.1:6379/0"
+}
+s3 {
+  endpoint   = %q
+  bucket     = %q
+  region     = %q
+  access_key = %q
+  secret_key = %q
+}
+backend "nomad" {
+  address      = %q
+  driver       = %q
+  datacenters  = %s
+  codehub_path = %q
+}
+workspace {
+  command       = %q
+  args          = %s
+  upstream_auth = %q
+  uid           = %d
+  gid           = %d
+  cpu           = %d
+  memory        = %d
+}
+`, c.publicURL, c.s3.Endpoint, c.s3.Bucket, c.s3.Region, c.s3.AccessKey, c.s3.SecretKey,
+		a.Addr, c.driver, hclStrings(c.datacenters), c.codehubPath,
+		c.command, hclStrings(c.args), auth, c.uid, c.gid, c.cpu, c.memory)
+	path := filepath.Join(t.TempDir(), "codehub.hcl")
+	if err := os.WriteFile(path, []byte(hclText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("load test configuration: %v\n%s", err, hclText)
+	}
+	opts, err := OptionsFromConfig(cfg, c.artifactChecksum)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{
-		Namespace:   "default",
-		NodePool:    "default",
-		Datacenters: []string{"*"},
-		Driver:      DriverRawExec,
-		CodehubPath: filepath.Join(bins, "codehub"),
-		Workspace: WorkspaceOptions{
-			Command: filepath.Join(bins, "wsserver"),
-			Args:    []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%"},
-			UID:     os.Getuid(), GID: os.Getgid(), CPU: 100, Memory: 64,
-		},
-		S3: config.S3{
-			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
-			AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey),
-		},
+	opts.UpstreamToken = c.upstreamToken
+	r, err := jobspecs.NewRenderer(cfg.Jobspecs.Dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, edit := range edits {
-		edit(&opts)
+	client := c.client
+	if client == nil {
+		client = a.Client
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "nomad-e2e", Level: hclog.Debug, Output: io.Discard})
-	return New(logger, a.Client, opts, r)
+	return New(logger, client, opts, r)
 }
 
-// observeUntil polls Observe until cond holds for the workspace.
+// hclStrings writes a list of strings as HCL, each a JSON string: HCL
+// reads those the same, and %PORT% and %HOME% need no escaping.
+func hclStrings(items []string) string {
+	b, err := json.Marshal(items)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
 func observeUntil(t *testing.T, b *Backend, wsID, what string, cond func(controller.Observed) bool) controller.Observed {
 	t.Helper()
 	var last controller.Observed
@@ -82,10 +180,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	nomadtest.BuildProgram(t, bins, "../cmd/codehub", "codehub")
 	a := nomadtest.Start(t, "")
 	upstreamToken := func(id string) string { return "tok-" + id }
-	b := e2eBackend(t, a, bins, s3, func(o *Options) {
-		o.Workspace.UpstreamAuth = true
-		o.UpstreamToken = upstreamToken
-	})
+	b := e2eBackend(t, a, bins, e2eConfig{s3: s3, upstreamToken: upstreamToken})
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0t1v2w"
 	token := upstreamToken(wsID)

@@ -130,17 +130,17 @@ func TestE2EExecWorkspace(t *testing.T) {
 	buildStatic(t, bins, "./testdata/wsserver", "wsserver")
 	url, checksum := serveBinary(t, buildStatic(t, bins, "../cmd/codehub", "codehub"))
 	upstreamToken := func(id string) string { return "tok-" + id }
-	execOptions := func(o *Options) {
-		o.Driver = DriverExec
-		o.CodehubPath = ""
-		o.ArtifactURL, o.ArtifactChecksum = url, checksum
-		o.Workspace.Command = path.Join(execBinDir, "wsserver")
-		o.Workspace.HomeDir = "/home/coder"
-		o.Workspace.UID, o.Workspace.GID = uid, gid
-		o.Workspace.UpstreamAuth = true
-		o.UpstreamToken = upstreamToken
+	execConfig := e2eConfig{
+		driver:           DriverExec,
+		command:          path.Join(execBinDir, "wsserver"),
+		codehubPath:      "-",
+		publicURL:        strings.TrimSuffix(url, "/dl/codehub"),
+		artifactChecksum: checksum,
+		uid:              uid, gid: gid,
+		upstreamToken: upstreamToken,
+		s3:            s3,
 	}
-	b := e2eBackend(t, a, bins, s3, execOptions)
+	b := e2eBackend(t, a, bins, execConfig)
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0texec"
 	token := upstreamToken(wsID)
@@ -210,10 +210,9 @@ func TestE2EExecWorkspace(t *testing.T) {
 	}
 
 	// RESTORING with codehub at a path inside the chroot, into a new volume.
-	pathBackend := e2eBackend(t, a, bins, s3, execOptions, func(o *Options) {
-		o.ArtifactURL, o.ArtifactChecksum = "", ""
-		o.CodehubPath = path.Join(execBinDir, "codehub")
-	})
+	atPath := execConfig
+	atPath.codehubPath = path.Join(execBinDir, "codehub")
+	pathBackend := e2eBackend(t, a, bins, atPath)
 	hostHome = provisionExecHome(t, b, wsID, uid, gid)
 	if err := pathBackend.SubmitRestore(ctx, controller.JobSpec{WorkspaceID: wsID, OpID: opID, ArchiveKey: key, Attempt: 1}); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
-	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -29,7 +28,7 @@ func TestE2ERetryAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := nomadtest.Start(t, "")
-	b := e2eBackend(t, a, bins, testenv.S3{}, func(o *Options) { o.Workspace.Command = flaky })
+	b := e2eBackend(t, a, bins, e2eConfig{command: flaky})
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0t1crh"
 

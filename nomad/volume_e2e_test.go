@@ -6,7 +6,6 @@ import (
 
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
-	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // TestE2EVolumeFollowsDatacenters: the home volume is created only on a
@@ -19,7 +18,7 @@ func TestE2EVolumeFollowsDatacenters(t *testing.T) {
 		return controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}
 	}
 
-	elsewhere := e2eBackend(t, a, t.TempDir(), testenv.S3{}, func(o *Options) { o.Datacenters = []string{"dc2"} })
+	elsewhere := e2eBackend(t, a, t.TempDir(), e2eConfig{datacenters: []string{"dc2"}})
 	const wsOut = "01jb3x7k9q2m5n8p4r6s0t1dc2"
 	if err := elsewhere.ProvisionVolume(t.Context(), spec(wsOut)); err == nil {
 		t.Fatal("volume created although no node is in the workspace datacenters")
@@ -30,7 +29,7 @@ func TestE2EVolumeFollowsDatacenters(t *testing.T) {
 		t.Fatal("a volume exists outside the workspace datacenters")
 	}
 
-	here := e2eBackend(t, a, t.TempDir(), testenv.S3{}, func(o *Options) { o.Datacenters = []string{"dc2", "dc*"} })
+	here := e2eBackend(t, a, t.TempDir(), e2eConfig{datacenters: []string{"dc2", "dc*"}})
 	const wsIn = "01jb3x7k9q2m5n8p4r6s0t1dc1"
 	if err := here.ProvisionVolume(t.Context(), spec(wsIn)); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ func BenchmarkWakeToReady(b *testing.B) {
 	bins := b.TempDir()
 	nomadtest.BuildProgram(b, bins, "./testdata/wsserver", "wsserver")
 	a := nomadtest.Start(b, "")
-	backend := e2eBackend(b, a, bins, s3)
+	backend := e2eBackend(b, a, bins, e2eConfig{s3: s3})
 	ctx := b.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0twake"
 	if err := backend.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {

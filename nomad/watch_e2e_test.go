@@ -12,7 +12,6 @@ import (
 
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
-	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // TestE2EWatch follows a real agent's event stream: a workspace job wakes
@@ -24,7 +23,7 @@ func TestE2EWatch(t *testing.T) {
 	nomadtest.BuildProgram(t, bins, "./testdata/wsserver", "wsserver")
 	a := nomadtest.Start(t, "")
 	// No archive or restore job runs here, so no S3 server is needed.
-	b := e2eBackend(t, a, bins, testenv.S3{})
+	b := e2eBackend(t, a, bins, e2eConfig{})
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0twtch"
 

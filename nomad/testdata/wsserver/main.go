@@ -21,6 +21,9 @@ const sessionCookie = "code-server-session"
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to listen on")
 	home := flag.String("home", ".", "home directory to serve under /files/")
+	// Stands in for code-server, so it takes the flag codehub gives
+	// code-server with upstream_auth = "code-server".
+	flag.Bool("ignore-last-opened", false, "accepted and ignored, like code-server's")
 	flag.Parse()
 	if err := os.WriteFile(filepath.Join(*home, ".wsserver-started"), []byte("ok\n"), 0o600); err != nil {
 		log.Fatal(err)
