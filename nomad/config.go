@@ -111,7 +111,7 @@ func NewUpstreams(logger hclog.Logger, cfg *config.Config, client *api.Client) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("consul client: %w", err)
 	}
-	r := NewConsulResolver(logger.Named("upstreams"), consul, ConsulResolverOptions{
+	r := NewConsulResolver(logger.Named("upstreams"), consul, client, n.Namespace, n.Region, ConsulResolverOptions{
 		Datacenter: cfg.Consul.Datacenter,
 		WaitTime:   5 * time.Minute,
 	})

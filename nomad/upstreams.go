@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,12 +27,16 @@ type ResolverOptions struct {
 }
 
 // ServiceResolver finds workspace upstreams among Nomad native service
-// registrations. Registration happens before the program listens, so only
-// instances whose allocation checks pass count.
+// registrations. Any job in the namespace may register a service named
+// ws-{id}, and the proxy sends the workspace's traffic and upstream token to
+// whatever it resolves, so only registrations of job ws-{id} from its
+// running allocation count. Registration happens before the program
+// listens, so only instances whose allocation checks pass count.
 type ServiceResolver struct {
 	logger hclog.Logger
 	client *api.Client
 	opts   ResolverOptions
+	allocs *allocVerifier
 
 	mu    sync.Mutex
 	cache map[string]cachedAddr
@@ -49,7 +54,13 @@ func NewServiceResolver(logger hclog.Logger, client *api.Client, opts ResolverOp
 	if opts.CacheTTL <= 0 {
 		opts.CacheTTL = 2 * time.Second
 	}
-	return &ServiceResolver{logger: logger, client: client, opts: opts, cache: make(map[string]cachedAddr)}
+	return &ServiceResolver{
+		logger: logger,
+		client: client,
+		opts:   opts,
+		allocs: newAllocVerifier(logger, client, opts.Namespace, opts.Region),
+		cache:  make(map[string]cachedAddr),
+	}
 }
 
 // Resolve returns host:port of a registration of ws-{id} whose checks pass.
@@ -69,6 +80,9 @@ func (r *ServiceResolver) Resolve(ctx context.Context, wsID string) (string, err
 	}
 	sort.Slice(regs, func(i, k int) bool { return regs[i].ID < regs[k].ID })
 	for _, reg := range regs {
+		if reg.JobID != jobID(wsID) || !r.allocs.current(ctx, reg.AllocID, wsID) {
+			continue
+		}
 		checks, err := r.client.Allocations().Checks(reg.AllocID, q)
 		if err != nil {
 			r.logger.Debug("read allocation checks", "alloc_id", reg.AllocID, "error", err)
@@ -104,6 +118,94 @@ func servicePassing(checks api.AllocCheckStatuses, service string) bool {
 	return n > 0
 }
 
+// allocVerifier tells whether an allocation is the running allocation of a
+// workspace's job in codehub's namespace. Answers are kept a while, so a
+// resolve on every proxied request costs no Nomad call: an allocation never
+// changes job, one that stops fails its checks (which both resolvers require
+// too), and a refused one is not asked about again at every request.
+type allocVerifier struct {
+	logger            hclog.Logger
+	client            *api.Client
+	namespace, region string
+
+	mu    sync.Mutex
+	known map[string]allocVerdict // by allocation id and workspace id
+}
+
+type allocVerdict struct {
+	current bool
+	expires time.Time
+}
+
+const (
+	currentAllocTTL = 30 * time.Second
+	refusedAllocTTL = 5 * time.Second
+)
+
+func newAllocVerifier(logger hclog.Logger, client *api.Client, namespace, region string) *allocVerifier {
+	return &allocVerifier{logger: logger, client: client, namespace: namespace, region: region, known: make(map[string]allocVerdict)}
+}
+
+func (v *allocVerifier) current(ctx context.Context, allocID, wsID string) bool {
+	key := allocID + "/" + wsID
+	now := time.Now()
+	v.mu.Lock()
+	k, ok := v.known[key]
+	v.mu.Unlock()
+	if ok && now.Before(k.expires) {
+		return k.current
+	}
+	q := (&api.QueryOptions{Namespace: v.namespace, Region: v.region}).WithContext(ctx)
+	a, _, err := v.client.Allocations().Info(allocID, q)
+	if err != nil && ctx.Err() != nil {
+		return false
+	}
+	verdict := allocVerdict{current: true, expires: now.Add(currentAllocTTL)}
+	if err != nil || !workspaceAlloc(a, v.namespace, wsID) {
+		verdict = allocVerdict{expires: now.Add(refusedAllocTTL)}
+		v.logger.Warn("ignored a workspace service registration that is not its running allocation's",
+			"workspace_id", wsID, "alloc_id", allocID, "error", err)
+	}
+	v.mu.Lock()
+	for id, k := range v.known {
+		if now.After(k.expires) {
+			delete(v.known, id)
+		}
+	}
+	v.known[key] = verdict
+	v.mu.Unlock()
+	return verdict.current
+}
+
+// workspaceAlloc: a is the running allocation of codehub's job ws-{wsID}
+// in namespace.
+func workspaceAlloc(a *api.Allocation, namespace, wsID string) bool {
+	if namespace == "" {
+		namespace = "default"
+	}
+	return a != nil && a.Namespace == namespace && a.JobID == jobID(wsID) &&
+		a.DesiredStatus == api.AllocDesiredStatusRun && a.ClientStatus == api.AllocClientStatusRunning &&
+		a.Job != nil && a.Job.Meta[MetaManaged] == "true" && a.Job.Meta[MetaWorkspaceID] == wsID
+}
+
+// consulServiceAlloc returns the allocation that registered a Consul service
+// of workspace wsID, read from the service id Nomad assigns to group
+// services: "_nomad-task-" + alloc id + "-group-workspace-" + name + "-http".
+// Anything else (a registration Nomad did not make for that group and port)
+// gives ok false.
+func consulServiceAlloc(serviceID, wsID string) (allocID string, ok bool) {
+	const prefix, uuidLen = "_nomad-task-", 36
+	rest, found := strings.CutPrefix(serviceID, prefix)
+	if !found || len(rest) <= uuidLen {
+		return "", false
+	}
+	allocID, suffix := rest[:uuidLen], rest[uuidLen:]
+	if suffix != "-group-workspace-"+serviceName(wsID)+"-http" || strings.Count(allocID, "-") != 4 {
+		return "", false
+	}
+	return allocID, true
+}
+
 // ConsulResolverOptions scopes the Consul resolver.
 type ConsulResolverOptions struct {
 	Namespace  string
@@ -117,11 +219,15 @@ type ConsulResolverOptions struct {
 // ConsulResolver finds workspace upstreams through Consul's health API,
 // passing instances only. The first Resolve of a service reads it at once;
 // from then on a blocking query per service keeps the answer current, so
-// resolving is a map lookup.
+// resolving is a map lookup. Anyone with a Consul token that may register
+// services can register ws-{id}, so an instance counts only when its
+// service id is the one Nomad gives the workspace group's service and names
+// the running allocation of job ws-{id}, which Nomad confirms.
 type ConsulResolver struct {
 	logger hclog.Logger
 	health *consulapi.Health
 	opts   ConsulResolverOptions
+	allocs *allocVerifier
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -132,16 +238,25 @@ type ConsulResolver struct {
 }
 
 type consulEntry struct {
-	ready    chan struct{} // closed after the first answer
-	addrs    []string
-	err      error
-	lastUsed time.Time
+	ready     chan struct{} // closed after the first answer
+	instances []consulInstance
+	err       error
+	lastUsed  time.Time
+}
+
+// consulInstance is one passing instance of a workspace service whose id is
+// the one Nomad gives the workspace group's service.
+type consulInstance struct {
+	addr    string
+	allocID string // the allocation the service id names
 }
 
 var _ controller.Upstreams = (*ConsulResolver)(nil)
 
-// NewConsulResolver returns a resolver over client; Close stops its watches.
-func NewConsulResolver(logger hclog.Logger, client *consulapi.Client, opts ConsulResolverOptions) *ConsulResolver {
+// NewConsulResolver returns a resolver over client that checks each
+// instance's allocation with nomad (in nomadNamespace and nomadRegion);
+// Close stops its watches.
+func NewConsulResolver(logger hclog.Logger, client *consulapi.Client, nomad *api.Client, nomadNamespace, nomadRegion string, opts ConsulResolverOptions) *ConsulResolver {
 	if opts.WaitTime <= 0 {
 		opts.WaitTime = 5 * time.Minute
 	}
@@ -153,6 +268,7 @@ func NewConsulResolver(logger hclog.Logger, client *consulapi.Client, opts Consu
 		logger:  logger,
 		health:  client.Health(),
 		opts:    opts,
+		allocs:  newAllocVerifier(logger, nomad, nomadNamespace, nomadRegion),
 		ctx:     ctx,
 		cancel:  cancel,
 		entries: make(map[string]*consulEntry),
@@ -185,10 +301,12 @@ func (r *ConsulResolver) Resolve(ctx context.Context, wsID string) (string, erro
 		return "", ctx.Err()
 	}
 	r.mu.Lock()
-	addrs, err := e.addrs, e.err
+	instances, err := e.instances, e.err
 	r.mu.Unlock()
-	if len(addrs) > 0 {
-		return addrs[0], nil
+	for _, in := range instances {
+		if r.allocs.current(ctx, in.allocID, wsID) {
+			return in.addr, nil
+		}
 	}
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", name, err)
@@ -217,7 +335,7 @@ func (r *ConsulResolver) watch(name string, e *consulEntry) {
 		if err != nil {
 			e.err = err
 		} else {
-			e.addrs, e.err = consulAddrs(entries), nil
+			e.instances, e.err = r.consulInstances(entries, name), nil
 			// An index that goes backwards means Consul's state was reset:
 			// start over, as its blocking query docs advise.
 			index = meta.LastIndex
@@ -252,10 +370,12 @@ func (r *ConsulResolver) sleep(d time.Duration) bool {
 	}
 }
 
-// consulAddrs turns health entries into sorted host:port strings; the
-// service address wins over the node address, as in Consul's DNS.
-func consulAddrs(entries []*consulapi.ServiceEntry) []string {
-	var out []string
+// consulInstances turns health entries of service name into instances
+// sorted by address; the service address wins over the node address, as in
+// Consul's DNS.
+func (r *ConsulResolver) consulInstances(entries []*consulapi.ServiceEntry, name string) []consulInstance {
+	wsID := strings.TrimPrefix(name, "ws-")
+	var out []consulInstance
 	for _, e := range entries {
 		if e.Service == nil {
 			continue
@@ -267,8 +387,13 @@ func consulAddrs(entries []*consulapi.ServiceEntry) []string {
 		if host == "" {
 			continue
 		}
-		out = append(out, net.JoinHostPort(host, strconv.Itoa(e.Service.Port)))
+		allocID, ok := consulServiceAlloc(e.Service.ID, wsID)
+		if !ok {
+			r.logger.Warn("ignored a workspace service registration Nomad did not make", "service", name, "service_id", e.Service.ID)
+			continue
+		}
+		out = append(out, consulInstance{addr: net.JoinHostPort(host, strconv.Itoa(e.Service.Port)), allocID: allocID})
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, k int) bool { return out[i].addr < out[k].addr })
 	return out
 }

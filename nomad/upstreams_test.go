@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -86,7 +87,9 @@ func TestConsulResolver(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake, client := newFakeConsul(t, recorded)
-	r := NewConsulResolver(hclog.NewNullLogger(), client, ConsulResolverOptions{Datacenter: "dc1"})
+	f := newFakeNomad(t)
+	workspaceAllocFixture(f, recordedAlloc, "ws-"+testWS, testWS)
+	r := NewConsulResolver(hclog.NewNullLogger(), client, f.client(), "default", "", ConsulResolverOptions{Datacenter: "dc1"})
 	t.Cleanup(r.Close)
 
 	addr, err := r.Resolve(t.Context(), testWS)
@@ -134,7 +137,7 @@ func TestConsulResolverError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewConsulResolver(hclog.NewNullLogger(), c, ConsulResolverOptions{})
+	r := NewConsulResolver(hclog.NewNullLogger(), c, newFakeNomad(t).client(), "default", "", ConsulResolverOptions{})
 	t.Cleanup(r.Close)
 	_, err = r.Resolve(t.Context(), testWS)
 	if err == nil || errors.Is(err, controller.ErrNoUpstream) {
@@ -154,13 +157,106 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// recordedAlloc is the allocation named by the service id in
+// testdata/consul_health_service.json.
+const recordedAlloc = "5b8e1a1a-3f0c-4b7e-9d1e-2a6c8f0b1d23"
+
+// workspaceAllocFixture makes the fake answer for a running allocation of
+// job, marked as codehub's workspace wsID.
+func workspaceAllocFixture(f *fakeNomad, allocID, job, wsID string) {
+	f.json("GET /v1/allocation/"+allocID, &api.Allocation{
+		ID: allocID, Namespace: "default", JobID: job,
+		DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusRunning,
+		Job: &api.Job{ID: &job, Meta: map[string]string{MetaManaged: "true", MetaWorkspaceID: wsID}},
+	})
+}
+
+// Anyone who may register services can register one named ws-{id} with a
+// passing check; the proxy would send it the workspace's traffic and its
+// upstream token. Only the service Nomad registered for the running
+// allocation of job ws-{id} counts.
+func TestConsulResolverRefusesForgedRegistrations(t *testing.T) {
+	name := "ws-" + testWS
+	other := "7c1d2e3f-0000-4000-8000-000000000001"
+	entry := func(id, addr string) *consulapi.ServiceEntry {
+		return &consulapi.ServiceEntry{Service: &consulapi.AgentService{ID: id, Service: name, Address: addr, Port: 9000}}
+	}
+	entries := []*consulapi.ServiceEntry{
+		// Registered straight into Consul under the workspace's name.
+		entry(name, "10.0.0.1"),
+		// Nomad's form, naming an allocation of another job.
+		entry("_nomad-task-"+other+"-group-workspace-"+name+"-http", "10.0.0.2"),
+		// Nomad's form for another group or port of the real allocation.
+		entry("_nomad-task-"+recordedAlloc+"-group-evil-"+name+"-http", "10.0.0.3"),
+	}
+	forged, err := json.Marshal(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, client := newFakeConsul(t, forged)
+	f := newFakeNomad(t)
+	workspaceAllocFixture(f, other, "evil", testWS)
+	workspaceAllocFixture(f, recordedAlloc, "ws-"+testWS, testWS)
+	r := NewConsulResolver(hclog.NewNullLogger(), client, f.client(), "default", "", ConsulResolverOptions{})
+	t.Cleanup(r.Close)
+	if addr, err := r.Resolve(t.Context(), testWS); !errors.Is(err, controller.ErrNoUpstream) {
+		t.Fatalf("resolved %q, %v: want no upstream among forged registrations", addr, err)
+	}
+
+	// The real one beside them wins, although the forged addresses sort first.
+	fake.set(mustJSON(t, append(entries, entry("_nomad-task-"+recordedAlloc+"-group-workspace-"+name+"-http", "10.0.0.9"))))
+	waitFor(t, func() bool {
+		addr, err := r.Resolve(t.Context(), testWS)
+		return err == nil && addr == "10.0.0.9:9000"
+	})
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The same for Nomad's own service discovery: a registration of another
+// job (or of an allocation that is not the workspace job's running one) is
+// never resolved, even with passing checks.
+func TestServiceResolverRefusesForgedRegistrations(t *testing.T) {
+	f := newFakeNomad(t)
+	name := "ws-" + testWS
+	f.json("GET /v1/service/"+name, []*api.ServiceRegistration{
+		{ID: "s1", ServiceName: name, JobID: "evil", AllocID: "a-evil", Address: "127.0.0.1", Port: 20001},
+		{ID: "s2", ServiceName: name, JobID: "ws-" + testWS, AllocID: "a-stale", Address: "127.0.0.1", Port: 20002},
+		{ID: "s3", ServiceName: name, JobID: "ws-" + testWS, AllocID: "a-real", Address: "127.0.0.1", Port: 20003},
+	})
+	workspaceAllocFixture(f, "a-evil", "evil", testWS)
+	f.json("GET /v1/allocation/a-stale", &api.Allocation{ID: "a-stale", Namespace: "default", JobID: "ws-" + testWS,
+		DesiredStatus: api.AllocDesiredStatusStop, ClientStatus: api.AllocClientStatusRunning})
+	workspaceAllocFixture(f, "a-real", "ws-"+testWS, testWS)
+	for _, a := range []string{"a-evil", "a-stale", "a-real"} {
+		f.json("GET /v1/client/allocation/"+a+"/checks", api.AllocCheckStatuses{"c": {Service: name, Status: "success"}})
+	}
+	r := NewServiceResolver(hclog.NewNullLogger(), f.client(), ResolverOptions{Namespace: "default"})
+	addr, err := r.Resolve(t.Context(), testWS)
+	if err != nil || addr != "127.0.0.1:20003" {
+		t.Fatalf("resolved %q, %v: want the running allocation's registration", addr, err)
+	}
+	if n := len(f.calls("GET /v1/client/allocation/a-evil/checks")); n != 0 {
+		t.Errorf("read the checks of another job's allocation %d times", n)
+	}
+}
+
 func TestServiceResolver(t *testing.T) {
 	f := newFakeNomad(t)
 	name := "ws-" + testWS
 	f.json("GET /v1/service/"+name, []*api.ServiceRegistration{
-		{ID: "s1", ServiceName: name, AllocID: "a-old", Address: "127.0.0.1", Port: 20001},
-		{ID: "s2", ServiceName: name, AllocID: "a-new", Address: "127.0.0.1", Port: 20002},
+		{ID: "s1", ServiceName: name, JobID: name, AllocID: "a-old", Address: "127.0.0.1", Port: 20001},
+		{ID: "s2", ServiceName: name, JobID: name, AllocID: "a-new", Address: "127.0.0.1", Port: 20002},
 	})
+	workspaceAllocFixture(f, "a-old", name, testWS)
+	workspaceAllocFixture(f, "a-new", name, testWS)
 	f.json("GET /v1/client/allocation/a-old/checks", api.AllocCheckStatuses{"c": {Service: name, Status: "failure"}})
 	f.json("GET /v1/client/allocation/a-new/checks", api.AllocCheckStatuses{"c": {Service: name, Status: "success"}})
 	r := NewServiceResolver(hclog.NewNullLogger(), f.client(), ResolverOptions{Namespace: "default", CacheTTL: time.Hour})
@@ -180,7 +276,8 @@ func TestServiceResolver(t *testing.T) {
 	}
 
 	f2 := newFakeNomad(t)
-	f2.json("GET /v1/service/"+name, []*api.ServiceRegistration{{ID: "s1", AllocID: "a1", Address: "127.0.0.1", Port: 1}})
+	f2.json("GET /v1/service/"+name, []*api.ServiceRegistration{{ID: "s1", JobID: name, AllocID: "a1", Address: "127.0.0.1", Port: 1}})
+	workspaceAllocFixture(f2, "a1", name, testWS)
 	f2.json("GET /v1/client/allocation/a1/checks", api.AllocCheckStatuses{"c": {Service: name, Status: "pending"}})
 	r2 := NewServiceResolver(hclog.NewNullLogger(), f2.client(), ResolverOptions{})
 	if _, err := r2.Resolve(t.Context(), testWS); !errors.Is(err, controller.ErrNoUpstream) {
