@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // Limits that make a header absurd rather than merely large.
@@ -115,11 +117,19 @@ func checkName(name string) error {
 // extractor writes tar entries below root. os.Root confines every file
 // operation to the target, even through symlinks the archive created.
 type extractor struct {
+	logger  hclog.Logger
 	root    *os.Root
 	written *atomic.Int64
 	dirs    []entry         // attributes applied last, deepest first
 	made    map[string]bool // directories known to exist
 	buf     []byte
+
+	// links are the archive's symlinks, by name. Each is checked on its own
+	// as it comes, but a chain (a -> b/.., b -> .) escapes although every
+	// link stays inside by itself, and a link may name one that comes later:
+	// they are created last, once the whole set can be resolved.
+	links     map[string]string
+	linkOrder []string
 
 	// The directory of the previous entry, open: entries come grouped by
 	// directory, and creating a single name in it costs one system call
@@ -131,10 +141,10 @@ type extractor struct {
 // extractTar extracts a tar stream into root. Every failure is classified:
 // a full disk is DISK_FULL, an S3 failure keeps its code, anything the
 // archive is to blame for is TAR_EXTRACT_FAILED.
-func extractTar(ctx context.Context, r io.Reader, root *os.Root, written *atomic.Int64) error {
+func extractTar(ctx context.Context, logger hclog.Logger, r io.Reader, root *os.Root, written *atomic.Int64) error {
 	buf := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(buf)
-	x := &extractor{root: root, written: written, made: map[string]bool{".": true}, buf: *buf}
+	x := &extractor{logger: logger, root: root, written: written, made: map[string]bool{".": true}, links: map[string]string{}, buf: *buf}
 	defer x.closeParent()
 	return extractError(x.run(ctx, tar.NewReader(r)))
 }
@@ -180,7 +190,92 @@ func (x *extractor) run(ctx context.Context, tr *tar.Reader) error {
 			return err
 		}
 	}
+	if err := x.symlinks(); err != nil {
+		return err
+	}
 	return x.finishDirs()
+}
+
+// symlinks creates the archive's symlinks, leaving out any whose target,
+// resolved through the others as the kernel would, leaves the target or
+// loops: like packing, which leaves out links that point outside by
+// themselves, it drops them with a warning instead of making a home that
+// holds one impossible to restore. A name the archive also used for another
+// entry (a directory it wrote through) is refused: the archive contradicts
+// itself.
+func (x *extractor) symlinks() error {
+	for _, name := range x.linkOrder {
+		target := x.links[name]
+		if _, err := x.root.Lstat(name); err == nil {
+			return fmt.Errorf("entry %q: a symlink where the archive also wrote through it", name)
+		}
+		if chainEscapes(name, target, x.links) {
+			x.logger.Warn("skipping symlink that leads outside the home through other symlinks", "path", name, "target", target)
+			continue
+		}
+		if err := x.parent(name); err != nil {
+			return err
+		}
+		if err := x.root.Symlink(target, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxLinkHops is how many symlinks one resolution may follow, as Linux's
+// 40 before ELOOP.
+const maxLinkHops = 40
+
+// chainEscapes resolves the symlink name -> target component by component
+// within the archive's namespace, replacing every component that names one
+// of links by that link's target. It reports whether the resolution ever
+// climbs above the root, meets an absolute or empty target, or follows more
+// than maxLinkHops links.
+func chainEscapes(name, target string, links map[string]string) bool {
+	var resolved []string
+	if dir := path.Dir(name); dir != "." {
+		resolved = strings.Split(dir, "/")
+	}
+	pending := []string{target}
+	hops := 0
+	for len(pending) > 0 {
+		next := pending[len(pending)-1]
+		pending = pending[:len(pending)-1]
+		if next == "" || path.IsAbs(next) {
+			return true
+		}
+		parts := strings.Split(next, "/")
+		for i, c := range parts {
+			switch c {
+			case "", ".":
+				continue
+			case "..":
+				if len(resolved) == 0 {
+					return true
+				}
+				resolved = resolved[:len(resolved)-1]
+				continue
+			}
+			resolved = append(resolved, c)
+			link, ok := links[strings.Join(resolved, "/")]
+			if !ok {
+				continue
+			}
+			if hops++; hops > maxLinkHops {
+				return true
+			}
+			// The link's target is resolved from its own directory, then
+			// the rest of this path from wherever that leads.
+			resolved = resolved[:len(resolved)-1]
+			if rest := strings.Join(parts[i+1:], "/"); rest != "" {
+				pending = append(pending, rest)
+			}
+			pending = append(pending, link)
+			break
+		}
+	}
+	return false
 }
 
 func (x *extractor) write(e entry, tr io.Reader) error {
@@ -194,7 +289,12 @@ func (x *extractor) write(e entry, tr io.Reader) error {
 		return x.hardlink(e)
 	}
 	if e.kind == kindSymlink {
-		return x.root.Symlink(e.link, e.name)
+		if _, dup := x.links[e.name]; dup {
+			return fmt.Errorf("entry %q: a second symlink of the same name", e.name)
+		}
+		x.links[e.name] = e.link
+		x.linkOrder = append(x.linkOrder, e.name)
+		return nil
 	}
 	dir, err := x.openParent(path.Dir(e.name))
 	if err != nil {

@@ -41,7 +41,7 @@ func packThenExtract(t *testing.T, src string) (dst string, read, written int64)
 		t.Fatal(err)
 	}
 	defer root.Close()
-	if err := extractTar(context.Background(), &tarball, root, &w); err != nil {
+	if err := extractTar(context.Background(), hclog.NewNullLogger(), &tarball, root, &w); err != nil {
 		t.Fatal(err)
 	}
 	return dst, r.Load(), w.Load()

@@ -90,7 +90,7 @@ func (s *Store) fetch(ctx context.Context, log hclog.Logger, out *lineWriter, ke
 	prog := startProgress(out, "download")
 	sum := sha256.New()
 	body := io.TeeReader(countingReader{r: objectReader{obj}, n: &prog.in}, sum)
-	extractErr := unpack(ctx, body, root, prog)
+	extractErr := unpack(ctx, log, body, root, prog)
 	if extractErr != nil && CodeOf(extractErr) != CodeTarExtractFailed {
 		prog.stop("FAIL")
 		return extractErr
@@ -114,7 +114,7 @@ func (s *Store) fetch(ctx context.Context, log hclog.Logger, out *lineWriter, ke
 // unpack decompresses in a goroutine of its own and extracts in this one,
 // so that the file system calls of extraction overlap with decompression
 // and hashing.
-func unpack(ctx context.Context, body io.Reader, root *os.Root, prog *progress) error {
+func unpack(ctx context.Context, log hclog.Logger, body io.Reader, root *os.Root, prog *progress) error {
 	zr, err := zstd.NewReader(body, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow))
 	if err != nil {
 		return withCode(CodeUnknown, err)
@@ -127,7 +127,7 @@ func unpack(ctx context.Context, body io.Reader, root *os.Root, prog *progress) 
 		_, err := zr.WriteTo(pipe)
 		pipe.closeWrite(err)
 	}()
-	err = extractTar(ctx, pipe, root, &prog.wrote)
+	err = extractTar(ctx, log, pipe, root, &prog.wrote)
 	if err == nil {
 		// Reading to the end checks the zstd frame checksum past the tar
 		// trailer.
