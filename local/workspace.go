@@ -48,6 +48,12 @@ func (b *Backend) ProvisionVolume(_ context.Context, spec controller.VolumeSpec)
 	if err != nil {
 		return fmt.Errorf("create home of %s: %w", spec.WorkspaceID, err)
 	}
+	if b.runAs != nil {
+		if err := b.runAs.chown(tmp); err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("create home of %s: %w", spec.WorkspaceID, err)
+		}
+	}
 	if err := os.Rename(tmp, home); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("create home of %s: %w", spec.WorkspaceID, err)
@@ -163,6 +169,9 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 			return fmt.Errorf("start %s: leftovers of the last run: %w", wsID, err)
 		}
 	}
+	if err := b.adoptHome(home); err != nil {
+		return fmt.Errorf("start %s: %w", wsID, err)
+	}
 	if err := resetDir(dir); err != nil {
 		return fmt.Errorf("start %s: %w", wsID, err)
 	}
@@ -195,6 +204,9 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
 	dir := b.workspaceDir(wsID)
 	env := []string{"HOME=" + home}
+	if b.runAs != nil {
+		env = append(env, b.runAs.env()...)
+	}
 	auth := "none"
 	if b.opts.UpstreamToken != nil {
 		// code-server reads and then unsets it, so its terminals never see it.
@@ -210,10 +222,13 @@ func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
 	if b.opts.Command != "" {
 		l.program = b.opts.Command
 		l.args = (&config.Workspace{Args: b.opts.Args}).ExpandArgs(port, home)
-		return l
+	} else {
+		l.program = b.opts.CodeServer
+		l.args = codeServerArgs(port, home, auth)
 	}
-	l.program = b.opts.CodeServer
-	l.args = codeServerArgs(port, home, auth)
+	if b.runAs != nil {
+		l.program, l.args = b.runAs.wrap(b.setpriv, l.program, l.args)
+	}
 	return l
 }
 
