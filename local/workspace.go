@@ -344,19 +344,45 @@ func (b *Backend) setReady(wsID string, id identity, ready bool) {
 
 func (b *Backend) forgetReady(wsID string) { b.setReady(wsID, identity{}, false) }
 
-// StopAll stops every workspace process this data dir knows, for tearing a
-// single-machine installation down while codehub is not running (workspaces
-// outlive codehub by design).
+// StopAll stops every workspace process and every archive or restore job
+// this data dir knows, for tearing a single-machine installation down while
+// codehub is not running (workspaces outlive codehub by design). A job
+// killed half way is observed as failed and retried by the next codehub.
 func (b *Backend) StopAll(ctx context.Context) error {
-	names, err := readNames(runDir(b.opts.DataDir))
+	runs, err := readNames(runDir(b.opts.DataDir))
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, name := range names {
+	for _, name := range runs {
 		if wsID, kind, ok := parseName(name); ok && kind == string(controller.JobWorkspace) {
 			errs = append(errs, b.StopWorkspace(ctx, wsID))
 		}
 	}
+	jobs, err := readNames(jobsDir(b.opts.DataDir))
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, name := range jobs {
+		wsID, kind, ok := parseName(name)
+		if !ok || (kind != string(controller.JobArchive) && kind != string(controller.JobRestore)) {
+			continue
+		}
+		errs = append(errs, b.stopJob(wsID, controller.JobKind(kind)))
+	}
 	return errors.Join(errs...)
+}
+
+func (b *Backend) stopJob(wsID string, kind controller.JobKind) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var rec jobRecord
+	found, err := b.readRecord(filepath.Join(b.batchDir(wsID, kind), jobFile), &rec)
+	if err != nil || !found {
+		return err
+	}
+	if err := b.kill(rec.Process); err != nil {
+		return fmt.Errorf("stop %s: %w", batchName(wsID, kind), err)
+	}
+	return nil
 }
