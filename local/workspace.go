@@ -179,7 +179,7 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err != nil {
 		return err
 	}
-	l := b.workspaceLaunch(wsID, port, home)
+	l := b.workspaceLaunch(spec, port, home)
 	if l.tag, err = newLaunchTag(); err != nil {
 		return err
 	}
@@ -201,7 +201,8 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 // loopback, answering only requests that carry the workspace's upstream
 // token when there is one, or the configured command with its placeholders
 // filled in.
-func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
+func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home string) launch {
+	wsID := spec.WorkspaceID
 	dir := b.workspaceDir(wsID)
 	env := []string{"HOME=" + home}
 	if b.runAs != nil {
@@ -224,7 +225,7 @@ func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
 		l.args = (&config.Workspace{Args: b.opts.Args}).ExpandArgs(port, home)
 	} else {
 		l.program = b.opts.CodeServer
-		l.args = codeServerArgs(port, home, auth)
+		l.args = codeServerArgs(port, home, auth, spec.Name)
 	}
 	if b.runAs != nil {
 		l.program, l.args = b.runAs.wrap(b.setpriv, l.program, l.args)
@@ -234,17 +235,26 @@ func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
 
 // codeServerArgs starts code-server for one workspace. Its settings and
 // extensions live in the home, so they survive archive and restore.
-func codeServerArgs(port int, home, auth string) []string {
-	return []string{
+//
+// code-server opens the folder it last opened, remembered inside the home,
+// before the one it is given; --ignore-last-opened makes it open the home
+// as it is now, so a home restored or moved to another path never reopens
+// a folder that is gone. The workspace's name brands the window title.
+func codeServerArgs(port int, home, auth, name string) []string {
+	args := []string{
 		"--auth", auth,
 		"--bind-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		"--disable-telemetry",
 		"--disable-update-check",
 		"--disable-workspace-trust",
+		"--ignore-last-opened",
 		"--user-data-dir", filepath.Join(home, ".local", "share", "code-server"),
 		"--extensions-dir", filepath.Join(home, ".local", "share", "code-server", "extensions"),
-		home,
 	}
+	if name != "" {
+		args = append(args, "--app-name", name)
+	}
+	return append(args, home)
 }
 
 // resetDir empties dir (state of a previous run) and recreates it.
