@@ -63,10 +63,14 @@ install_browser() {
 	fi
 }
 
+# free_port picks a port below the kernel's range for outgoing connections:
+# one in it may be bound by a connection that a probe does not see.
 free_port() {
-	local p
+	local p lo
+	lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	[ "$lo" -gt 11000 ] || lo=32768
 	while :; do
-		p=$((20000 + RANDOM % 30000))
+		p=$((10000 + RANDOM % (lo - 10000)))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return
