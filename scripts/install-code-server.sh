@@ -81,9 +81,13 @@ if [ -n "$node_dir" ]; then
 	export npm_config_nodedir=${headers%/include/node/node.h}
 fi
 
+# node-gyp builds the native modules with make, g++ and python3.
 missing=()
 dpkg -s libkrb5-dev >/dev/null 2>&1 || missing+=(libkrb5-dev)
 command -v rg >/dev/null 2>&1 || missing+=(ripgrep)
+command -v make >/dev/null 2>&1 || missing+=(make)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_install "${missing[@]}"
 fi
