@@ -151,6 +151,9 @@ func (b *Backend) setUser() error {
 	if err != nil {
 		return err
 	}
+	if euid := os.Geteuid(); euid != 0 && euid != a.uid {
+		return fmt.Errorf("running workspaces as %s needs codehub to run as root", a.name)
+	}
 	// Giving a home back walks a tree the user wrote; a hard link it made
 	// to a file of root's would be handed over with it. The kernel forbids
 	// making such links only while protected_hardlinks is on.
