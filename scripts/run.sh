@@ -74,14 +74,14 @@ workspace_user() {
 
 # move_old_homes moves homes of runs from before the data dir left the
 # checkout, once their workspace processes (still running as root) ended.
-move_old_homes() { # code-server data
+move_old_homes() { # code-server data user-line
 	local old=$state/data
 	[ -d "$old/volumes" ] && [ ! -e "$2" ] || return 0
 	log "moving the homes of earlier runs from $old to $2"
 	local tmp=$dir/old-data.hcl
 	(
 		umask 077
-		printf 's3 {\n  access_key = "unused"\n  secret_key = "unused"\n}\nbackend "local" {\n  data_dir = "%s"\n  code_server = "%s"\n}\n' "$old" "$1" >"$tmp"
+		printf 's3 {\n  access_key = "unused"\n  secret_key = "unused"\n}\nbackend "local" {\n  data_dir = "%s"\n  code_server = "%s"\n  %s\n}\n' "$old" "$1" "$3" >"$tmp"
 	)
 	"$root/bin/codehub" workspace stop-all -config "$tmp" >/dev/null
 	rm -f "$tmp"
@@ -124,7 +124,7 @@ run() {
 	local admin_password code_server
 	admin_password=$(cat "$state/admin-password")
 	code_server=$("$root/scripts/install-code-server.sh" "$state" 2>/dev/null | tail -n 1)
-	move_old_homes "$code_server" "$data"
+	move_old_homes "$code_server" "$data" "$user_line"
 
 	# Every secret the server needs is in the file, which only root reads,
 	# so `codehub user … -config .state/codehub.dev.hcl` works as it is.
