@@ -9,9 +9,12 @@
 // restarted codehub observes and stops what an earlier one started. The
 // processes of one launch carry its random tag in their environment, so what
 // left the process tree (a tmux server) is still found and stopped with it.
-// Workspaces keep running while codehub is down. The package never touches a
-// process it has no state file for, and never deletes a home a live
-// process of its workspace may still be using.
+// Workspaces keep running while codehub is down. With a workspace user
+// configured, workspace programs run as that user and reach nothing of
+// codehub's but their own home; jobs, which hold the S3 keys, stay
+// codehub's. The package never touches a process it has no state file for,
+// and never deletes a home a live process of its workspace may still be
+// using.
 package local
 
 import (
