@@ -1,12 +1,14 @@
-# CodeHub. `make run` and `make test` work on a fresh Debian machine with Go:
-# they install what is missing and start private services on loopback ports.
+# CodeHub. `make run` and `make test` work on a fresh Debian 12 machine with
+# Go, run as root (they install packages with apt-get and run PostgreSQL as
+# its own user): they install what is missing and start private services on
+# loopback ports. `make stop` ends what `make run` started.
 SHELL := /bin/bash
 STATE ?= $(CURDIR)/.state
 export CODEHUB_TOOLS_DIR := $(STATE)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build deps test run vet fmt golden bench-archive bench-engine bench-proxy clean
+.PHONY: all build deps test run stop vet fmt golden bench-archive bench-engine bench-proxy clean
 
 all: build
 
@@ -23,6 +25,9 @@ test: deps
 
 run: deps build
 	scripts/run.sh
+
+stop:
+	scripts/run.sh stop
 
 vet:
 	go vet ./...

@@ -135,7 +135,17 @@ backend "nomad" {
 #   # code-server binary: a path, or a name looked up on PATH. It listens on
 #   # a free loopback port with the workspace's volume as HOME; the
 #   # workspace command and args below apply to Nomad's exec and raw_exec.
+#   # The workspace user must be able to run it.
 #   code_server = "code-server"
+#
+#   # Unprivileged user (a name or a numeric uid) code-server runs as, with
+#   # its primary group and no other; homes are given to it. Set it whenever
+#   # codehub runs as root: a workspace's terminal is a shell as this user,
+#   # and as root it could read this file and every other home. Every
+#   # directory above data_dir and code_server must let it pass (o+x).
+#   # Needs setpriv (util-linux). Empty (the default) runs workspaces as
+#   # codehub's own user. Env: CODEHUB_BACKEND_LOCAL_USER.
+#   user = "codehub-ws"
 # }
 
 # Consul resolves workspace addresses from its health checks. Optional: without

@@ -139,6 +139,10 @@ type LocalBackend struct {
 	DataDir string `hcl:"data_dir,optional"`
 	// CodeServer is the code-server binary, a path or a name found on PATH.
 	CodeServer string `hcl:"code_server,optional"`
+	// User is the unprivileged user (a name or a numeric uid) workspace
+	// programs run as, and that owns their homes; empty runs them as
+	// codehub's own user.
+	User string `hcl:"user,optional"`
 }
 
 // Consul resolves workspace upstreams from Consul health checks. Without it,

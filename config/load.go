@@ -51,15 +51,47 @@ func Load(path string) (*Config, error) {
 	return load(path, os.LookupEnv)
 }
 
+// LoadForDatabase reads the configuration at path like Load, but judges
+// only the database settings: the admin commands that use nothing else
+// (user, workspace recover, migrate) then work with the file the server
+// uses even when the server takes its S3 keys or Nomad token from an
+// environment the administrator's shell does not have. The file must still
+// parse, and values it sets must still have the right types.
+func LoadForDatabase(path string) (*Config, error) {
+	return loadJudging(path, os.LookupEnv, onlyDatabase)
+}
+
+func onlyDatabase(ps []problem) []problem {
+	var kept []problem
+	for _, p := range ps {
+		if p.path == "database" || strings.HasPrefix(p.path, "database.") {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}
+
 func load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
+	return loadJudging(path, lookupEnv, everything)
+}
+
+func everything(ps []problem) []problem { return ps }
+
+func loadJudging(path string, lookupEnv func(string) (string, bool), judge func([]problem) []problem) (*Config, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return parse(src, path, lookupEnv)
+	return parseJudging(src, path, lookupEnv, judge)
 }
 
 func parse(src []byte, filename string, lookupEnv func(string) (string, bool)) (*Config, error) {
+	return parseJudging(src, filename, lookupEnv, everything)
+}
+
+// parseJudging decodes src and reports the problems judge keeps of those
+// the values have.
+func parseJudging(src []byte, filename string, lookupEnv func(string) (string, bool), judge func([]problem) []problem) (*Config, error) {
 	file, diags := hclparse.NewParser().ParseHCL(src, filename)
 	if diags.HasErrors() {
 		return nil, &Error{Diagnostics: diags}
@@ -75,7 +107,7 @@ func parse(src []byte, filename string, lookupEnv func(string) (string, bool)) (
 	diags = append(diags, decodeDiags...)
 	diags = append(diags, cfg.applyEnv(lookupEnv, orig)...)
 	diags = append(diags, orig.diagnostics(cfg.resolve())...)
-	diags = append(diags, orig.diagnostics(cfg.problems())...)
+	diags = append(diags, orig.diagnostics(judge(cfg.problems()))...)
 	if diags.HasErrors() {
 		return nil, &Error{Diagnostics: inFileOrder(diags)}
 	}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -390,5 +391,41 @@ func TestDecodeErrors(t *testing.T) {
 				t.Errorf("diagnostics = %q, want %q\n%v", got, tt.want, err)
 			}
 		})
+	}
+}
+
+// The admin commands that use only the database load the server's file
+// without the S3 keys or Nomad settings the server takes from elsewhere.
+func TestLoadForDatabaseJudgesOnlyTheDatabase(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	t.Setenv("CODEHUB_S3_ACCESS_KEY", "")
+	t.Setenv("CODEHUB_S3_SECRET_KEY", "")
+	serverOnly := write("server.hcl", "database { url = \"postgres://codehub@127.0.0.1:5432/codehub\" }\nbackend \"nomad\" { address = \"not a url\" }\n")
+	if _, err := Load(serverOnly); err == nil {
+		t.Fatal("Load accepted a file without S3 keys")
+	}
+	cfg, err := LoadForDatabase(serverOnly)
+	if err != nil {
+		t.Fatalf("LoadForDatabase: %v", err)
+	}
+	if cfg.Database.URL.Reveal() != "postgres://codehub@127.0.0.1:5432/codehub" {
+		t.Errorf("database url = %q", cfg.Database.URL.Reveal())
+	}
+
+	badDatabase := write("bad.hcl", "database { url = \"mysql://x\" }\n")
+	if _, err := LoadForDatabase(badDatabase); err == nil || !strings.Contains(err.Error(), "database.url") {
+		t.Errorf("LoadForDatabase with a bad database url = %v, want a problem naming database.url", err)
+	}
+	badType := write("type.hcl", "log_json = \"maybe\"\n")
+	if _, err := LoadForDatabase(badType); err == nil {
+		t.Error("LoadForDatabase accepted a value of the wrong type")
 	}
 }

@@ -278,6 +278,9 @@ func (c *Config) checkBackend(ch *checker) {
 	case b.Kind == BackendLocal && b.Local != nil:
 		ch.required("backend.local.data_dir", b.Local.DataDir)
 		ch.required("backend.local.code_server", b.Local.CodeServer)
+		if u := b.Local.User; u != "" && !systemUser.MatchString(u) {
+			ch.add("backend.local.user", "%q must be a user name or a numeric uid", u)
+		}
 	default:
 		ch.add("backend", "kind %q must be %q or %q, with its settings", b.Kind, BackendNomad, BackendLocal)
 	}
@@ -434,6 +437,10 @@ const (
 // refuses is reported before anything is written: the bootstrap admin's
 // would otherwise stop the server at start.
 func ValidUsername(name string) bool { return usernamePattern.MatchString(name) }
+
+// systemUser is what useradd accepts as a name (Debian's default
+// NAME_REGEX, with the trailing "$" of machine accounts), or a uid.
+var systemUser = regexp.MustCompile(`^([a-z_][a-z0-9_-]*[$]?|[0-9]+)$`)
 
 var usernamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 

@@ -121,6 +121,18 @@ func TestValidateRules(t *testing.T) {
 		{"local backend without data_dir and code_server", func(c *Config) {
 			c.Backend = &Backend{Kind: BackendLocal, Local: &LocalBackend{}}
 		}, []string{"backend.local.code_server", "backend.local.data_dir"}},
+		{"local backend with a workspace user", func(c *Config) {
+			c.Backend = &Backend{Kind: BackendLocal, Local: defaultLocalBackend()}
+			c.Backend.Local.User = "codehub-ws"
+		}, nil},
+		{"local backend with a numeric workspace user", func(c *Config) {
+			c.Backend = &Backend{Kind: BackendLocal, Local: defaultLocalBackend()}
+			c.Backend.Local.User = "65534"
+		}, nil},
+		{"local backend with a user that is no name", func(c *Config) {
+			c.Backend = &Backend{Kind: BackendLocal, Local: defaultLocalBackend()}
+			c.Backend.Local.User = "ws user;"
+		}, []string{"backend.local.user"}},
 
 		{"consul with address", func(c *Config) { c.Consul = defaultConsul() }, nil},
 		{"consul without address", func(c *Config) { c.Consul = &Consul{} }, []string{"consul.address"}},

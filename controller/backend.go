@@ -66,6 +66,8 @@ type WorkspaceSpec struct {
 	WorkspaceID string
 	OwnerID     string
 	Image       string
+	// Name is the workspace's name as its owner gave it, for display.
+	Name string
 }
 
 // JobSpec is one archive or restore attempt.

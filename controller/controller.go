@@ -422,7 +422,7 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 	case StepProvisionVolume:
 		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID})
 	case StepStartWorkspace:
-		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, OwnerID: w.OwnerID, Image: w.Image})
+		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name})
 	case StepStopWorkspace:
 		return c.backend.StopWorkspace(ctx, w.ID)
 	case StepSubmitArchive:

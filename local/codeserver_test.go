@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -117,6 +119,57 @@ func TestCodeServerServesWorkbench(t *testing.T) {
 	// Settings live in the home, so they travel with archives.
 	if _, err := os.Stat(b.HomeDir(testID) + "/.local/share/code-server"); err != nil {
 		t.Fatalf("user data dir not in the home: %v", err)
+	}
+}
+
+// A restored or moved home remembers the folder code-server last opened,
+// at a path that may be gone; the workspace opens its home as it is now,
+// and the workbench installed as an app carries the workspace's name.
+func TestCodeServerOpensTheHomeNotTheLastOpenedFolder(t *testing.T) {
+	b := codeServerBackend(t)
+	ctx := context.Background()
+	stopOnCleanup(t, b)
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
+		t.Fatalf("ProvisionVolume: %v", err)
+	}
+	settings := filepath.Join(b.HomeDir(testID), ".local", "share", "code-server")
+	if err := os.MkdirAll(settings, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(settings, "coder.json"), []byte(`{"query":{"folder":"/gone/ws-old-home"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID, Name: "my-project"}); err != nil {
+		t.Fatalf("StartWorkspace: %v", err)
+	}
+	untilReady(t, b, time.Now())
+	addr, err := b.Resolve(ctx, testID)
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	req.Header.Set("Cookie", "code-server-session="+testToken(testID))
+	res, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	loc, err := url.Parse(res.Header.Get("Location"))
+	if err != nil || res.StatusCode != http.StatusFound || loc.Query().Get("folder") != b.HomeDir(testID) {
+		t.Fatalf("GET /: %d to %q, want 302 to ?folder=%s", res.StatusCode, res.Header.Get("Location"), b.HomeDir(testID))
+	}
+	// Installed as an app, the workbench is named after the workspace.
+	req, _ = http.NewRequest(http.MethodGet, "http://"+addr+"/manifest.json", nil)
+	req.Header.Set("Cookie", "code-server-session="+testToken(testID))
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || !strings.Contains(string(manifest), `"name": "my-project"`) {
+		t.Fatalf("manifest does not carry the workspace's name (%v): %.300s", err, manifest)
 	}
 }
 

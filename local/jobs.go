@@ -81,6 +81,9 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 	if _, err := os.Stat(home); err != nil {
 		return fmt.Errorf("%s job of %s: home: %w", kind, wsID, err)
 	}
+	if err := b.lockHome(home); err != nil {
+		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
+	}
 	if err := resetDir(dir); err != nil {
 		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}

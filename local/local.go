@@ -9,9 +9,12 @@
 // restarted codehub observes and stops what an earlier one started. The
 // processes of one launch carry its random tag in their environment, so what
 // left the process tree (a tmux server) is still found and stopped with it.
-// Workspaces keep running while codehub is down. The package never touches a
-// process it has no state file for, and never deletes a home a live
-// process of its workspace may still be using.
+// Workspaces keep running while codehub is down. With a workspace user
+// configured, workspace programs run as that user and reach nothing of
+// codehub's but their own home; jobs, which hold the S3 keys, stay
+// codehub's. The package never touches a process it has no state file for,
+// and never deletes a home a live process of its workspace may still be
+// using.
 package local
 
 import (
@@ -59,6 +62,11 @@ type Options struct {
 	S3 config.S3
 	// HealthTimeout bounds one readiness probe; zero means 2 s.
 	HealthTimeout time.Duration
+	// User, when set, is the user (a name or a numeric uid) workspace
+	// programs run as, with its primary group; homes are given to it.
+	// Empty runs them as codehub's own user. Archive and restore jobs
+	// always run as codehub's user: they hold the S3 keys.
+	User string
 }
 
 // Backend is the single-machine backend. It is safe for concurrent use.
@@ -67,6 +75,10 @@ type Backend struct {
 	opts   Options
 	client *http.Client
 	bootID string
+	// runAs is the account workspace programs run as, nil for codehub's
+	// own; setpriv is the program that switches to it.
+	runAs   *account
+	setpriv string
 
 	// mu serialises actuators so two calls for one workspace never race on
 	// its state files. Observe only reads.
@@ -111,22 +123,89 @@ func New(logger hclog.Logger, opts Options) (*Backend, error) {
 	if opts.HealthTimeout <= 0 {
 		opts.HealthTimeout = 2 * time.Second
 	}
-	for _, d := range []string{volumesDir(dir), runDir(dir), jobsDir(dir), trashDir(dir)} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("local backend: %w", err)
-		}
-	}
-	boot, err := readBootID()
-	if err != nil {
-		return nil, fmt.Errorf("local backend: %w", err)
-	}
-	return &Backend{
+	b := &Backend{
 		logger: logger,
 		opts:   opts,
 		client: &http.Client{Timeout: opts.HealthTimeout},
-		bootID: boot,
 		ready:  make(map[string]identity),
-	}, nil
+	}
+	if err := b.setUser(); err != nil {
+		return nil, fmt.Errorf("local backend: %w", err)
+	}
+	if err := b.makeLayout(); err != nil {
+		return nil, fmt.Errorf("local backend: %w", err)
+	}
+	if b.runAs == nil && os.Geteuid() == 0 {
+		logger.Warn("workspaces run as root: every workspace user can read codehub's configuration and data; set backend.local.user")
+	}
+	if b.bootID, err = readBootID(); err != nil {
+		return nil, fmt.Errorf("local backend: %w", err)
+	}
+	return b, nil
+}
+
+// setUser resolves the account workspaces run as, if one is configured,
+// and checks that it can run the workspace program.
+func (b *Backend) setUser() error {
+	if b.opts.User == "" {
+		return nil
+	}
+	a, err := lookupAccount(b.opts.User)
+	if err != nil {
+		return err
+	}
+	if euid := os.Geteuid(); euid != 0 && euid != a.uid {
+		return fmt.Errorf("running workspaces as %s needs codehub to run as root", a.name)
+	}
+	// Giving a home back walks a tree the user wrote; a hard link it made
+	// to a file of root's would be handed over with it. The kernel forbids
+	// making such links only while protected_hardlinks is on.
+	if protected, err := os.ReadFile("/proc/sys/fs/protected_hardlinks"); err != nil || strings.TrimSpace(string(protected)) != "1" {
+		return fmt.Errorf("running workspaces as %s needs the sysctl fs.protected_hardlinks=1 (the default)", a.name)
+	}
+	if b.setpriv, err = execLookPath("setpriv"); err != nil {
+		return fmt.Errorf("running workspaces as %s needs setpriv (util-linux): %w", a.name, err)
+	}
+	program := b.opts.Command
+	if program == "" {
+		program = b.opts.CodeServer
+	}
+	if err := a.reachable(program, true); err != nil {
+		return fmt.Errorf("workspace program: %w", err)
+	}
+	b.runAs = a
+	return nil
+}
+
+// makeLayout creates the data dir. Only homes are the workspaces' business:
+// with a workspace user the data dir and the volumes dir let it pass to its
+// home (mode 0711, nothing listed), and process state, job logs with their
+// S3 locations, and deleted homes stay private to codehub (0700).
+func (b *Backend) makeLayout() error {
+	dir := b.opts.DataDir
+	passable := os.FileMode(0o700)
+	if b.runAs != nil {
+		passable = 0o711
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{dir, passable}, {volumesDir(dir), passable},
+		{runDir(dir), 0o700}, {jobsDir(dir), 0o700}, {trashDir(dir), 0o700},
+	} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return err
+		}
+		// An existing directory keeps the mode it was made with otherwise.
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return err
+		}
+	}
+	if b.runAs == nil {
+		return nil
+	}
+	return b.runAs.reachable(filepath.Join(volumesDir(dir), "home"), false)
 }
 
 // lookPath resolves a program name on PATH and makes a path absolute, so the

@@ -270,6 +270,37 @@ func TestStopAllStopsWhatAnEarlierCodehubStarted(t *testing.T) {
 	}
 }
 
+// make stop ends archive and restore jobs too: nothing codehub started may
+// outlive the teardown.
+func TestStopAllStopsJobs(t *testing.T) {
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	hang := filepath.Join(t.TempDir(), "codehub")
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(hclog.NewNullLogger(), Options{DataDir: dataDir, Command: fakeWorkspace, CodehubBinary: hang})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
+		t.Fatalf("ProvisionVolume: %v", err)
+	}
+	job := controller.JobSpec{WorkspaceID: testID, OpID: "op", ArchiveKey: "ws/" + testID + "/op.tar.zst", Attempt: 1}
+	if err := b.SubmitArchive(ctx, job); err != nil {
+		t.Fatalf("SubmitArchive: %v", err)
+	}
+	waitFor(t, b, "archiving", func(o controller.Observed) bool {
+		return o.Archive != nil && o.Archive.Status == controller.JobRunning
+	})
+	if err := newTestBackend(t, dataDir).StopAll(ctx); err != nil {
+		t.Fatalf("StopAll: %v", err)
+	}
+	waitFor(t, b, "archive ended", func(o controller.Observed) bool {
+		return o.Archive != nil && o.Archive.Status == controller.JobFailed
+	})
+}
+
 func TestWatchWakesWhenAWorkspaceBecomesReady(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := newTestBackend(t, t.TempDir())

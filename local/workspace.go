@@ -48,6 +48,12 @@ func (b *Backend) ProvisionVolume(_ context.Context, spec controller.VolumeSpec)
 	if err != nil {
 		return fmt.Errorf("create home of %s: %w", spec.WorkspaceID, err)
 	}
+	if b.runAs != nil {
+		if err := b.runAs.chown(tmp); err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("create home of %s: %w", spec.WorkspaceID, err)
+		}
+	}
 	if err := os.Rename(tmp, home); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("create home of %s: %w", spec.WorkspaceID, err)
@@ -163,6 +169,9 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 			return fmt.Errorf("start %s: leftovers of the last run: %w", wsID, err)
 		}
 	}
+	if err := b.adoptHome(home); err != nil {
+		return fmt.Errorf("start %s: %w", wsID, err)
+	}
 	if err := resetDir(dir); err != nil {
 		return fmt.Errorf("start %s: %w", wsID, err)
 	}
@@ -170,7 +179,7 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err != nil {
 		return err
 	}
-	l := b.workspaceLaunch(wsID, port, home)
+	l := b.workspaceLaunch(spec, port, home)
 	if l.tag, err = newLaunchTag(); err != nil {
 		return err
 	}
@@ -192,9 +201,13 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 // loopback, answering only requests that carry the workspace's upstream
 // token when there is one, or the configured command with its placeholders
 // filled in.
-func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
+func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home string) launch {
+	wsID := spec.WorkspaceID
 	dir := b.workspaceDir(wsID)
 	env := []string{"HOME=" + home}
+	if b.runAs != nil {
+		env = append(env, b.runAs.env()...)
+	}
 	auth := "none"
 	if b.opts.UpstreamToken != nil {
 		// code-server reads and then unsets it, so its terminals never see it.
@@ -210,26 +223,38 @@ func (b *Backend) workspaceLaunch(wsID string, port int, home string) launch {
 	if b.opts.Command != "" {
 		l.program = b.opts.Command
 		l.args = (&config.Workspace{Args: b.opts.Args}).ExpandArgs(port, home)
-		return l
+	} else {
+		l.program = b.opts.CodeServer
+		l.args = codeServerArgs(port, home, auth, spec.Name)
 	}
-	l.program = b.opts.CodeServer
-	l.args = codeServerArgs(port, home, auth)
+	if b.runAs != nil {
+		l.program, l.args = b.runAs.wrap(b.setpriv, l.program, l.args)
+	}
 	return l
 }
 
 // codeServerArgs starts code-server for one workspace. Its settings and
 // extensions live in the home, so they survive archive and restore.
-func codeServerArgs(port int, home, auth string) []string {
-	return []string{
+//
+// code-server opens the folder it last opened, remembered inside the home,
+// before the one it is given; --ignore-last-opened makes it open the home
+// as it is now, so a home restored or moved to another path never reopens
+// a folder that is gone. The workspace's name brands the window title.
+func codeServerArgs(port int, home, auth, name string) []string {
+	args := []string{
 		"--auth", auth,
 		"--bind-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		"--disable-telemetry",
 		"--disable-update-check",
 		"--disable-workspace-trust",
+		"--ignore-last-opened",
 		"--user-data-dir", filepath.Join(home, ".local", "share", "code-server"),
 		"--extensions-dir", filepath.Join(home, ".local", "share", "code-server", "extensions"),
-		home,
 	}
+	if name != "" {
+		args = append(args, "--app-name", name)
+	}
+	return append(args, home)
 }
 
 // resetDir empties dir (state of a previous run) and recreates it.
@@ -329,19 +354,45 @@ func (b *Backend) setReady(wsID string, id identity, ready bool) {
 
 func (b *Backend) forgetReady(wsID string) { b.setReady(wsID, identity{}, false) }
 
-// StopAll stops every workspace process this data dir knows, for tearing a
-// single-machine installation down while codehub is not running (workspaces
-// outlive codehub by design).
+// StopAll stops every workspace process and every archive or restore job
+// this data dir knows, for tearing a single-machine installation down while
+// codehub is not running (workspaces outlive codehub by design). A job
+// killed half way is observed as failed and retried by the next codehub.
 func (b *Backend) StopAll(ctx context.Context) error {
-	names, err := readNames(runDir(b.opts.DataDir))
+	runs, err := readNames(runDir(b.opts.DataDir))
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, name := range names {
+	for _, name := range runs {
 		if wsID, kind, ok := parseName(name); ok && kind == string(controller.JobWorkspace) {
 			errs = append(errs, b.StopWorkspace(ctx, wsID))
 		}
 	}
+	jobs, err := readNames(jobsDir(b.opts.DataDir))
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, name := range jobs {
+		wsID, kind, ok := parseName(name)
+		if !ok || (kind != string(controller.JobArchive) && kind != string(controller.JobRestore)) {
+			continue
+		}
+		errs = append(errs, b.stopJob(wsID, controller.JobKind(kind)))
+	}
 	return errors.Join(errs...)
+}
+
+func (b *Backend) stopJob(wsID string, kind controller.JobKind) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var rec jobRecord
+	found, err := b.readRecord(filepath.Join(b.batchDir(wsID, kind), jobFile), &rec)
+	if err != nil || !found {
+		return err
+	}
+	if err := b.kill(rec.Process); err != nil {
+		return fmt.Errorf("stop %s: %w", batchName(wsID, kind), err)
+	}
+	return nil
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs (when missing) and runs private PostgreSQL, Redis and S3 (versitygw)
 # instances on free loopback ports. Never touches the machine's default
-# services or ports.
+# services or ports. Every local user can reach a loopback port (a workspace
+# terminal included), so each service demands a password made at start, and
+# DIR (data, logs, the env file holding the passwords) is private to root.
 #
 #   scripts/services.sh install        install what is missing
 #   scripts/services.sh install-browser  install Chromium for the browser test
@@ -61,10 +63,14 @@ install_browser() {
 	fi
 }
 
+# free_port picks a port below the kernel's range for outgoing connections:
+# one in it may be bound by a connection that a probe does not see.
 free_port() {
-	local p
+	local p lo
+	lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	[ "$lo" -gt 11000 ] || lo=32768
 	while :; do
-		p=$((20000 + RANDOM % 30000))
+		p=$((10000 + RANDOM % (lo - 10000)))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return
@@ -83,17 +89,23 @@ wait_for() { # name, command...
 	return 1
 }
 
+new_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
 start() {
 	local dir=$1
+	# Files made here hold passwords or data: no one else may read them.
+	umask 077
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	local pgb
 	pgb=$(pg_bin)
 
-	# PostgreSQL refuses to run as root: its files belong to postgres.
-	local pgport pgdata=$dir/pg
+	# PostgreSQL refuses to run as root: its files belong to postgres, who
+	# needs to pass through DIR to them, and to nothing else in it.
+	local pgport pgdata=$dir/pg pgpass
 	pgport=$(free_port)
-	chmod 755 "$dir"
+	pgpass=$(new_password)
+	chmod 711 "$dir"
 	# The server runs as postgres, which may not reach a checkout under a
 	# private home directory: keep its data where it can, linked from DIR.
 	if ! runuser -u postgres -- test -x "$dir"; then
@@ -110,20 +122,32 @@ start() {
 		runuser -u postgres -- "$pgb/initdb" -D "$pgdata" -U postgres -A trust -E UTF8 >"$dir/initdb.log" 2>&1 ||
 			{ cat "$dir/initdb.log" >&2; return 1; }
 	fi
+	# Its own socket (inside the private data dir) trusts postgres; TCP,
+	# which anyone on the machine reaches, takes the password set below.
+	# Written at every start, so data made by an older trusting version
+	# is locked too.
+	printf 'local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n' >"$pgdata/pg_hba.conf"
+	chown postgres: "$pgdata/pg_hba.conf"
 	runuser -u postgres -- "$pgb/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w -t 60 \
 		-o "-c listen_addresses=127.0.0.1 -p $pgport -k $pgdata -c max_connections=300 -c fsync=off" start >/dev/null ||
 		{ cat "$pgdata/server.log" >&2; return 1; }
+	# On stdin, so the password never shows in a process listing.
+	printf "ALTER USER postgres PASSWORD '%s';\n" "$pgpass" |
+		runuser -u postgres -- "$pgb/psql" -X -q -h "$pgdata" -p "$pgport" -U postgres -d postgres -v ON_ERROR_STOP=1 -f - >/dev/null
 
-	local rport
+	local rport rpass
 	rport=$(free_port)
-	redis-server --bind 127.0.0.1 --port "$rport" --databases 1001 --save '' --appendonly no \
+	rpass=$(new_password)
+	# In a file, not on the command line, which every user can read.
+	echo "requirepass $rpass" >"$dir/redis.conf"
+	redis-server "$dir/redis.conf" --bind 127.0.0.1 --port "$rport" --databases 1001 --save '' --appendonly no \
 		--daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir"
-	wait_for redis redis-cli -p "$rport" ping
+	wait_for redis env REDISCLI_AUTH="$rpass" redis-cli -p "$rport" ping
 
 	local sport key secret
 	sport=$(free_port)
 	key=codehub-test
-	secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+	secret=$(new_password)
 	mkdir -p "$dir/s3"
 	ROOT_ACCESS_KEY=$key ROOT_SECRET_KEY=$secret nohup "$bindir/versitygw" --port "127.0.0.1:$sport" --quiet \
 		posix "$dir/s3" >"$dir/versitygw.log" 2>&1 &
@@ -131,8 +155,8 @@ start() {
 	wait_for versitygw curl -s -o /dev/null "http://127.0.0.1:$sport/"
 
 	cat >"$dir/env" <<ENV
-export CODEHUB_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:$pgport/postgres?sslmode=disable
-export CODEHUB_TEST_REDIS_URL=redis://127.0.0.1:$rport/0
+export CODEHUB_TEST_DATABASE_URL=postgres://postgres:$pgpass@127.0.0.1:$pgport/postgres?sslmode=disable
+export CODEHUB_TEST_REDIS_URL=redis://:$rpass@127.0.0.1:$rport/0
 export CODEHUB_TEST_S3_ENDPOINT=127.0.0.1:$sport
 export CODEHUB_TEST_S3_ACCESS_KEY=$key
 export CODEHUB_TEST_S3_SECRET_KEY=$secret

@@ -59,6 +59,7 @@ func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token
 		b, err := local.New(logger.Named("local"), local.Options{
 			DataDir:       l.DataDir,
 			CodeServer:    l.CodeServer,
+			User:          l.User,
 			UpstreamToken: token,
 			S3:            *cfg.S3,
 		})

@@ -17,7 +17,7 @@ func runMigrate(args []string, _ io.Reader, _, stderr io.Writer) int {
 	if !parseConfigCommand(fs, path, args, stderr) {
 		return 2
 	}
-	cfg, err := loadConfig(*path, stderr)
+	cfg, err := loadDatabaseConfig(*path, stderr)
 	if err != nil {
 		return 1
 	}
@@ -52,7 +52,7 @@ func openMigrated(ctx context.Context, url string, logger hclog.Logger) (*pgxpoo
 // at path, under a context that ends on SIGINT or SIGTERM; closeDB releases
 // both. Problems are printed to stderr, prefixed with command.
 func adminDB(command, path string, stderr io.Writer) (ctx context.Context, pool *pgxpool.Pool, closeDB func(), ok bool) {
-	cfg, err := loadConfig(path, stderr)
+	cfg, err := loadDatabaseConfig(path, stderr)
 	if err != nil {
 		return nil, nil, nil, false
 	}
@@ -70,6 +70,17 @@ func adminDB(command, path string, stderr io.Writer) (ctx context.Context, pool 
 // on stderr, so their own output stays clean.
 func cliLogger(name string, stderr io.Writer) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: name, Output: stderr, Level: hclog.Warn})
+}
+
+// loadDatabaseConfig loads the file at path for a command that uses only
+// the database, judging only its settings and printing every problem.
+func loadDatabaseConfig(path string, stderr io.Writer) (*config.Config, error) {
+	cfg, err := config.LoadForDatabase(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // loadConfig loads and validates the file at path, printing every problem.

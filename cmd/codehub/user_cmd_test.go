@@ -224,3 +224,22 @@ func TestUserCommandsRefuseBadInput(t *testing.T) {
 		t.Errorf("longest password does not verify: %v %v", ok, err)
 	}
 }
+
+// The user commands need only the database: a server's file whose S3 keys
+// come from the server's environment serves them as it is.
+func TestUserCommandsNeedOnlyTheDatabase(t *testing.T) {
+	dbURL := testenv.PostgresURL(t)
+	t.Setenv("CODEHUB_S3_ACCESS_KEY", "")
+	t.Setenv("CODEHUB_S3_SECRET_KEY", "")
+	cfg := filepath.Join(t.TempDir(), "codehub.hcl")
+	src := fmt.Sprintf("database { url = %q }\nbackend \"local\" {\n  data_dir = \"/var/lib/codehub/workspaces\"\n}\n", dbURL)
+	if err := os.WriteFile(cfg, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := user(t, "first-password\n", "add", "-config", cfg, "-username", "alice", "-password-stdin"); code != 0 || !strings.Contains(out, "added user alice") {
+		t.Fatalf("add without S3 keys: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := user(t, "", "list", "-config", cfg); code != 0 || !strings.Contains(out, "alice") {
+		t.Fatalf("list without S3 keys: %d %q %q", code, out, errOut)
+	}
+}

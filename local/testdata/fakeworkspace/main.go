@@ -1,5 +1,6 @@
 // Command fakeworkspace stands in for code-server in tests: it serves
-// /healthz on the given address, reports its HOME and environment, and can
+// /healthz on the given address, reports its HOME, environment and user,
+// tries to read or write files it is asked to, and can
 // start a grandchild in a session of its own (as code-server's terminals
 // are), leave a daemon behind that is no longer its descendant (as tmux or
 // a disowned job in a closed terminal is), or exit at once with a given code.
@@ -55,6 +56,25 @@ func main() {
 		for _, kv := range os.Environ() {
 			fmt.Fprintln(w, kv)
 		}
+	})
+	http.HandleFunc("/id", func(w http.ResponseWriter, _ *http.Request) {
+		groups, _ := os.Getgroups()
+		fmt.Fprintln(w, os.Getuid(), os.Getgid(), len(groups))
+	})
+	http.HandleFunc("/read", func(w http.ResponseWriter, r *http.Request) {
+		b, err := os.ReadFile(r.URL.Query().Get("path"))
+		if err != nil {
+			fmt.Fprint(w, "error: ", err)
+			return
+		}
+		w.Write(b)
+	})
+	http.HandleFunc("/write", func(w http.ResponseWriter, r *http.Request) {
+		if err := os.WriteFile(r.URL.Query().Get("path"), []byte("written"), 0o600); err != nil {
+			fmt.Fprint(w, "error: ", err)
+			return
+		}
+		fmt.Fprint(w, "ok")
 	})
 	fmt.Println("fakeworkspace: serving on", *listen)
 	if err := http.ListenAndServe(*listen, nil); err != nil {
