@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 )
 
@@ -26,9 +25,6 @@ type jobRecord struct {
 }
 
 const jobFile = "job.json"
-
-// UnknownError is the CODEHUB_ERROR of a failed job that printed none.
-const UnknownError = "UNKNOWN"
 
 // SubmitArchive runs `codehub job archive --src HOME` for this attempt.
 func (b *Backend) SubmitArchive(ctx context.Context, job controller.JobSpec) error {
@@ -196,27 +192,13 @@ func (b *Backend) PurgeJob(_ context.Context, wsID string, kind controller.JobKi
 	return nil
 }
 
-// parseErrorCode returns the CODEHUB_ERROR of the last
-// "RESULT=FAIL CODEHUB_ERROR=<CODE>" line of a job's output, or UNKNOWN.
-func parseErrorCode(path string) string {
+// errorCode returns the CODEHUB_ERROR a job printed last in its log.
+func errorCode(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
-		return UnknownError
+		return string(archive.CodeUnknown)
 	}
 	defer f.Close()
-	code := UnknownError
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 || fields[0] != "RESULT=FAIL" {
-			continue
-		}
-		for _, fld := range fields[1:] {
-			if v, ok := strings.CutPrefix(fld, "CODEHUB_ERROR="); ok && v != "" {
-				code = v
-			}
-		}
-	}
-	return code
+	code, _ := archive.ResultCode(f, 1<<20)
+	return string(code)
 }

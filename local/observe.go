@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -153,7 +154,7 @@ func (b *Backend) readJob(wsID string, kind controller.JobKind) (seenJob, bool, 
 	}
 	j.exitCode, j.exited = readExit(filepath.Join(dir, exitFile))
 	if j.exited && j.exitCode != 0 {
-		j.errorCode = parseErrorCode(filepath.Join(dir, logFile))
+		j.errorCode = errorCode(filepath.Join(dir, logFile))
 		j.lastLine = lastLine(filepath.Join(dir, logFile))
 	}
 	return j, true, nil
@@ -259,7 +260,7 @@ func jobResult(j seenJob) *controller.JobResult {
 	default:
 		r.Status = controller.JobFailed
 		r.ExitCode = -1
-		r.ErrorCode = UnknownError
+		r.ErrorCode = string(archive.CodeUnknown)
 		r.Message = "job process ended without recording its exit status"
 	}
 	return r

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -97,7 +98,7 @@ func TestJobResult(t *testing.T) {
 		{"recorded, never started", seenJob{record: jobRecord{OpID: "op", ArchiveKey: "k", Attempt: 1}},
 			controller.JobResult{Status: controller.JobPending}},
 		{"killed before recording", seenJob{record: rec},
-			controller.JobResult{Status: controller.JobFailed, ExitCode: -1, ErrorCode: UnknownError,
+			controller.JobResult{Status: controller.JobFailed, ExitCode: -1, ErrorCode: string(archive.CodeUnknown),
 				Message: "job process ended without recording its exit status"}},
 	}
 	for _, tt := range tests {
@@ -110,12 +111,12 @@ func TestJobResult(t *testing.T) {
 	}
 }
 
-func TestParseErrorCode(t *testing.T) {
+func TestErrorCode(t *testing.T) {
 	tests := []struct{ name, log, want string }{
 		{"last result line wins", "RESULT=FAIL CODEHUB_ERROR=S3_ACCESS_ERROR\nretrying\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL DETAIL=\"no space\"\n", "DISK_FULL"},
-		{"no result line", "panic: boom\n", UnknownError},
-		{"empty code", "RESULT=FAIL CODEHUB_ERROR=\n", UnknownError},
-		{"success line ignored", "RESULT=OK\n", UnknownError},
+		{"no result line", "panic: boom\n", string(archive.CodeUnknown)},
+		{"empty code", "RESULT=FAIL CODEHUB_ERROR=\n", string(archive.CodeUnknown)},
+		{"success line ignored", "RESULT=OK\n", string(archive.CodeUnknown)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,8 +124,8 @@ func TestParseErrorCode(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.log), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if got := parseErrorCode(path); got != tt.want {
-				t.Fatalf("parseErrorCode = %q, want %q", got, tt.want)
+			if got := errorCode(path); got != tt.want {
+				t.Fatalf("errorCode = %q, want %q", got, tt.want)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/minio/minio-go/v7"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
@@ -155,8 +156,8 @@ func TestE2EArtifactChecksumMismatch(t *testing.T) {
 	if o.Archive.Status != controller.JobFailed {
 		t.Fatalf("archive with a wrong artifact checksum = %+v, want failed", o.Archive)
 	}
-	if o.Archive.ErrorCode != UnknownError {
-		t.Fatalf("error code = %q, want %s: the job never ran to print one", o.Archive.ErrorCode, UnknownError)
+	if o.Archive.ErrorCode != string(archive.CodeUnknown) {
+		t.Fatalf("error code = %q, want %s: the job never ran to print one", o.Archive.ErrorCode, archive.CodeUnknown)
 	}
 	if !strings.Contains(o.Archive.Message, "artifact") {
 		t.Fatalf("message %q does not name the artifact download", o.Archive.Message)

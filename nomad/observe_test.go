@@ -94,7 +94,7 @@ func observeFixture(f *fakeNomad) {
 		"c1": {Service: "ws-" + wsStarting, Status: "success"},
 	})
 	f.handle("GET /v1/client/fs/logs/a-archive", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, "CODEHUB_JOB=archive\nRESULT=FAIL CODEHUB_ERROR=S3_ACCESS_ERROR DETAIL=first\nretrying\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL DETAIL=no space\n")
+		fmt.Fprint(w, "CODEHUB_JOB=archive\nRESULT=FAIL CODEHUB_ERROR=S3_ACCESS_ERROR DETAIL=first\nretrying\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL DETAIL=\"no space\"\n")
 	})
 	f.json("GET /v1/job/ws-"+wsUnplaced+"/evaluations", []*api.Evaluation{
 		{ID: "e1", CreateIndex: 10, FailedTGAllocs: map[string]*api.AllocationMetric{"workspace": {
@@ -248,23 +248,6 @@ func assertFailure(t *testing.T, err error, reason string) {
 	}
 	if f.Reason != reason || f.Terminal {
 		t.Fatalf("failure = %+v, want reason %s, not terminal", f, reason)
-	}
-}
-
-func TestParseErrorCode(t *testing.T) {
-	cases := map[string]string{
-		"":                       UnknownError,
-		"RESULT=OK\n":            UnknownError,
-		"RESULT=FAIL DETAIL=x\n": UnknownError,
-		"RESULT=FAIL CODEHUB_ERROR=ARCHIVE_NOT_FOUND DETAIL=gone\n":                   "ARCHIVE_NOT_FOUND",
-		"RESULT=FAIL CODEHUB_ERROR=A\nRESULT=FAIL CODEHUB_ERROR=B":                    "B",
-		"STEP=x CODEHUB_ERROR=NOPE\nRESULT=FAIL CODEHUB_ERROR=META_NOT_FOUND\nexit\n": "META_NOT_FOUND",
-	}
-	for in, want := range cases {
-		got, err := parseErrorCode(strings.NewReader(in))
-		if err != nil || got != want {
-			t.Errorf("parseErrorCode(%q) = %q, %v; want %q", in, got, err, want)
-		}
 	}
 }
 

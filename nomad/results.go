@@ -1,17 +1,14 @@
 package nomad
 
 import (
-	"bufio"
 	"context"
 	"io"
-	"strings"
 	"sync"
 
 	"github.com/hashicorp/nomad/api"
-)
 
-// UnknownError is the CODEHUB_ERROR of a failed job that printed none.
-const UnknownError = "UNKNOWN"
+	"github.com/codehub-io/codehub/archive"
+)
 
 // logTail is how much of a failed job's stdout is read: the result line is
 // the last one the job prints.
@@ -71,8 +68,8 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 	}
 	// Nomad answers 404 for the logs of a task that never started.
 	if neverStarted(a) {
-		b.allocs.putCode(a.ID, UnknownError)
-		return UnknownError, nil
+		b.allocs.putCode(a.ID, string(archive.CodeUnknown))
+		return string(archive.CodeUnknown), nil
 	}
 	q := b.query(ctx)
 	q.Params = map[string]string{
@@ -87,12 +84,12 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 		return "", classify("read logs of "+a.ID, err)
 	}
 	defer body.Close()
-	code, err := parseErrorCode(io.LimitReader(body, logTail))
+	code, err := archive.ResultCode(io.LimitReader(body, logTail), logTail)
 	if err != nil {
 		return "", err
 	}
-	b.allocs.putCode(a.ID, code)
-	return code, nil
+	b.allocs.putCode(a.ID, string(code))
+	return string(code), nil
 }
 
 // neverStarted reports whether a's task states are known and no task ever
@@ -122,24 +119,4 @@ func taskName(a *api.AllocationListStub) string {
 	}
 	_, kind, _ := parseJobID(a.JobID)
 	return string(kind)
-}
-
-// parseErrorCode returns the CODEHUB_ERROR of the last
-// "RESULT=FAIL CODEHUB_ERROR=<CODE>" line, or UNKNOWN without one.
-func parseErrorCode(r io.Reader) (string, error) {
-	code := UnknownError
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), logTail)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 || fields[0] != "RESULT=FAIL" {
-			continue
-		}
-		for _, f := range fields[1:] {
-			if v, ok := strings.CutPrefix(f, "CODEHUB_ERROR="); ok && v != "" {
-				code = v
-			}
-		}
-	}
-	return code, sc.Err()
 }
