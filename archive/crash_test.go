@@ -177,9 +177,9 @@ func TestArchiveKilledThenRerun(t *testing.T) {
 			if n := pendingUploads(t, store, testKey); n != 0 {
 				t.Fatalf("%d unfinished uploads left after the rerun", n)
 			}
-			keys, err := store.List(ctx, "01jb3x7k9q2m5n8p4r6s0t1v2w")
-			if err != nil || len(keys) != 1 || keys[0] != testKey {
-				t.Fatalf("List = %v, %v; want exactly %s", keys, err, testKey)
+			l, err := store.List(ctx, "01jb3x7k9q2m5n8p4r6s0t1v2w")
+			if err != nil || len(l.Complete) != 1 || l.Complete[0] != testKey || len(l.Incomplete) != 0 {
+				t.Fatalf("List = %+v, %v; want exactly %s", l, err, testKey)
 			}
 			dst := t.TempDir()
 			if _, err := store.Restore(ctx, testKey, dst, nil); err != nil {

@@ -308,36 +308,60 @@ func emptyArchive() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// List returns the keys of the complete archives of a workspace, newest
-// first.
-func (s *Store) List(ctx context.Context, workspaceID string) ([]string, error) {
-	prefix := "archives/" + workspaceID + "/"
-	var names []string
-	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if obj.Err != nil {
-			return nil, s3Error(fmt.Errorf("list %s: %w", prefix, obj.Err), CodeS3Access)
-		}
-		names = append(names, obj.Key)
-	}
-	return completeArchives(names), nil
+// Listing is what a workspace's archive prefix holds.
+type Listing struct {
+	// Complete are the keys of archives with their meta, newest first.
+	Complete []string
+	// Incomplete are archives with one of their two objects missing: an
+	// attempt that died between writing the archive and its meta, or a
+	// deletion that died between removing them. Nothing reads them, and
+	// Delete removes what is left.
+	Incomplete []Object
 }
 
-// completeArchives picks the archive keys that have a meta beside them and
-// orders them newest first (op ids are ULIDs, so by key, descending).
-func completeArchives(names []string) []string {
-	present := make(map[string]bool, len(names))
-	for _, n := range names {
-		present[n] = true
-	}
-	var keys []string
-	for _, n := range names {
-		if strings.HasSuffix(n, "/home.tar.zst") && present[MetaKey(n)] {
-			keys = append(keys, n)
+// Object names an archive key and when its newest object was written.
+type Object struct {
+	Key      string
+	Modified time.Time
+}
+
+// List returns the archives of a workspace, complete or not.
+func (s *Store) List(ctx context.Context, workspaceID string) (Listing, error) {
+	prefix := "archives/" + workspaceID + "/"
+	var objects []Object
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return Listing{}, s3Error(fmt.Errorf("list %s: %w", prefix, obj.Err), CodeS3Access)
 		}
+		objects = append(objects, Object{Key: obj.Key, Modified: obj.LastModified})
 	}
-	slices.Sort(keys)
-	slices.Reverse(keys)
-	return keys
+	return listing(objects), nil
+}
+
+// listing pairs archive objects with their metas. Complete keys come
+// newest first (op ids are ULIDs, so by key, descending); objects that are
+// neither an archive nor a meta are not CodeHub's and are left out.
+func listing(objects []Object) Listing {
+	halves := make(map[string][]time.Time, len(objects))
+	for _, o := range objects {
+		key := strings.TrimSuffix(o.Key, metaSuffix)
+		if !strings.HasSuffix(key, "/home.tar.zst") {
+			continue
+		}
+		halves[key] = append(halves[key], o.Modified)
+	}
+	var l Listing
+	for key, times := range halves {
+		if len(times) == 2 {
+			l.Complete = append(l.Complete, key)
+			continue
+		}
+		l.Incomplete = append(l.Incomplete, Object{Key: key, Modified: times[0]})
+	}
+	slices.Sort(l.Complete)
+	slices.Reverse(l.Complete)
+	slices.SortFunc(l.Incomplete, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
+	return l
 }
 
 // Delete removes the archive at key: meta first, so a crash in between

@@ -147,6 +147,13 @@ func putObject(t *testing.T, store *Store, key string, body []byte) {
 	}
 }
 
+func removeObject(t *testing.T, store *Store, key string) {
+	t.Helper()
+	if err := store.client.RemoveObject(context.Background(), store.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // existingHome is a restore target with content that a failed restore must
 // leave exactly as it was.
 func existingHome(t *testing.T) (string, map[string]string) {
@@ -283,22 +290,40 @@ func TestListAndDelete(t *testing.T) {
 	if err := store.CreateEmpty(ctx, Key("01jb3x7k9q2m5n8p4r6s0t1v2x", "01jb3x8a0000000000000000aa")); err != nil {
 		t.Fatal(err)
 	}
+	// A deletion that died between its two removals.
+	halfDeleted := Key(ws, "01jb3xba0000000000000000aa")
+	if err := store.CreateEmpty(ctx, halfDeleted); err != nil {
+		t.Fatal(err)
+	}
+	removeObject(t, store, MetaKey(halfDeleted))
 	got, err := store.List(ctx, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(got, ",") != newer+","+older {
-		t.Fatalf("List = %v, want [%s %s]", got, newer, older)
+	if strings.Join(got.Complete, ",") != newer+","+older {
+		t.Fatalf("List = %v, want [%s %s]", got.Complete, newer, older)
 	}
-	if err := store.Delete(ctx, newer); err != nil {
-		t.Fatal(err)
+	var incomplete []string
+	for _, o := range got.Incomplete {
+		if o.Modified.IsZero() {
+			t.Errorf("incomplete %s has no time", o.Key)
+		}
+		incomplete = append(incomplete, o.Key)
+	}
+	if strings.Join(incomplete, ",") != unfinished+","+halfDeleted {
+		t.Fatalf("incomplete = %v, want [%s %s]", incomplete, unfinished, halfDeleted)
+	}
+	for _, k := range []string{newer, unfinished, halfDeleted} {
+		if err := store.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_, err = store.Stat(ctx, newer)
 	if !errors.Is(err, ErrArchiveNotFound) {
 		t.Fatalf("stat after delete: %v", err)
 	}
-	if got, _ := store.List(ctx, ws); len(got) != 1 || got[0] != older {
-		t.Fatalf("List after delete = %v", got)
+	if got, _ := store.List(ctx, ws); len(got.Complete) != 1 || got.Complete[0] != older || len(got.Incomplete) != 0 {
+		t.Fatalf("List after delete = %+v", got)
 	}
 }
 

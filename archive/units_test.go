@@ -70,19 +70,27 @@ func TestSpoolSpillsToFile(t *testing.T) {
 	}
 }
 
-func TestCompleteArchives(t *testing.T) {
+func TestListing(t *testing.T) {
 	k := func(op string) string { return Key("ws", op) }
-	names := []string{
+	t1, t2 := time.Unix(1700000000, 0), time.Unix(1700000100, 0)
+	var objects []Object
+	for _, name := range []string{
 		k("01a"), MetaKey(k("01a")),
 		k("01c"), MetaKey(k("01c")),
 		k("01b"),          // unfinished: no meta
-		MetaKey(k("01d")), // meta without object is not an archive
+		MetaKey(k("01d")), // a deletion that died after removing the object
 		"archives/ws/01e/other.txt", MetaKey("archives/ws/01e/other.txt"),
+	} {
+		objects = append(objects, Object{Key: name, Modified: t1})
 	}
-	got := completeArchives(names)
-	want := []string{k("01c"), k("01a")}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("completeArchives = %v, want %v", got, want)
+	objects[4].Modified = t2
+	got := listing(objects)
+	if want := []string{k("01c"), k("01a")}; strings.Join(got.Complete, " ") != strings.Join(want, " ") {
+		t.Fatalf("complete = %v, want %v", got.Complete, want)
+	}
+	want := []Object{{Key: k("01b"), Modified: t2}, {Key: k("01d"), Modified: t1}}
+	if len(got.Incomplete) != 2 || got.Incomplete[0] != want[0] || got.Incomplete[1] != want[1] {
+		t.Fatalf("incomplete = %v, want %v", got.Incomplete, want)
 	}
 }
 

@@ -33,8 +33,8 @@ type ArchiveStore interface {
 	// Stat returns the meta of the complete archive at key; a missing
 	// archive is archive.ErrArchiveNotFound or archive.ErrMetaNotFound.
 	Stat(ctx context.Context, key string) (archive.Meta, error)
-	// List returns the archive keys of a workspace.
-	List(ctx context.Context, workspaceID string) ([]string, error)
+	// List returns the archives of a workspace, complete and incomplete.
+	List(ctx context.Context, workspaceID string) (archive.Listing, error)
 	// Delete removes the archive at key and its meta.
 	Delete(ctx context.Context, key string) error
 	// Unfinished lists the unfinished multipart uploads of a workspace's

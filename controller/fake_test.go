@@ -382,6 +382,12 @@ func (b *fakeBackend) resources(wsID string) []string {
 type fakeArchives struct {
 	mu      sync.Mutex
 	objects map[string]string
+	// incomplete are archives missing their meta or their object, by key,
+	// with the time their remaining half was written.
+	incomplete map[string]time.Time
+	// listed, when set, runs after List answers (outside the lock): what
+	// happens once a reader has seen the bucket.
+	listed func()
 	// puts counts writes per key: more than one is a duplicate upload.
 	puts map[string]int
 	// uploads are unfinished multipart uploads by id.
@@ -395,8 +401,8 @@ type fakeArchives struct {
 }
 
 func newFakeArchives() *fakeArchives {
-	return &fakeArchives{objects: map[string]string{}, puts: map[string]int{}, uploads: map[string]archive.Upload{},
-		fail: map[string]error{}, calls: map[string]int{}}
+	return &fakeArchives{objects: map[string]string{}, incomplete: map[string]time.Time{}, puts: map[string]int{},
+		uploads: map[string]archive.Upload{}, fail: map[string]error{}, calls: map[string]int{}}
 }
 
 var _ ArchiveStore = (*fakeArchives)(nil)
@@ -460,20 +466,36 @@ func (s *fakeArchives) Stat(ctx context.Context, key string) (archive.Meta, erro
 	return archive.Meta{Size: int64(len(d)), Format: archive.Format, CreatedAt: time.Unix(0, 0)}, nil
 }
 
-func (s *fakeArchives) List(ctx context.Context, workspaceID string) ([]string, error) {
+func (s *fakeArchives) List(ctx context.Context, workspaceID string) (archive.Listing, error) {
+	l, err := s.list(workspaceID)
+	if err == nil && s.listed != nil {
+		s.listed()
+	}
+	return l, err
+}
+
+func (s *fakeArchives) list(workspaceID string) (archive.Listing, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.call("List"); err != nil {
-		return nil, err
+		return archive.Listing{}, err
 	}
-	var keys []string
+	var l archive.Listing
+	prefix := "archives/" + workspaceID + "/"
 	for k := range s.objects {
-		if strings.HasPrefix(k, "archives/"+workspaceID+"/") {
-			keys = append(keys, k)
+		if strings.HasPrefix(k, prefix) {
+			l.Complete = append(l.Complete, k)
 		}
 	}
-	slices.Sort(keys)
-	return keys, nil
+	for k, at := range s.incomplete {
+		if strings.HasPrefix(k, prefix) {
+			l.Incomplete = append(l.Incomplete, archive.Object{Key: k, Modified: at})
+		}
+	}
+	slices.Sort(l.Complete)
+	slices.Reverse(l.Complete)
+	slices.SortFunc(l.Incomplete, func(a, b archive.Object) int { return strings.Compare(a.Key, b.Key) })
+	return l, nil
 }
 
 func (s *fakeArchives) Delete(ctx context.Context, key string) error {
@@ -483,6 +505,7 @@ func (s *fakeArchives) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	delete(s.objects, key)
+	delete(s.incomplete, key)
 	return nil
 }
 
@@ -512,7 +535,9 @@ func (s *fakeArchives) AbortUpload(ctx context.Context, u archive.Upload) error 
 	return nil
 }
 
+// keys are the complete archives of a workspace, oldest first.
 func (s *fakeArchives) keys(workspaceID string) []string {
-	keys, _ := s.List(context.Background(), workspaceID)
-	return keys
+	l, _ := s.list(workspaceID)
+	slices.Reverse(l.Complete)
+	return l.Complete
 }

@@ -29,19 +29,32 @@ type GCConfig struct {
 // deleted longer than the grace ago, and all but the newest KeepArchives of
 // a live workspace. It never deletes a workspace's current archive_key, nor
 // the archive of its op id (an archive being made, or the one an ERROR
-// workspace may need when recovered). It also aborts the multipart uploads
-// that archive attempts killed mid-way left behind, whose parts S3 keeps
-// until someone does.
+// workspace may need when recovered). It also removes what killed attempts
+// and deletions left behind: multipart uploads, whose parts S3 keeps until
+// someone aborts them, and archives missing their meta or their object,
+// which nothing reads. Each removal re-reads the workspace first, so an
+// operation claimed after the pass began keeps what it works on. A deleted
+// workspace whose archives are all gone is recorded and never listed again.
 type GCRunner struct {
 	logger   hclog.Logger
-	svc      *workspace.Service
+	svc      GCWorkspaces
 	archives ArchiveStore
 	cfg      GCConfig
 	now      func() time.Time
 }
 
+// GCWorkspaces is what the GC needs of the workspace service.
+type GCWorkspaces interface {
+	ArchiveOwners(ctx context.Context, deletedBefore time.Time) ([]workspace.Workspace, error)
+	// Reread returns the current row of a workspace, deleted or not.
+	Reread(ctx context.Context, id string) (workspace.Workspace, error)
+	// ArchivesCollected records that a deleted workspace has no archive
+	// left, so ArchiveOwners leaves it out from then on.
+	ArchivesCollected(ctx context.Context, id string) error
+}
+
 // NewGCRunner returns an archive GC.
-func NewGCRunner(logger hclog.Logger, svc *workspace.Service, archives ArchiveStore, cfg GCConfig) *GCRunner {
+func NewGCRunner(logger hclog.Logger, svc GCWorkspaces, archives ArchiveStore, cfg GCConfig) *GCRunner {
 	return &GCRunner{logger: logger, svc: svc, archives: archives, cfg: cfg, now: time.Now}
 }
 
@@ -62,7 +75,8 @@ func (g *GCRunner) Run(ctx context.Context) error {
 }
 
 // RunOnce judges every workspace's archives and deletes (or, dry, names)
-// the garbage. It returns the keys deleted or, dry, that would be.
+// the garbage. It returns the keys of the complete archives deleted or,
+// dry, that would be.
 func (g *GCRunner) RunOnce(ctx context.Context) ([]string, error) {
 	ws, err := g.svc.ArchiveOwners(ctx, g.now().Add(-g.cfg.DeletedGrace))
 	if err != nil {
@@ -70,47 +84,114 @@ func (g *GCRunner) RunOnce(ctx context.Context) ([]string, error) {
 	}
 	var garbage []string
 	for _, w := range ws {
-		keys, err := g.archives.List(ctx, w.ID)
+		deleted, err := g.collect(ctx, w)
+		garbage = append(garbage, deleted...)
 		if err != nil {
-			return garbage, fmt.Errorf("list archives of %s: %w", w.ID, err)
-		}
-		if err := g.abortStaleUploads(ctx, w); err != nil {
 			return garbage, err
-		}
-		for _, key := range Garbage(w, keys, g.cfg.KeepArchives) {
-			if g.cfg.DryRun {
-				g.logger.Info("gc would delete archive", "workspace_id", w.ID, "key", key)
-				garbage = append(garbage, key)
-				continue
-			}
-			if err := g.archives.Delete(ctx, key); err != nil {
-				return garbage, fmt.Errorf("delete archive %s: %w", key, err)
-			}
-			g.logger.Info("gc deleted archive", "workspace_id", w.ID, "key", key)
-			g.cfg.Metrics.gcDeletedArchive()
-			garbage = append(garbage, key)
 		}
 	}
 	return garbage, nil
 }
 
-func (g *GCRunner) abortStaleUploads(ctx context.Context, w workspace.Workspace) error {
+// collect removes the garbage of one workspace.
+func (g *GCRunner) collect(ctx context.Context, w workspace.Workspace) ([]string, error) {
+	l, err := g.archives.List(ctx, w.ID)
+	if err != nil {
+		return nil, fmt.Errorf("list archives of %s: %w", w.ID, err)
+	}
 	uploads, err := g.archives.Unfinished(ctx, w.ID)
 	if err != nil {
-		return fmt.Errorf("list unfinished uploads of %s: %w", w.ID, err)
+		return nil, fmt.Errorf("list unfinished uploads of %s: %w", w.ID, err)
 	}
-	for _, u := range StaleUploads(w, uploads, g.now(), abandonedUploadAge) {
-		if g.cfg.DryRun {
-			g.logger.Info("gc would abort unfinished upload", "workspace_id", w.ID, "key", u.Key, "upload_id", u.ID, "initiated", u.Initiated)
-			continue
+	now := g.now()
+	stale := StaleUploads(w, uploads, now, abandonedUploadAge)
+	abandoned := Abandoned(w, l.Incomplete, now, abandonedUploadAge)
+	garbage := Garbage(w, l.Complete, g.cfg.KeepArchives)
+	log := g.logger.With("workspace_id", w.ID)
+	if g.cfg.DryRun {
+		for _, u := range stale {
+			log.Info("gc would abort unfinished upload", "key", u.Key, "upload_id", u.ID, "initiated", u.Initiated)
 		}
-		if err := g.archives.AbortUpload(ctx, u); err != nil {
-			return fmt.Errorf("abort upload %s of %s: %w", u.ID, u.Key, err)
+		for _, key := range abandoned {
+			log.Info("gc would delete incomplete archive", "key", key)
 		}
-		g.logger.Info("gc aborted unfinished upload", "workspace_id", w.ID, "key", u.Key, "upload_id", u.ID, "initiated", u.Initiated)
-		g.cfg.Metrics.gcAbortedUpload()
+		for _, key := range garbage {
+			log.Info("gc would delete archive", "key", key)
+		}
+		return garbage, nil
 	}
-	return nil
+	left := len(uploads) + len(l.Incomplete) + len(l.Complete)
+	for _, u := range stale {
+		done, err := g.remove(ctx, w.ID, u.Key, func() error { return g.archives.AbortUpload(ctx, u) })
+		if err != nil {
+			return nil, fmt.Errorf("abort upload %s of %s: %w", u.ID, u.Key, err)
+		}
+		if done {
+			log.Info("gc aborted unfinished upload", "key", u.Key, "upload_id", u.ID, "initiated", u.Initiated)
+			g.cfg.Metrics.gcAbortedUpload()
+			left--
+		}
+	}
+	for _, key := range abandoned {
+		done, err := g.remove(ctx, w.ID, key, func() error { return g.archives.Delete(ctx, key) })
+		if err != nil {
+			return nil, fmt.Errorf("delete incomplete archive %s: %w", key, err)
+		}
+		if done {
+			log.Info("gc deleted incomplete archive", "key", key)
+			left--
+		}
+	}
+	var deleted []string
+	for _, key := range garbage {
+		done, err := g.remove(ctx, w.ID, key, func() error { return g.archives.Delete(ctx, key) })
+		if err != nil {
+			return deleted, fmt.Errorf("delete archive %s: %w", key, err)
+		}
+		if done {
+			log.Info("gc deleted archive", "key", key)
+			g.cfg.Metrics.gcDeletedArchive()
+			deleted = append(deleted, key)
+			left--
+		}
+	}
+	if left == 0 && w.Phase == workspace.PhaseDeleted {
+		if err := g.svc.ArchivesCollected(ctx, w.ID); err != nil {
+			return deleted, fmt.Errorf("record archives of %s collected: %w", w.ID, err)
+		}
+	}
+	return deleted, nil
+}
+
+// remove runs del unless the workspace, read again right now, needs key:
+// an operation claimed since the pass listed the bucket may be writing it,
+// or it may have become the archive the workspace points to.
+func (g *GCRunner) remove(ctx context.Context, wsID, key string, del func() error) (bool, error) {
+	w, err := g.svc.Reread(ctx, wsID)
+	if err != nil {
+		return false, fmt.Errorf("reread workspace: %w", err)
+	}
+	if protected(w)[key] {
+		g.logger.Info("gc keeps what an operation claimed since the pass began", "workspace_id", wsID, "key", key)
+		return false, nil
+	}
+	return true, del()
+}
+
+// protected are the keys of w no removal may touch: its current archive and
+// the one its operation (or the failed one it may retry) writes.
+func protected(w workspace.Workspace) map[string]bool {
+	keys := map[string]bool{}
+	if w.Phase == workspace.PhaseDeleted {
+		return keys
+	}
+	if w.ArchiveKey != nil {
+		keys[*w.ArchiveKey] = true
+	}
+	if w.OpID != nil {
+		keys[archive.Key(w.ID, *w.OpID)] = true
+	}
+	return keys
 }
 
 // abandonedUploadAge is how old an unfinished upload must be before the GC
@@ -136,19 +217,29 @@ func StaleUploads(w workspace.Workspace, uploads []archive.Upload, now time.Time
 	return out
 }
 
+// Abandoned picks the incomplete archives of w to delete: those last
+// written at least minAge before now (a younger one may be an archive whose
+// meta is being written) that are not protected. A deleted workspace's go
+// whatever their age: nothing runs for it any more.
+func Abandoned(w workspace.Workspace, incomplete []archive.Object, now time.Time, minAge time.Duration) []string {
+	keep := protected(w)
+	var out []string
+	for _, o := range incomplete {
+		if keep[o.Key] || (w.Phase != workspace.PhaseDeleted && now.Sub(o.Modified) < minAge) {
+			continue
+		}
+		out = append(out, o.Key)
+	}
+	return out
+}
+
 // Garbage picks the archives of w to delete among keys. w is live, or
 // deleted longer than the grace ago (ArchiveOwners decides which).
 func Garbage(w workspace.Workspace, keys []string, keep int) []string {
-	protected := map[string]bool{}
-	if w.ArchiveKey != nil {
-		protected[*w.ArchiveKey] = true
-	}
-	if w.OpID != nil {
-		protected[archive.Key(w.ID, *w.OpID)] = true
-	}
+	protected := protected(w)
 	switch {
 	case w.DeletedAt != nil && w.Phase == workspace.PhaseDeleted:
-		protected, keep = nil, 0
+		keep = 0
 	case w.DeletedAt != nil:
 		// Deleted but stuck in ERROR: only what recovery would need stays.
 		keep = 0

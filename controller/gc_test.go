@@ -131,3 +131,80 @@ func TestGCRunner(t *testing.T) {
 		t.Errorf("unfinished uploads left: %v, want only the one just begun", h.backend.store.uploads)
 	}
 }
+
+func TestAbandoned(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	op, current := workspace.NewID(), "archives/ws/01current/home.tar.zst"
+	live := workspace.Workspace{ID: "ws", Phase: workspace.PhaseStandby, OpID: &op, ArchiveKey: &current}
+	inFlight := archive.Key("ws", op)
+	old, young := now.Add(-2*time.Hour), now.Add(-time.Minute)
+	incomplete := []archive.Object{
+		{Key: "archives/ws/01old/home.tar.zst", Modified: old},
+		{Key: "archives/ws/01young/home.tar.zst", Modified: young},
+		{Key: inFlight, Modified: old},
+		{Key: current, Modified: old},
+	}
+	if got := Abandoned(live, incomplete, now, time.Hour); !slices.Equal(got, []string{"archives/ws/01old/home.tar.zst"}) {
+		t.Errorf("live workspace: %v, want only the old unprotected one", got)
+	}
+	gone := live
+	gone.Phase = workspace.PhaseDeleted
+	if got := Abandoned(gone, incomplete, now, time.Hour); len(got) != len(incomplete) {
+		t.Errorf("deleted workspace: %v, want all", got)
+	}
+}
+
+// Half-written archives (an attempt killed between the object and its
+// meta, or a deletion between its two removals) were never listed, so they
+// stayed forever. The GC removes them, but re-reads the workspace before
+// every removal: an archive claimed after the pass listed the bucket keeps
+// its upload and its object. A deleted workspace left with nothing is not
+// listed again.
+func TestGCIncompleteArchivesAndRecheck(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	live, gone := h.create("live"), h.create("gone")
+	old := time.Now().Add(-3 * time.Hour)
+	store := h.backend.store
+	halfLive := archive.Key(live.ID, workspace.NewID())
+	store.incomplete[halfLive] = old
+	store.incomplete[archive.Key(gone.ID, workspace.NewID())] = old
+	store.put(archive.Key(gone.ID, workspace.NewID()), "x")
+	h.exec(`UPDATE workspaces SET deleted_at = now() - interval '3 hours', desired_state = 'DELETED', phase = 'DELETED' WHERE id = $1`, gone.ID)
+
+	// Between the pass's read of the rows and its removals, an archive of
+	// the live workspace is claimed: its op id names an old upload (a retry
+	// reuses the op id) and the half-written object beside it.
+	claimed := workspace.NewID()
+	retried := archive.Upload{Key: archive.Key(live.ID, claimed), ID: "retried", Initiated: old}
+	store.uploads[retried.ID] = retried
+	store.incomplete[retried.Key] = old
+	store.listed = func() {
+		h.exec(`UPDATE workspaces SET operation = 'ARCHIVING', op_id = $2 WHERE id = $1`, live.ID, claimed)
+	}
+	gc := NewGCRunner(hclog.NewNullLogger(), h.svc, store, GCConfig{KeepArchives: 3, DeletedGrace: 2 * time.Hour})
+	if _, err := gc.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store.listed = nil
+	if _, ok := store.uploads[retried.ID]; !ok {
+		t.Error("aborted the upload of an archive claimed after the pass began")
+	}
+	if _, ok := store.incomplete[retried.Key]; !ok {
+		t.Error("deleted the object of an archive claimed after the pass began")
+	}
+	if _, ok := store.incomplete[halfLive]; ok {
+		t.Error("an old half-written archive of the live workspace is still there")
+	}
+	if l, _ := store.list(gone.ID); len(l.Complete)+len(l.Incomplete) != 0 {
+		t.Errorf("archives of the deleted workspace left: %+v", l)
+	}
+
+	before := store.calls["List"]
+	if _, err := gc.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.calls["List"] - before; n != 1 {
+		t.Errorf("second pass listed %d workspaces, want only the live one", n)
+	}
+}

@@ -200,12 +200,26 @@ func ListIdleWorkspaces[T any](ctx context.Context, q Querier, now time.Time, st
 
 // ListArchiveOwners returns the workspaces whose archives the GC judges:
 // every live workspace, and soft-deleted ones whose deletion finished
-// (phase DELETED or ERROR) before deletedBefore.
+// (phase DELETED or ERROR) before deletedBefore and whose archives are not
+// known to be all gone.
 func ListArchiveOwners[T any](ctx context.Context, q Querier, deletedBefore time.Time) ([]T, error) {
-	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces w
 		WHERE deleted_at IS NULL
-		   OR (deleted_at < $1 AND phase IN ('DELETED', 'ERROR'))
+		   OR (deleted_at < $1 AND phase IN ('DELETED', 'ERROR')
+		       AND NOT EXISTS (SELECT 1 FROM archives_collected c WHERE c.workspace_id = w.id))
 		ORDER BY id`, deletedBefore))
+}
+
+// GetWorkspace returns a workspace row, deleted or not.
+func GetWorkspace[T any](ctx context.Context, q Querier, id string) (T, error) {
+	return collectOne[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces WHERE id = $1`, id))
+}
+
+// MarkArchivesCollected records that a deleted workspace has no archive
+// left; ListArchiveOwners leaves it out from then on.
+func MarkArchivesCollected(ctx context.Context, q Querier, id string) error {
+	_, err := q.Exec(ctx, `INSERT INTO archives_collected (workspace_id) VALUES ($1) ON CONFLICT DO NOTHING`, id)
+	return err
 }
 
 // RowVersion is the id and version of one workspace row.

@@ -460,3 +460,22 @@ func (s *Service) ArchiveOwners(ctx context.Context, deletedBefore time.Time) ([
 	}
 	return ws, nil
 }
+
+// Reread returns the current row of a workspace, deleted or not, for a
+// runner about to act on what an earlier read showed.
+func (s *Service) Reread(ctx context.Context, id string) (Workspace, error) {
+	w, err := store.GetWorkspace[Workspace](ctx, s.pool, id)
+	if err != nil {
+		return Workspace{}, fmt.Errorf("reread workspace: %w", notFound(id, err))
+	}
+	return w, nil
+}
+
+// ArchivesCollected records that a deleted workspace has no archive left,
+// so ArchiveOwners leaves it out from then on.
+func (s *Service) ArchivesCollected(ctx context.Context, id string) error {
+	if err := store.MarkArchivesCollected(ctx, s.pool, id); err != nil {
+		return fmt.Errorf("record archives collected: %w", err)
+	}
+	return nil
+}
