@@ -23,8 +23,11 @@ type Backend interface {
 	StopWorkspace(ctx context.Context, wsID string) error
 	SubmitArchive(ctx context.Context, job JobSpec) error
 	SubmitRestore(ctx context.Context, job JobSpec) error
+	// StopJob ends a running archive or restore job without forgetting it:
+	// it counts as ended only once Observe reports its result terminal.
+	StopJob(ctx context.Context, wsID string, kind JobKind) error
 	// PurgeJob forgets a terminal archive/restore job or a stopped workspace
-	// job once its result is recorded.
+	// job once its result is recorded. It refuses while the job still runs.
 	PurgeJob(ctx context.Context, wsID string, kind JobKind) error
 }
 

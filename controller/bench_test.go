@@ -36,6 +36,7 @@ func (s *staticBackend) StopWorkspace(context.Context, string) error         { r
 func (s *staticBackend) SubmitArchive(context.Context, JobSpec) error        { return s.act() }
 func (s *staticBackend) SubmitRestore(context.Context, JobSpec) error        { return s.act() }
 func (s *staticBackend) PurgeJob(context.Context, string, JobKind) error     { return s.act() }
+func (s *staticBackend) StopJob(context.Context, string, JobKind) error      { return s.act() }
 
 var runningObs = Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true}
 

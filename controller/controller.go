@@ -425,6 +425,10 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name})
 	case StepStopWorkspace:
 		return c.backend.StopWorkspace(ctx, w.ID)
+	case StepStopArchiveJob:
+		return c.backend.StopJob(ctx, w.ID, JobArchive)
+	case StepStopRestoreJob:
+		return c.backend.StopJob(ctx, w.ID, JobRestore)
 	case StepSubmitArchive:
 		return c.backend.SubmitArchive(ctx, JobSpec{WorkspaceID: w.ID, OpID: deref(w.OpID),
 			ArchiveKey: archive.Key(w.ID, deref(w.OpID)), Attempt: w.OpAttempt})

@@ -789,3 +789,27 @@ func TestFailedStepReportsNextAttempt(t *testing.T) {
 		t.Fatalf("converged pass still reports a retry: %+v %v", done, err)
 	}
 }
+
+// Deleting a workspace while its archive job still runs (here, an
+// ARCHIVING that ran out of time): the job is stopped (a purge is refused
+// while it runs), then forgotten, then the volume goes. Before, DELETING
+// retried the refused purge until it timed out into ERROR.
+func TestDeleteWhileArchiveJobRuns(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.archiveTimesOut(c)
+	if got := h.row(w.ID); got.Operation != workspace.OpNone || h.backend.archives[w.ID] == nil || !running(h.backend.archives[w.ID]) {
+		t.Fatalf("setup: operation %s, archive job %+v", got.Operation, h.backend.archives[w.ID])
+	}
+	if err := h.svc.Delete(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.converge(c)
+	got := h.row(w.ID)
+	if got.Phase != workspace.PhaseDeleted {
+		t.Fatalf("phase %s (%s), want DELETED", got.Phase, deref(got.ErrorMessage))
+	}
+	if h.backend.calls["StopJob"] == 0 {
+		t.Error("the running archive job was never stopped")
+	}
+}

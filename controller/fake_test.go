@@ -295,17 +295,39 @@ func (b *fakeBackend) SubmitRestore(ctx context.Context, job JobSpec) error {
 	return b.submit(ctx, "SubmitRestore", b.restores, job)
 }
 
+func (b *fakeBackend) jobs(kind JobKind) map[string]*fakeJob {
+	if kind == JobRestore {
+		return b.restores
+	}
+	return b.archives
+}
+
+func (b *fakeBackend) StopJob(ctx context.Context, wsID string, kind JobKind) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.call(ctx, "StopJob"); err != nil {
+		return err
+	}
+	if j := b.jobs(kind)[wsID]; j != nil && j.stage < 2 {
+		// Killed: it ends without its result line.
+		j.stage, j.failed = 2, "UNKNOWN"
+	}
+	b.acted("StopJob")
+	return nil
+}
+
 func (b *fakeBackend) PurgeJob(ctx context.Context, wsID string, kind JobKind) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.call(ctx, "PurgeJob"); err != nil {
 		return err
 	}
-	switch kind {
-	case JobArchive:
-		delete(b.archives, wsID)
-	case JobRestore:
-		delete(b.restores, wsID)
+	if kind != JobWorkspace {
+		// As every backend: a job that still runs is not purged.
+		if j := b.jobs(kind)[wsID]; running(j) {
+			return fmt.Errorf("refusing to purge the %s job of %s: it is running", kind, wsID)
+		}
+		delete(b.jobs(kind), wsID)
 	}
 	b.acted("PurgeJob")
 	return nil

@@ -22,6 +22,8 @@ const (
 	StepSubmitRestore      Step = "submit-restore"
 	StepCreateEmptyArchive Step = "create-empty-archive"
 	StepDeleteVolume       Step = "delete-volume"
+	StepStopArchiveJob     Step = "stop-archive-job"
+	StepStopRestoreJob     Step = "stop-restore-job"
 	StepPurgeArchiveJob    Step = "purge-archive-job"
 	StepPurgeRestoreJob    Step = "purge-restore-job"
 	StepPurgeWorkspaceJob  Step = "purge-workspace-job"
@@ -517,18 +519,32 @@ func (p *planner) creatingEmptyArchive() Action {
 
 // deletingSteps removes, in order, the container, the batch jobs that may
 // hold the volume, then the volume.
+// deletingSteps stop what still runs, then forget the jobs and delete the
+// volume. A job still running is stopped rather than purged (a purge is
+// refused while it lives), and the volume waits for it: the job holds it.
 func (p *planner) deletingSteps() []Step {
-	var steps []Step
 	if p.obs.ContainerLive {
 		return []Step{StepStopWorkspace}
 	}
-	if p.obs.Archive != nil {
-		steps = append(steps, StepPurgeArchiveJob)
+	var steps []Step
+	running := false
+	for _, j := range []struct {
+		result      *JobResult
+		stop, purge Step
+	}{
+		{p.obs.Archive, StepStopArchiveJob, StepPurgeArchiveJob},
+		{p.obs.Restore, StepStopRestoreJob, StepPurgeRestoreJob},
+	} {
+		switch {
+		case j.result == nil:
+		case terminalJob(j.result):
+			steps = append(steps, j.purge)
+		default:
+			steps = append(steps, j.stop)
+			running = true
+		}
 	}
-	if p.obs.Restore != nil {
-		steps = append(steps, StepPurgeRestoreJob)
-	}
-	if p.obs.VolumeExists {
+	if p.obs.VolumeExists && !running {
 		steps = append(steps, StepDeleteVolume)
 	}
 	return steps

@@ -152,6 +152,29 @@ func archiveURL(bucket, key string) string {
 	return (&url.URL{Scheme: "s3", Host: bucket, Path: "/" + key}).String()
 }
 
+// StopJob kills a running archive or restore job and keeps its record:
+// the job then reads as failed without a result, and PurgeJob forgets it.
+func (b *Backend) StopJob(_ context.Context, wsID string, kind controller.JobKind) error {
+	if err := checkID(wsID); err != nil {
+		return err
+	}
+	if kind != controller.JobArchive && kind != controller.JobRestore {
+		return fmt.Errorf("stop job of %s: %q is not a batch job kind", wsID, kind)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dir := b.batchDir(wsID, kind)
+	var rec jobRecord
+	found, err := b.readRecord(filepath.Join(dir, jobFile), &rec)
+	if err != nil || !found {
+		return err
+	}
+	if err := b.kill(rec.Process); err != nil {
+		return fmt.Errorf("stop %s: %w", filepath.Base(dir), err)
+	}
+	return nil
+}
+
 // PurgeJob forgets the state of a finished job or a stopped workspace. It
 // refuses while the process still lives.
 func (b *Backend) PurgeJob(_ context.Context, wsID string, kind controller.JobKind) error {

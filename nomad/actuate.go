@@ -359,6 +359,15 @@ func (b *Backend) deregister(ctx context.Context, id string, purge bool) error {
 	return nil
 }
 
+// StopJob stops a batch job without purging it; PurgeJob forgets it once
+// its allocations are terminal.
+func (b *Backend) StopJob(ctx context.Context, wsID string, kind controller.JobKind) error {
+	if kind == controller.JobWorkspace {
+		return fmt.Errorf("stop job of %s: %q is not a batch job kind", wsID, kind)
+	}
+	return b.deregister(ctx, batchJobID(wsID, kind), false)
+}
+
 // PurgeJob forgets a job and its variable (S3 keys or upstream token). A
 // workspace job is only purged once none of its allocations is live: a
 // purged job would hide a running container.
