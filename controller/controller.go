@@ -46,6 +46,9 @@ type ArchiveStore interface {
 // ErrDeposed means a newer leader exists: this controller must stop.
 var ErrDeposed = errors.New("controller: deposed by a newer leader")
 
+// errStaleSnapshot stops a pass whose observation is too old to act on.
+var errStaleSnapshot = errors.New("controller: observation too old to act on")
+
 // TickStats summarises one pass.
 type TickStats struct {
 	Workspaces int
@@ -58,6 +61,9 @@ type TickStats struct {
 	// NextAttempt is the earliest time after the pass at which a failed
 	// attempt may be retried; zero when none waits.
 	NextAttempt time.Time
+	// Stale is set when the pass stopped because its observation had grown
+	// too old to act on; the next pass should come at once.
+	Stale bool
 }
 
 // noteRetry keeps the earliest retry time still ahead of now.
@@ -81,6 +87,9 @@ type Config struct {
 	// BackoffMax, before the next one.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// MaxSnapshotAge is how old an observation may be when the pass that
+	// made it calls the backend; an older one ends the pass.
+	MaxSnapshotAge time.Duration
 	// VolumeUID and VolumeGID own a new home volume.
 	VolumeUID, VolumeGID int
 	// NewOpID returns a fresh operation id (default workspace.NewID).
@@ -102,11 +111,12 @@ func DefaultConfig() Config {
 			workspace.OpCreateEmptyArchive: time.Minute,
 			workspace.OpDeleting:           10 * time.Minute,
 		},
-		BackoffBase: 5 * time.Second,
-		BackoffMax:  5 * time.Minute,
-		VolumeUID:   1000,
-		VolumeGID:   1000,
-		NewOpID:     workspace.NewID,
+		BackoffBase:    5 * time.Second,
+		BackoffMax:     5 * time.Minute,
+		MaxSnapshotAge: 5 * time.Second,
+		VolumeUID:      1000,
+		VolumeGID:      1000,
+		NewOpID:        workspace.NewID,
 	}
 }
 
@@ -164,11 +174,14 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	if err != nil {
 		return stats, fmt.Errorf("load workspaces: %w", err)
 	}
+	// The snapshot is as old as the moment observing began.
+	observed := c.now()
 	snap, err := c.backend.Observe(ctx)
 	if err != nil {
 		return stats, fmt.Errorf("observe backend: %w", err)
 	}
 	now := c.now()
+	fence := func(ctx context.Context) error { return c.fence(ctx, epoch, observed) }
 	stats.Workspaces = len(ws)
 	for _, row := range ws {
 		if err := ctx.Err(); err != nil {
@@ -177,10 +190,15 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 		w := *row
 		obs := snap.Workspaces[w.ID]
 		a := Plan(w, obs, c.checkArchive(ctx, w, obs), now, c.cfg)
-		after, err := c.act(ctx, epoch, w, a, &stats)
+		after, err := c.act(ctx, epoch, fence, w, a, &stats)
 		if a.Write || err != nil {
 			// Reread next pass: the trigger changed columns too.
 			delete(c.rows, w.ID)
+		}
+		if errors.Is(err, errStaleSnapshot) {
+			stats.Stale = true
+			c.logger.Warn("pass stopped: its observation is too old to act on", "workspace_id", w.ID, "error", err)
+			return stats, nil
 		}
 		if errors.Is(err, ErrDeposed) || ctx.Err() != nil {
 			return stats, err
@@ -294,8 +312,29 @@ func (c *WorkspaceController) checkArchive(ctx context.Context, w workspace.Work
 	return ArchiveCheck{Key: key, Meta: meta, Err: err}
 }
 
+// fence is checked right before every backend call. The database fences
+// the controller's writes by epoch, but Nomad and the local backend know
+// nothing of epochs: a leader paused after observing (a suspended VM, a long
+// GC) could resume after a newer leader acted, and delete a home it
+// restored. So each call first confirms that this leader's epoch is still
+// the current one and that the observation it acts on is recent.
+func (c *WorkspaceController) fence(ctx context.Context, epoch int64, observed time.Time) error {
+	if age := c.now().Sub(observed); age > c.cfg.MaxSnapshotAge {
+		return fmt.Errorf("%w: observed %s ago", errStaleSnapshot, age)
+	}
+	current, err := store.CurrentEpoch(ctx, c.pool)
+	if err != nil {
+		return fmt.Errorf("check leader epoch: %w", err)
+	}
+	if current != epoch {
+		return fmt.Errorf("%w: epoch %d, current %d", ErrDeposed, epoch, current)
+	}
+	return nil
+}
+
 // act carries out a plan and returns the workspace as the pass leaves it.
-func (c *WorkspaceController) act(ctx context.Context, epoch int64, w workspace.Workspace, a Action, stats *TickStats) (workspace.Workspace, error) {
+// fence runs before each backend call; its error ends the plan untouched.
+func (c *WorkspaceController) act(ctx context.Context, epoch int64, fence func(context.Context) error, w workspace.Workspace, a Action, stats *TickStats) (workspace.Workspace, error) {
 	if !a.Write && len(a.Steps) == 0 {
 		return w, nil
 	}
@@ -309,6 +348,9 @@ func (c *WorkspaceController) act(ctx context.Context, epoch int64, w workspace.
 		logTransition(log, w, a.Next)
 	}
 	for _, step := range a.Steps {
+		if err := fence(ctx); err != nil {
+			return w, err
+		}
 		stats.Steps++
 		err := c.run(ctx, step, a.Next)
 		if err == nil {

@@ -694,7 +694,8 @@ func TestClaimLosesToConcurrentDesiredChange(t *testing.T) {
 	}
 	h.setDesired(w.ID, workspace.DesiredRunning)
 	var stats TickStats
-	if _, err := c.act(context.Background(), h.epoch, stale, a, &stats); !errors.Is(err, errRowChanged) {
+	noFence := func(context.Context) error { return nil }
+	if _, err := c.act(context.Background(), h.epoch, noFence, stale, a, &stats); !errors.Is(err, errRowChanged) {
 		t.Fatalf("claim on a changed row: %v", err)
 	}
 	if h.backend.count("StopWorkspace") != 0 {
@@ -811,5 +812,71 @@ func TestDeleteWhileArchiveJobRuns(t *testing.T) {
 	}
 	if h.backend.calls["StopJob"] == 0 {
 		t.Error("the running archive job was never stopped")
+	}
+}
+
+// failedRestoreLeftVolume brings a workspace to the state where the next
+// pass deletes a volume without writing first: a restore failed, the user
+// chose ARCHIVED again, and the half-restored volume goes.
+func (h *harness) failedRestoreLeftVolume(c *WorkspaceController) workspace.Workspace {
+	h.t.Helper()
+	w := h.create("dev")
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.converge(c)
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	h.backend.jobFail[JobRestore] = "S3_ACCESS_ERROR"
+	h.tick(c, 6)
+	h.setDesired(w.ID, workspace.DesiredArchived)
+	h.advance(time.Minute) // past the backoff
+	if _, ok := h.backend.home(w.ID); !ok {
+		h.t.Fatal("the failed restore left no volume; the test does not reach its case")
+	}
+	return w
+}
+
+// Backend calls are not fenced by the database. A leader that observed,
+// then paused while another took over, must not act on what it saw: here
+// the pass would delete a volume without any write in front of it.
+func TestBackendCallsFencedByEpoch(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.failedRestoreLeftVolume(c)
+	h.backend.observed = func() {
+		if _, err := store.BumpEpoch(context.Background(), h.pool, "newer-leader"); err != nil {
+			t.Error(err)
+		}
+	}
+	before := h.backend.actuatorCalls()
+	if _, err := c.Tick(context.Background(), h.epoch); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("pass after a newer leader took over: %v, want ErrDeposed", err)
+	}
+	if n := h.backend.actuatorCalls() - before; n != 0 {
+		t.Errorf("a deposed leader made %d backend calls", n)
+	}
+	if _, ok := h.backend.home(w.ID); !ok {
+		t.Error("a deposed leader deleted the volume")
+	}
+}
+
+// A pass whose observation grew old before it acted (a long pause) stops
+// without calling the backend and asks for a new pass at once.
+func TestStaleObservationIsNotActedOn(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.failedRestoreLeftVolume(c)
+	h.backend.observed = func() { h.advance(time.Minute) }
+	before := h.backend.actuatorCalls()
+	stats, err := c.Tick(context.Background(), h.epoch)
+	if err != nil || !stats.Stale {
+		t.Fatalf("pass on an old observation: %+v, %v; want Stale", stats, err)
+	}
+	if n := h.backend.actuatorCalls() - before; n != 0 {
+		t.Errorf("%d backend calls on an old observation", n)
+	}
+	h.backend.observed = nil
+	h.converge(c)
+	if _, ok := h.backend.home(w.ID); ok {
+		t.Error("a fresh pass did not delete the half-restored volume")
 	}
 }

@@ -276,6 +276,9 @@ func (c *Coordinator) runController(ctx context.Context, epoch int64) error {
 // is in flight, long when idle, and never past the earliest retry of a
 // failed attempt, so a transient failure costs its backoff and no more.
 func nextPass(stats TickStats, cfg CoordinatorConfig, now time.Time) time.Duration {
+	if stats.Stale {
+		return 0
+	}
 	next := cfg.IdleInterval
 	if stats.Active() {
 		next = cfg.ActiveInterval

@@ -345,6 +345,7 @@ func TestNextPass(t *testing.T) {
 		{"retry after the idle interval", TickStats{NextAttempt: now.Add(time.Minute)}, 15 * time.Second},
 		{"retry after the active interval", TickStats{Writes: 1, NextAttempt: now.Add(5 * time.Second)}, time.Second},
 		{"retry already due", TickStats{NextAttempt: now.Add(-time.Second)}, 0},
+		{"stopped on an old observation", TickStats{Stale: true}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,7 +18,10 @@ import (
 // then passes its check, a job runs then finishes), so completion is only
 // ever seen on a later pass. Failures and hooks are injectable.
 type fakeBackend struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// observed, when set, runs as Observe returns: what happens between a
+	// pass's observation and its actions.
+	observed func()
 	volumes  map[string]*fakeVolume
 	conts    map[string]*fakeContainer
 	archives map[string]*fakeJob
@@ -108,6 +111,9 @@ func (b *fakeBackend) Observe(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	b.advance()
+	if b.observed != nil {
+		defer b.observed()
+	}
 	snap := Snapshot{Workspaces: map[string]Observed{}}
 	get := func(id string) Observed { return snap.Workspaces[id] }
 	for id, v := range b.volumes {
