@@ -15,8 +15,11 @@ type Backend interface {
 	// number of workspaces.
 	Observe(ctx context.Context) (Snapshot, error)
 	ProvisionVolume(ctx context.Context, spec VolumeSpec) error
-	// DeleteVolume returns ErrVolumeInUse while the volume is still claimed.
-	DeleteVolume(ctx context.Context, wsID string) error
+	// DeleteVolume deletes the workspace's volume that Observe reported as
+	// volumeID, and nothing else: a volume of the same name created since
+	// (a newer leader's restore) is not the one the caller judged. It
+	// returns ErrVolumeInUse while the volume is still claimed.
+	DeleteVolume(ctx context.Context, wsID, volumeID string) error
 	StartWorkspace(ctx context.Context, spec WorkspaceSpec) error
 	// StopWorkspace stops the workspace without forgetting it: the container
 	// counts as gone only once Observe reports no live allocation.
@@ -114,6 +117,8 @@ type Observed struct {
 	VolumeExists bool
 	// VolumeReady: the volume is created and usable.
 	VolumeReady bool
+	// VolumeID is the backend's id of that volume.
+	VolumeID string
 	// ContainerLive: some allocation/process of ws-{id} is not terminal.
 	ContainerLive bool
 	// UpstreamReady: the workspace passes its health check.

@@ -352,7 +352,7 @@ func (c *WorkspaceController) act(ctx context.Context, epoch int64, fence func(c
 			return w, err
 		}
 		stats.Steps++
-		err := c.run(ctx, step, a.Next)
+		err := c.run(ctx, step, a.Next, a.VolumeID)
 		if err == nil {
 			continue
 		}
@@ -459,7 +459,7 @@ func (c *WorkspaceController) conflict(ctx context.Context, epoch int64) error {
 var errRowChanged = errors.New("workspace changed during the pass")
 
 // run calls the actuator of step for w.
-func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Workspace) error {
+func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Workspace, volumeID string) error {
 	switch step {
 	case StepProvisionVolume:
 		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID})
@@ -480,7 +480,7 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 	case StepCreateEmptyArchive:
 		return c.archives.CreateEmpty(ctx, archive.Key(w.ID, deref(w.OpID)))
 	case StepDeleteVolume:
-		return c.backend.DeleteVolume(ctx, w.ID)
+		return c.backend.DeleteVolume(ctx, w.ID, volumeID)
 	case StepPurgeArchiveJob:
 		return c.backend.PurgeJob(ctx, w.ID, JobArchive)
 	case StepPurgeRestoreJob:

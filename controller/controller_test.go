@@ -880,3 +880,20 @@ func TestStaleObservationIsNotActedOn(t *testing.T) {
 		t.Error("a fresh pass did not delete the half-restored volume")
 	}
 }
+
+// A volume is deleted by the id the pass observed, never by name: when a
+// volume of the same name replaced it after the observation (another
+// leader's restore), the delete leaves the new one alone.
+func TestDeleteVolumeByObservedID(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	w := h.failedRestoreLeftVolume(c)
+	h.backend.observed = func() {
+		h.backend.volumes[w.ID] = &fakeVolume{id: "vol-replacement", ready: true, data: "restored by a newer leader"}
+	}
+	h.tick(c, 1)
+	h.backend.observed = nil
+	if v := h.backend.volumes[w.ID]; v == nil || v.id != "vol-replacement" {
+		t.Fatalf("volume after the pass: %+v, want the replacement untouched", v)
+	}
+}

@@ -22,6 +22,8 @@ type fakeBackend struct {
 	// observed, when set, runs as Observe returns: what happens between a
 	// pass's observation and its actions.
 	observed func()
+	// volumesMade numbers the volumes, which get ids as Nomad's do.
+	volumesMade int
 	volumes  map[string]*fakeVolume
 	conts    map[string]*fakeContainer
 	archives map[string]*fakeJob
@@ -48,6 +50,7 @@ type fakeBackend struct {
 }
 
 type fakeVolume struct {
+	id    string
 	ready bool
 	// unavailable: the volume's node is down (Nomad reports the volume
 	// as existing but not ready until the node is back).
@@ -118,7 +121,7 @@ func (b *fakeBackend) Observe(ctx context.Context) (Snapshot, error) {
 	get := func(id string) Observed { return snap.Workspaces[id] }
 	for id, v := range b.volumes {
 		o := get(id)
-		o.VolumeExists, o.VolumeReady = true, v.ready && !v.unavailable
+		o.VolumeExists, o.VolumeReady, o.VolumeID = true, v.ready && !v.unavailable, v.id
 		snap.Workspaces[id] = o
 	}
 	for id, c := range b.conts {
@@ -217,13 +220,14 @@ func (b *fakeBackend) ProvisionVolume(ctx context.Context, spec VolumeSpec) erro
 		return err
 	}
 	if b.volumes[spec.WorkspaceID] == nil {
-		b.volumes[spec.WorkspaceID] = &fakeVolume{}
+		b.volumesMade++
+		b.volumes[spec.WorkspaceID] = &fakeVolume{id: fmt.Sprintf("vol-%d", b.volumesMade)}
 	}
 	b.acted("ProvisionVolume")
 	return nil
 }
 
-func (b *fakeBackend) DeleteVolume(ctx context.Context, wsID string) error {
+func (b *fakeBackend) DeleteVolume(ctx context.Context, wsID, volumeID string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.call(ctx, "DeleteVolume"); err != nil {
@@ -232,7 +236,7 @@ func (b *fakeBackend) DeleteVolume(ctx context.Context, wsID string) error {
 	if b.conts[wsID] != nil || running(b.archives[wsID]) || running(b.restores[wsID]) {
 		return ErrVolumeInUse
 	}
-	if v := b.volumes[wsID]; v != nil {
+	if v := b.volumes[wsID]; v != nil && v.id == volumeID {
 		if b.beforeDeleteVolume != nil {
 			b.beforeDeleteVolume(wsID)
 		}

@@ -51,6 +51,8 @@ type Action struct {
 	// set (the write records what the steps finished).
 	Steps     []Step
 	WriteLast bool
+	// VolumeID is the observed volume StepDeleteVolume deletes.
+	VolumeID string
 }
 
 // ArchiveCheck is the result of looking at one archive object in S3 (Key
@@ -93,6 +95,12 @@ func (c Config) backoff(errorCount int) time.Duration {
 // the observation every time (level-triggered): a pass that finds the
 // workspace where it should be returns an Action without Write or Steps.
 func Plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time, cfg Config) Action {
+	a := plan(w, obs, check, now, cfg)
+	a.VolumeID = obs.VolumeID
+	return a
+}
+
+func plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time, cfg Config) Action {
 	if w.Phase == workspace.PhaseDeleted {
 		return Action{Next: w}
 	}

@@ -225,7 +225,7 @@ func TestDeleteVolumeEndsWhatACrashedWorkspaceLeft(t *testing.T) {
 	if !processRunning(daemon) {
 		t.Fatal("the daemon died with the program; the test shows nothing")
 	}
-	if err := b.DeleteVolume(ctx, testID); err != nil {
+	if err := b.DeleteVolume(ctx, testID, ""); err != nil {
 		t.Fatalf("DeleteVolume: %v", err)
 	}
 	waitGone(t, daemon, "process of the crashed workspace outlived its home")
@@ -277,7 +277,7 @@ func TestDeletionFinishesWhatACrashLeftInTheTrash(t *testing.T) {
 	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
 		t.Fatalf("ProvisionVolume: %v", err)
 	}
-	if err := b.DeleteVolume(ctx, testID); err != nil {
+	if err := b.DeleteVolume(ctx, testID, ""); err != nil {
 		t.Fatalf("DeleteVolume: %v", err)
 	}
 	names, err := readNames(trashDir(b.opts.DataDir))

@@ -92,7 +92,7 @@ func TestArchiveAndRestoreWithCodehubJob(t *testing.T) {
 	if err := b.PurgeJob(ctx, testID, controller.JobArchive); err != nil {
 		t.Fatalf("PurgeJob archive: %v", err)
 	}
-	if err := b.DeleteVolume(ctx, testID); err != nil {
+	if err := b.DeleteVolume(ctx, testID, ""); err != nil {
 		t.Fatalf("DeleteVolume: %v", err)
 	}
 

@@ -119,7 +119,7 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 		t.Fatalf("second start replaced the process: %+v -> %+v", first.Process, again.Process)
 	}
 
-	if err := b.DeleteVolume(ctx, testID); !errors.Is(err, controller.ErrVolumeInUse) {
+	if err := b.DeleteVolume(ctx, testID, ""); !errors.Is(err, controller.ErrVolumeInUse) {
 		t.Fatalf("DeleteVolume of a running workspace = %v, want ErrVolumeInUse", err)
 	}
 
@@ -157,7 +157,7 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 	if err := restarted.PurgeJob(ctx, testID, controller.JobWorkspace); err != nil {
 		t.Fatalf("PurgeJob: %v", err)
 	}
-	if err := restarted.DeleteVolume(ctx, testID); err != nil {
+	if err := restarted.DeleteVolume(ctx, testID, ""); err != nil {
 		t.Fatalf("DeleteVolume: %v", err)
 	}
 	snap, err := restarted.Observe(ctx)
@@ -201,7 +201,7 @@ func TestActuatorsRefuseBadIDs(t *testing.T) {
 		if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: id}); err == nil {
 			t.Errorf("ProvisionVolume(%q) accepted a bad id", id)
 		}
-		if err := b.DeleteVolume(ctx, id); err == nil {
+		if err := b.DeleteVolume(ctx, id, ""); err == nil {
 			t.Errorf("DeleteVolume(%q) accepted a bad id", id)
 		}
 	}

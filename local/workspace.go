@@ -62,10 +62,12 @@ func (b *Backend) ProvisionVolume(_ context.Context, spec controller.VolumeSpec)
 	return nil
 }
 
-// DeleteVolume deletes the home and everything in it. While the workspace
-// process or an archive/restore job of the workspace lives it returns
-// controller.ErrVolumeInUse.
-func (b *Backend) DeleteVolume(_ context.Context, wsID string) error {
+// DeleteVolume deletes the home and everything in it. One machine has one
+// home per workspace, at a path named for it, so the name is its identity
+// and the observed volume id (always empty here) is not needed. While the
+// workspace process or an archive/restore job of the workspace lives it
+// returns controller.ErrVolumeInUse.
+func (b *Backend) DeleteVolume(_ context.Context, wsID, _ string) error {
 	if err := checkID(wsID); err != nil {
 		return err
 	}

@@ -84,19 +84,24 @@ func datacenterConstraints(datacenters []string) []*api.Constraint {
 	}}
 }
 
-// DeleteVolume deletes the home volume and its data. While an allocation
-// that is not client-terminal claims it, it returns ErrVolumeInUse.
-func (b *Backend) DeleteVolume(ctx context.Context, wsID string) error {
-	stub, err := b.findVolume(ctx, wsID)
-	if err != nil || stub == nil {
-		return err
+// DeleteVolume deletes the home volume the controller observed, by its id,
+// and its data. A volume of the same name that replaced it since (two
+// leaders, or a restore in between) has another id and is left alone; an
+// id naming another workspace's volume is refused. While an allocation
+// claims the volume it returns controller.ErrVolumeInUse.
+func (b *Backend) DeleteVolume(ctx context.Context, wsID, volumeID string) error {
+	if volumeID == "" {
+		return fmt.Errorf("delete home volume of %s: no observed volume id", wsID)
 	}
-	vol, _, err := b.client.HostVolumes().Get(stub.ID, b.query(ctx))
+	vol, _, err := b.client.HostVolumes().Get(volumeID, b.query(ctx))
 	if isNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return classify("read host volume "+stub.Name, err)
+		return classify("read host volume "+volumeID, err)
+	}
+	if vol.Name != volumeName(wsID) {
+		return fmt.Errorf("refusing to delete host volume %s: it is %q, not %s", volumeID, vol.Name, volumeName(wsID))
 	}
 	if len(vol.Allocations) > 0 {
 		return fmt.Errorf("%w: %s claimed by %d allocation(s)", controller.ErrVolumeInUse, vol.Name, len(vol.Allocations))
@@ -105,7 +110,7 @@ func (b *Backend) DeleteVolume(ctx context.Context, wsID string) error {
 	if err != nil && !isNotFound(err) {
 		return classify("delete host volume "+vol.Name, err)
 	}
-	b.logger.Debug("deleted host volume", "workspace_id", wsID, "volume", vol.Name)
+	b.logger.Debug("deleted host volume", "workspace_id", wsID, "volume", vol.Name, "volume_id", vol.ID)
 	return nil
 }
 

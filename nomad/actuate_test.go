@@ -87,7 +87,7 @@ func TestDeleteVolume(t *testing.T) {
 	t.Run("claimed volume is in use", func(t *testing.T) {
 		f := newFakeNomad(t)
 		volumeFixture(f, []*api.AllocationListStub{{ID: "a1", ClientStatus: "running"}})
-		err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS)
+		err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS, "vol-1")
 		if !errors.Is(err, controller.ErrVolumeInUse) {
 			t.Fatalf("err = %v, want ErrVolumeInUse", err)
 		}
@@ -99,7 +99,7 @@ func TestDeleteVolume(t *testing.T) {
 		f := newFakeNomad(t)
 		volumeFixture(f, nil)
 		f.json("DELETE /v1/volume/host/vol-1", struct{}{})
-		if err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS); err != nil {
+		if err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS, "vol-1"); err != nil {
 			t.Fatal(err)
 		}
 		if n := len(f.calls("DELETE /v1/volume/host/vol-1")); n != 1 {
@@ -108,9 +108,24 @@ func TestDeleteVolume(t *testing.T) {
 	})
 	t.Run("missing volume is done", func(t *testing.T) {
 		f := newFakeNomad(t)
-		f.json("GET /v1/volumes", []*api.HostVolumeStub{})
-		if err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS); err != nil {
+		f.handle("GET /v1/volume/host/vol-1", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "volume not found", http.StatusNotFound)
+		})
+		if err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS, "vol-1"); err != nil {
 			t.Fatal(err)
+		}
+	})
+	// The id names what the controller observed; one that now names
+	// another workspace's volume is never deleted.
+	t.Run("another workspace's volume is refused", func(t *testing.T) {
+		f := newFakeNomad(t)
+		volumeFixture(f, nil)
+		f.json("DELETE /v1/volume/host/vol-1", struct{}{})
+		if err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), "01jb3x7k9q2m5n8p4r6s0tother", "vol-1"); err == nil {
+			t.Fatal("deleted a volume named for another workspace")
+		}
+		if n := len(f.calls("DELETE /v1/volume/host/vol-1")); n != 0 {
+			t.Fatalf("%d delete calls", n)
 		}
 	})
 }

@@ -364,7 +364,11 @@ func assertGone(t *testing.T, b *Backend, wsID string) {
 func deleteVolume(t *testing.T, b *Backend, wsID string) {
 	t.Helper()
 	nomadtest.Eventually(t, 60*time.Second, "volume delete accepted", func() bool {
-		err := b.DeleteVolume(t.Context(), wsID)
+		o, err := b.Observe(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = b.DeleteVolume(t.Context(), wsID, o.Workspaces[wsID].VolumeID)
 		if errors.Is(err, controller.ErrVolumeInUse) {
 			return false
 		}

@@ -386,6 +386,7 @@ func assemble(l listing) controller.Snapshot {
 		o := get(wsID)
 		o.VolumeExists = true
 		o.VolumeReady = v.State == api.HostVolumeStateReady
+		o.VolumeID = v.ID
 		snap.Workspaces[wsID] = o
 	}
 

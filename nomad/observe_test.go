@@ -114,9 +114,9 @@ func TestObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]controller.Observed{
-		wsReady:    {VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true},
-		wsStarting: {VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true},
-		wsStopping: {VolumeExists: true, ContainerLive: true},
+		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", ContainerLive: true, UpstreamReady: true},
+		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", ContainerLive: true, UpstreamReady: true},
+		wsStopping: {VolumeExists: true, VolumeID: "v3", ContainerLive: true},
 		wsArchive: {Archive: &controller.JobResult{
 			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/k", Attempt: 2,
 			Status: controller.JobFailed, ExitCode: 1, ErrorCode: "DISK_FULL", Message: "task archive exited with code 1",
