@@ -24,11 +24,11 @@ type fakeBackend struct {
 	observed func()
 	// volumesMade numbers the volumes, which get ids as Nomad's do.
 	volumesMade int
-	volumes  map[string]*fakeVolume
-	conts    map[string]*fakeContainer
-	archives map[string]*fakeJob
-	restores map[string]*fakeJob
-	store    *fakeArchives
+	volumes     map[string]*fakeVolume
+	conts       map[string]*fakeContainer
+	archives    map[string]*fakeJob
+	restores    map[string]*fakeJob
+	store       *fakeArchives
 
 	// calls counts every call by method name.
 	calls map[string]int
