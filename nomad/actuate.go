@@ -222,7 +222,7 @@ func (b *Backend) writeVariable(ctx context.Context, id string, items api.Variab
 // the job's variable before the job, since its template waits for a
 // variable that is missing.
 func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.VariableItems) error {
-	current, err := b.currentRegistration(ctx, id, hcl)
+	current, index, err := b.currentRegistration(ctx, id, hcl)
 	if err != nil || current == registeredSame {
 		return err
 	}
@@ -232,7 +232,7 @@ func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.Vari
 			return err
 		}
 		if purged {
-			current = registeredNone
+			current, index = registeredNone, 0
 		}
 	}
 	if secrets != nil {
@@ -240,7 +240,7 @@ func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.Vari
 			return err
 		}
 	}
-	err = b.submit(ctx, id, hcl)
+	err = b.submit(ctx, id, hcl, index)
 	if err != nil && secrets != nil && current == registeredNone && refused(err) {
 		// No job reads the secrets, and no purge would ever name a job
 		// that was never registered.
@@ -260,14 +260,22 @@ func refused(err error) bool {
 
 // submit lets the server parse the HCL and registers it with the HCL as
 // the job's submission.
-func (b *Backend) submit(ctx context.Context, id, hcl string) error {
+// submit parses hcl on the server and registers it only while the job's
+// modify index is still index (0: only if no such job exists), so a job
+// another leader registered or changed since it was read is never
+// overwritten: that registration fails and the next pass judges again.
+func (b *Backend) submit(ctx context.Context, id, hcl string, index uint64) error {
 	// The parse endpoint through Raw, so the request carries the namespace
 	// (ACL checks) and the context, which ParseHCLOpts does not pass.
 	var job api.Job
 	if _, err := b.client.Raw().Write("/v1/jobs/parse", &api.JobsParseRequest{JobHCL: hcl}, &job, b.write(ctx)); err != nil {
 		return classify("parse jobspec "+id, err)
 	}
-	opts := &api.RegisterOptions{Submission: &api.JobSubmission{Source: hcl, Format: "hcl2"}}
+	opts := &api.RegisterOptions{
+		EnforceIndex: true,
+		ModifyIndex:  index,
+		Submission:   &api.JobSubmission{Source: hcl, Format: "hcl2"},
+	}
 	if _, _, err := b.client.Jobs().RegisterOpts(&job, opts, b.write(ctx)); err != nil {
 		return classify("register job "+id, err)
 	}
@@ -296,14 +304,26 @@ const (
 // jobStatusDead is Nomad's status of a job with no allocation left to run.
 const jobStatusDead = "dead"
 
-func (b *Backend) currentRegistration(ctx context.Context, id, hcl string) (registration, error) {
+// currentRegistration judges the registered job id against hcl, and returns
+// its modify index (0 for none), which the registration that follows must
+// still find.
+func (b *Backend) currentRegistration(ctx context.Context, id, hcl string) (registration, uint64, error) {
 	current, _, err := b.client.Jobs().Info(id, b.query(ctx))
 	if isNotFound(err) {
-		return registeredNone, nil
+		return registeredNone, 0, nil
 	}
 	if err != nil {
-		return registeredOther, classify("read job "+id, err)
+		return registeredOther, 0, classify("read job "+id, err)
 	}
+	var index uint64
+	if current.JobModifyIndex != nil {
+		index = *current.JobModifyIndex
+	}
+	r, err := b.judgeRegistration(ctx, id, hcl, current)
+	return r, index, err
+}
+
+func (b *Backend) judgeRegistration(ctx context.Context, id, hcl string, current *api.Job) (registration, error) {
 	service := current.Type != nil && *current.Type == api.JobTypeService
 	stopped := current.Stop != nil && *current.Stop
 	dead := current.Status != nil && *current.Status == jobStatusDead

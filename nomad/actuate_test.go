@@ -156,6 +156,11 @@ func TestStartWorkspace(t *testing.T) {
 	if reg.Submission == nil || reg.Submission.Source != parse.JobHCL || reg.Submission.Format != "hcl2" {
 		t.Fatalf("submission = %+v, want the parsed HCL as hcl2", reg.Submission)
 	}
+	// No job was read, so only "no such job" may be overwritten: a job
+	// another leader registered meanwhile makes this registration fail.
+	if !reg.EnforceIndex || reg.JobModifyIndex != 0 {
+		t.Errorf("register enforce index %v at %d, want enforced at 0", reg.EnforceIndex, reg.JobModifyIndex)
+	}
 	for _, want := range []string{
 		`job "ws-` + testWS + `"`,
 		`HOME = "/var/nomad/host_volumes/vol-1"`,
@@ -197,8 +202,15 @@ func TestStartWorkspace(t *testing.T) {
 	if err := b.StartWorkspace(t.Context(), spec); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.calls("PUT /v1/jobs")); n != 2 {
-		t.Errorf("%d register calls after starting a stopped job, want 2", n)
+	regs = f.calls("PUT /v1/jobs")
+	if len(regs) != 2 {
+		t.Fatalf("%d register calls after starting a stopped job, want 2", len(regs))
+	}
+	if err := json.Unmarshal([]byte(regs[1].Body), &reg); err != nil {
+		t.Fatal(err)
+	}
+	if !reg.EnforceIndex || reg.JobModifyIndex != 103 {
+		t.Errorf("re-register enforce index %v at %d, want enforced at the job's 103", reg.EnforceIndex, reg.JobModifyIndex)
 	}
 }
 
@@ -206,7 +218,8 @@ func TestStartWorkspace(t *testing.T) {
 // hcl, stopped or not.
 func registered(f *fakeNomad, version uint64, stopped bool, hcl string) {
 	id := jobID(testWS)
-	f.json("GET /v1/job/"+id, &api.Job{ID: &id, Version: &version, Stop: &stopped})
+	index := 100 + version
+	f.json("GET /v1/job/"+id, &api.Job{ID: &id, Version: &version, Stop: &stopped, JobModifyIndex: &index})
 	f.json("GET /v1/job/"+id+"/submission", &api.JobSubmission{Source: hcl, Format: "hcl2"})
 }
 
