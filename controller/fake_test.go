@@ -22,6 +22,8 @@ type fakeBackend struct {
 	// observed, when set, runs as Observe returns: what happens between a
 	// pass's observation and its actions.
 	observed func()
+	// beforeRestore runs before a restore job overwrites a volume.
+	beforeRestore func(wsID string)
 	// volumesMade numbers the volumes, which get ids as Nomad's do.
 	volumesMade int
 	volumes     map[string]*fakeVolume
@@ -208,6 +210,9 @@ func (b *fakeBackend) step(wsID string, j *fakeJob, kind JobKind) {
 		if !ok {
 			j.failed = string(archive.CodeArchiveNotFound)
 			return
+		}
+		if b.beforeRestore != nil {
+			b.beforeRestore(wsID)
 		}
 		v.data = data
 	}
