@@ -32,6 +32,10 @@ type listing struct {
 	services map[string]bool // nil: readiness not gated on registration
 	// checks holds per-allocation check results of workspaces being started.
 	checks map[string]api.AllocCheckStatuses
+	// ownRegistration holds the starting allocations whose checks pass and
+	// whose own registration the server has: any job may register a
+	// service named ws-{id}, so only that one counts.
+	ownRegistration map[string]bool
 	// errorCodes holds CODEHUB_ERROR of failed batch allocations.
 	errorCodes map[string]string
 	// placement describes why a job's allocation cannot be placed.
@@ -55,7 +59,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 	// Nomad reports check results only for its own service provider; with
 	// Consul, readiness waits for the deployment health Consul's checks set.
 	if b.opts.ServiceProvider == ProviderNomad {
-		l.checks = b.readChecks(ctx, allocsNeedingChecks(byID, current))
+		l.checks, l.ownRegistration = b.readChecks(ctx, allocsNeedingChecks(byID, current))
 	}
 	if err := b.readTaskStates(ctx, allocsNeedingEvents(byID, current)); err != nil {
 		return controller.Snapshot{}, err
@@ -88,10 +92,13 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 // forwarded to the allocation's client node.
 const checkReaders = 8
 
-// readChecks reads the check results of allocs, a few at a time. A client
-// that cannot answer leaves its allocation not ready for this pass.
-func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListStub) map[string]api.AllocCheckStatuses {
+// readChecks reads the check results of allocs, a few at a time, and for
+// those whose checks all pass, whether the server holds the registration
+// the allocation made itself. A client that cannot answer leaves its
+// allocation not ready for this pass.
+func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListStub) (map[string]api.AllocCheckStatuses, map[string]bool) {
 	out := make(map[string]api.AllocCheckStatuses, len(allocs))
+	own := make(map[string]bool, len(allocs))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, checkReaders)
@@ -106,13 +113,32 @@ func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListSt
 				b.logger.Debug("read allocation checks", "alloc_id", a.ID, "error", err)
 				return
 			}
+			registered := allPassing(checks) && b.registeredBy(ctx, a)
 			mu.Lock()
 			out[a.ID] = checks
+			own[a.ID] = registered
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return out
+	return out, own
+}
+
+// registeredBy reports whether the server holds a registration of the
+// workspace's service made by allocation a of its own job.
+func (b *Backend) registeredBy(ctx context.Context, a *api.AllocationListStub) bool {
+	wsID, _, _ := parseJobID(a.JobID)
+	regs, _, err := b.client.Services().Get(serviceName(wsID), b.query(ctx))
+	if err != nil {
+		b.logger.Debug("read service registrations", "alloc_id", a.ID, "error", err)
+		return false
+	}
+	for _, r := range regs {
+		if r.AllocID == a.ID && r.JobID == a.JobID {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *Backend) list(ctx context.Context) (listing, error) {
@@ -410,7 +436,7 @@ func assemble(l listing) controller.Snapshot {
 		switch kind {
 		case controller.JobWorkspace:
 			if !j.Stop {
-				o.UpstreamReady = upstreamReady(current[id], l.checks, l.services == nil || l.services[serviceName(wsID)])
+				o.UpstreamReady = upstreamReady(current[id], l.checks, l.ownRegistration, l.services == nil || l.services[serviceName(wsID)])
 				o.Failure = workspaceFailure(current[id], l.placement[id])
 			}
 		case controller.JobArchive:
@@ -424,8 +450,12 @@ func assemble(l listing) controller.Snapshot {
 }
 
 // upstreamReady: a running allocation whose deployment health is known good,
-// or, while that is unknown, whose checks all pass.
-func upstreamReady(allocs []*api.AllocationListStub, checks map[string]api.AllocCheckStatuses, registered bool) bool {
+// or, while that is unknown, whose checks all pass and whose own
+// registration the server holds (own). registered gates both on a
+// registration of the service's name existing at all: that is no trust
+// decision (the resolvers accept only the allocation's own), it keeps
+// RUNNING from showing before the catalog can route to it.
+func upstreamReady(allocs []*api.AllocationListStub, checks map[string]api.AllocCheckStatuses, own map[string]bool, registered bool) bool {
 	if !registered {
 		return false
 	}
@@ -439,7 +469,7 @@ func upstreamReady(allocs []*api.AllocationListStub, checks map[string]api.Alloc
 			}
 			continue
 		}
-		if allPassing(checks[a.ID]) {
+		if allPassing(checks[a.ID]) && own[a.ID] {
 			return true
 		}
 	}

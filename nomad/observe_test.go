@@ -93,6 +93,10 @@ func observeFixture(f *fakeNomad) {
 	f.json("GET /v1/client/allocation/a-starting/checks", api.AllocCheckStatuses{
 		"c1": {Service: "ws-" + wsStarting, Status: "success"},
 	})
+	f.json("GET /v1/service/ws-"+wsStarting, []*api.ServiceRegistration{
+		{ServiceName: "ws-" + wsStarting, JobID: "evil", AllocID: "a-evil"},
+		{ServiceName: "ws-" + wsStarting, JobID: "ws-" + wsStarting, AllocID: "a-starting"},
+	})
 	f.handle("GET /v1/client/fs/logs/a-archive", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "CODEHUB_JOB=archive\nRESULT=FAIL CODEHUB_ERROR=S3_ACCESS_ERROR DETAIL=first\nretrying\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL DETAIL=\"no space\"\n")
 	})
@@ -153,6 +157,9 @@ func TestObserve(t *testing.T) {
 		"GET /v1/client/fs/logs/a-archive",
 		"GET /v1/job/ws-" + wsUnplaced + "/evaluations",
 		"GET /v1/jobs",
+		// The starting workspace passes its checks: is it registered by
+		// its own allocation?
+		"GET /v1/service/ws-" + wsStarting,
 		"GET /v1/services",
 		"GET /v1/volumes",
 	}
@@ -192,25 +199,30 @@ func TestObserve(t *testing.T) {
 }
 
 func TestObserveNotReadyUntilRegisteredAndPassing(t *testing.T) {
+	passing := api.AllocCheckStatuses{"c": {Status: "success"}}
 	cases := []struct {
 		name       string
 		deployment *api.AllocDeploymentStatus
 		checks     api.AllocCheckStatuses
+		own        bool
 		registered bool
 		want       bool
 	}{
-		{"healthy deployment", healthy(true), nil, true, true},
-		{"unhealthy deployment", healthy(false), nil, true, false},
-		{"checks pending", nil, api.AllocCheckStatuses{"c": {Status: "pending"}}, true, false},
-		{"one of two checks failing", nil, api.AllocCheckStatuses{"c": {Status: "success"}, "d": {Status: "failure"}}, true, false},
-		{"no checks yet", nil, api.AllocCheckStatuses{}, true, false},
-		{"checks passing", nil, api.AllocCheckStatuses{"c": {Status: "success"}}, true, true},
-		{"not registered", healthy(true), nil, false, false},
+		{"healthy deployment", healthy(true), nil, false, true, true},
+		{"unhealthy deployment", healthy(false), nil, false, true, false},
+		{"checks pending", nil, api.AllocCheckStatuses{"c": {Status: "pending"}}, true, true, false},
+		{"one of two checks failing", nil, api.AllocCheckStatuses{"c": {Status: "success"}, "d": {Status: "failure"}}, true, true, false},
+		{"no checks yet", nil, api.AllocCheckStatuses{}, true, true, false},
+		{"checks passing", nil, passing, true, true, true},
+		// Another job registered ws-{id}; this allocation's own
+		// registration has not reached the server yet.
+		{"checks passing, only a registration by another job", nil, passing, false, true, false},
+		{"not registered", healthy(true), nil, false, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &api.AllocationListStub{ID: "a", ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: tc.deployment}
-			got := upstreamReady([]*api.AllocationListStub{a}, map[string]api.AllocCheckStatuses{"a": tc.checks}, tc.registered)
+			got := upstreamReady([]*api.AllocationListStub{a}, map[string]api.AllocCheckStatuses{"a": tc.checks}, map[string]bool{"a": tc.own}, tc.registered)
 			if got != tc.want {
 				t.Fatalf("upstreamReady = %v, want %v", got, tc.want)
 			}
