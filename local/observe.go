@@ -19,11 +19,11 @@ type seenWorkspace struct {
 	state workspaceState
 	live  bool
 	ready bool
-	// exited: the program ended and recorded this status; lastLine is the
-	// end of its output.
+	// exited: the program ended and recorded this status; output is the
+	// end of what it printed.
 	exited   bool
 	exitCode int
-	lastLine string
+	output   string
 }
 
 // seenJob is what one observation read about an archive or restore job.
@@ -33,7 +33,7 @@ type seenJob struct {
 	exited    bool
 	exitCode  int
 	errorCode string
-	lastLine  string
+	output    string
 }
 
 // listing is the raw result of reading the data dir.
@@ -136,7 +136,7 @@ func (b *Backend) readWorkspace(wsID string) (seenWorkspace, bool, error) {
 	w.live = b.alive(w.state.Process)
 	if !w.live {
 		w.exitCode, w.exited = readExit(filepath.Join(dir, exitFile))
-		w.lastLine = lastLine(filepath.Join(dir, logFile))
+		w.output = logTail(filepath.Join(dir, logFile))
 	}
 	return w, true, nil
 }
@@ -155,7 +155,7 @@ func (b *Backend) readJob(wsID string, kind controller.JobKind) (seenJob, bool, 
 	j.exitCode, j.exited = readExit(filepath.Join(dir, exitFile))
 	if j.exited && j.exitCode != 0 {
 		j.errorCode = errorCode(filepath.Join(dir, logFile))
-		j.lastLine = lastLine(filepath.Join(dir, logFile))
+		j.output = logTail(filepath.Join(dir, logFile))
 	}
 	return j, true, nil
 }
@@ -228,8 +228,8 @@ func workspaceFailure(w seenWorkspace) *controller.Failure {
 	if w.exited {
 		msg = fmt.Sprintf("workspace process exited with code %d", w.exitCode)
 	}
-	if w.lastLine != "" {
-		msg += ": " + w.lastLine
+	if w.output != "" {
+		msg += ", its output ending:\n" + w.output
 	}
 	return &controller.Failure{Reason: workspace.ReasonStartFailed, Message: msg}
 }
@@ -251,8 +251,8 @@ func jobResult(j seenJob) *controller.JobResult {
 		r.ExitCode = j.exitCode
 		r.ErrorCode = j.errorCode
 		r.Message = fmt.Sprintf("job exited with code %d", j.exitCode)
-		if j.lastLine != "" {
-			r.Message += ": " + j.lastLine
+		if j.output != "" {
+			r.Message += ", its output ending:\n" + j.output
 		}
 	case j.record.Process.PID == 0:
 		// Recorded, then codehub stopped before the process was.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/archive"
@@ -49,9 +50,11 @@ func TestAssemble(t *testing.T) {
 		},
 		{
 			name: "exited on its own",
-			l:    listing{workspaces: map[string]seenWorkspace{a: {exited: true, exitCode: 1, lastLine: "EADDRINUSE"}}},
+			l: listing{workspaces: map[string]seenWorkspace{a: {exited: true, exitCode: 1,
+				output: "Error: Cannot find module './cli'\nNode.js v20.20.2"}}},
 			want: map[string]controller.Observed{a: {Failure: &controller.Failure{
-				Reason: workspace.ReasonStartFailed, Message: "workspace process exited with code 1: EADDRINUSE",
+				Reason:  workspace.ReasonStartFailed,
+				Message: "workspace process exited with code 1, its output ending:\nError: Cannot find module './cli'\nNode.js v20.20.2",
 			}}},
 		},
 		{
@@ -65,12 +68,12 @@ func TestAssemble(t *testing.T) {
 			name: "jobs of two workspaces",
 			l: listing{
 				archives: map[string]seenJob{a: {record: rec, live: true}},
-				restores: map[string]seenJob{b: {record: rec, exited: true, exitCode: 1, errorCode: "ARCHIVE_NOT_FOUND", lastLine: "RESULT=FAIL"}},
+				restores: map[string]seenJob{b: {record: rec, exited: true, exitCode: 1, errorCode: "ARCHIVE_NOT_FOUND", output: "RESULT=FAIL"}},
 			},
 			want: map[string]controller.Observed{
 				a: {Archive: &controller.JobResult{OpID: "op1", ArchiveKey: "archives/k", Attempt: 2, Status: controller.JobRunning}},
 				b: {Restore: &controller.JobResult{OpID: "op1", ArchiveKey: "archives/k", Attempt: 2, Status: controller.JobFailed,
-					ExitCode: 1, ErrorCode: "ARCHIVE_NOT_FOUND", Message: "job exited with code 1: RESULT=FAIL"}},
+					ExitCode: 1, ErrorCode: "ARCHIVE_NOT_FOUND", Message: "job exited with code 1, its output ending:\nRESULT=FAIL"}},
 			},
 		},
 	}
@@ -176,5 +179,21 @@ func TestParseName(t *testing.T) {
 		if gotID != tt.wantID || gotKind != tt.wantKind || ok != tt.ok {
 			t.Errorf("parseName(%q) = %q, %q, %v; want %q, %q, %v", tt.name, gotID, gotKind, ok, tt.wantID, tt.wantKind, tt.ok)
 		}
+	}
+}
+
+func TestTailLines(t *testing.T) {
+	// code-server's own failure: the cause is several lines above the end.
+	out := "node:internal/modules/cjs/loader:1210\n  throw err;\n  ^\n\nError: Cannot find module './cli'\n" +
+		"Require stack:\n- /usr/lib/code-server/out/node/entry.js\n    at Module._resolveFilename (node:internal)\n\nNode.js v20.20.2\n\n"
+	got := tailLines(out, 12, 2048)
+	if !strings.Contains(got, "Cannot find module './cli'") || !strings.HasSuffix(got, "Node.js v20.20.2") || strings.Contains(got, "\n\n") {
+		t.Errorf("tailLines = %q", got)
+	}
+	if got := tailLines("a\nb\nc\nd\n", 2, 100); got != "c\nd" {
+		t.Errorf("two lines: %q", got)
+	}
+	if got := tailLines(strings.Repeat("x", 50)+"\nshort\n", 5, 20); got != "short" {
+		t.Errorf("byte bound: %q", got)
 	}
 }

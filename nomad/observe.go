@@ -36,6 +36,8 @@ type listing struct {
 	// whose own registration the server has: any job may register a
 	// service named ws-{id}, so only that one counts.
 	ownRegistration map[string]bool
+	// outputs holds the end of the stderr of failed workspace allocations.
+	outputs map[string]string
 	// errorCodes holds CODEHUB_ERROR of failed batch allocations.
 	errorCodes map[string]string
 	// placement describes why a job's allocation cannot be placed.
@@ -73,6 +75,16 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 			continue
 		}
 		l.errorCodes[a.ID] = code
+	}
+
+	l.outputs = make(map[string]string)
+	for _, a := range failedWorkspaceAllocs(byID, current) {
+		out, err := b.failedOutput(ctx, a)
+		if err != nil {
+			b.logger.Warn("read failed workspace output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
+			continue
+		}
+		l.outputs[a.ID] = out
 	}
 
 	l.placement = make(map[string]string)
@@ -320,6 +332,22 @@ func failedBatchAllocs(jobs map[string]*api.JobListStub, current map[string][]*a
 	return out
 }
 
+// failedWorkspaceAllocs are the current allocations of workspace jobs that
+// failed: what they printed explains the failure.
+func failedWorkspaceAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
+	var out []*api.AllocationListStub
+	for id, list := range current {
+		if _, kind, _ := parseJobID(id); kind != controller.JobWorkspace || jobs[id].Stop || len(list) == 0 {
+			continue
+		}
+		if list[0].ClientStatus == api.AllocClientStatusFailed {
+			out = append(out, list[0])
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out
+}
+
 // unplacedJobs are running jobs with queued (unplaced) allocations and no
 // current allocation: Nomad could not find a node for them.
 func unplacedJobs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.JobListStub {
@@ -437,7 +465,7 @@ func assemble(l listing) controller.Snapshot {
 		case controller.JobWorkspace:
 			if !j.Stop {
 				o.UpstreamReady = upstreamReady(current[id], l.checks, l.ownRegistration, l.services == nil || l.services[serviceName(wsID)])
-				o.Failure = workspaceFailure(current[id], l.placement[id])
+				o.Failure = workspaceFailure(current[id], l.placement[id], l.outputs)
 			}
 		case controller.JobArchive:
 			o.Archive = jobResult(j, current[id], l.errorCodes, l.placement[id])
@@ -491,7 +519,7 @@ func allPassing(checks api.AllocCheckStatuses) bool {
 // workspaceFailure classifies why the current registration of a workspace
 // job cannot run. An image pull failure is known from the task event before
 // the allocation turns failed.
-func workspaceFailure(allocs []*api.AllocationListStub, placement string) *controller.Failure {
+func workspaceFailure(allocs []*api.AllocationListStub, placement string, outputs map[string]string) *controller.Failure {
 	for _, a := range allocs {
 		for _, ts := range a.TaskStates {
 			if ev := pullFailure(ts); ev != nil {
@@ -500,7 +528,11 @@ func workspaceFailure(allocs []*api.AllocationListStub, placement string) *contr
 		}
 	}
 	if len(allocs) > 0 && allocs[0].ClientStatus == api.AllocClientStatusFailed {
-		return &controller.Failure{Reason: workspace.ReasonStartFailed, Message: failureMessage(allocs[0])}
+		msg := failureMessage(allocs[0])
+		if out := outputs[allocs[0].ID]; out != "" {
+			msg += ", its output ending:\n" + out
+		}
+		return &controller.Failure{Reason: workspace.ReasonStartFailed, Message: msg}
 	}
 	if len(allocs) == 0 && placement != "" {
 		return &controller.Failure{Reason: workspace.ReasonUnschedulable, Message: placement}

@@ -3,6 +3,7 @@ package nomad
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/controller"
@@ -22,7 +23,7 @@ func TestE2ERetryAfterCrash(t *testing.T) {
 	flaky := filepath.Join(bins, "flaky")
 	script := "#!/bin/sh\n" +
 		`n=$(cat "$HOME/.fails" 2>/dev/null || echo 0)` + "\n" +
-		`if [ "$n" -lt 2 ]; then echo $((n+1)) > "$HOME/.fails"; exit 3; fi` + "\n" +
+		`if [ "$n" -lt 2 ]; then echo $((n+1)) > "$HOME/.fails"; echo "flaky: cannot find module './cli'" >&2; exit 3; fi` + "\n" +
 		`exec ` + server + ` "$@"` + "\n"
 	if err := os.WriteFile(flaky, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -43,6 +44,10 @@ func TestE2ERetryAfterCrash(t *testing.T) {
 	o := observeUntil(t, b, wsID, "start failure", func(o controller.Observed) bool { return o.Failure != nil && !o.ContainerLive })
 	if o.Failure.Reason != workspace.ReasonStartFailed {
 		t.Fatalf("failure = %+v, want StartFailed", o.Failure)
+	}
+	// The failure says what the program itself said.
+	if !strings.Contains(o.Failure.Message, "exited with code 3") || !strings.Contains(o.Failure.Message, "flaky: cannot find module './cli'") {
+		t.Errorf("failure message %q lacks the exit code or the program's stderr", o.Failure.Message)
 	}
 
 	// The controller's retry: the same spec again.

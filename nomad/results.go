@@ -3,6 +3,9 @@ package nomad
 import (
 	"context"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/nomad/api"
@@ -18,13 +21,27 @@ const logTail = 64 << 10
 // client-terminal: its task states and, for failed batch jobs, the
 // CODEHUB_ERROR from its log. Each is read once, until the job is purged.
 type allocCache struct {
-	mu     sync.Mutex
-	states map[string]map[string]*api.TaskState
-	codes  map[string]string
+	mu      sync.Mutex
+	states  map[string]map[string]*api.TaskState
+	codes   map[string]string
+	outputs map[string]string
 }
 
 func newAllocCache() *allocCache {
-	return &allocCache{states: make(map[string]map[string]*api.TaskState), codes: make(map[string]string)}
+	return &allocCache{states: make(map[string]map[string]*api.TaskState), codes: make(map[string]string), outputs: make(map[string]string)}
+}
+
+func (c *allocCache) output(allocID string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out, ok := c.outputs[allocID]
+	return out, ok
+}
+
+func (c *allocCache) putOutput(allocID, out string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.outputs[allocID] = out
 }
 
 func (c *allocCache) taskStates(allocID string) (map[string]*api.TaskState, bool) {
@@ -58,6 +75,7 @@ func (c *allocCache) forget(allocID string) {
 	defer c.mu.Unlock()
 	delete(c.states, allocID)
 	delete(c.codes, allocID)
+	delete(c.outputs, allocID)
 }
 
 // errorCode reads the tail of a failed batch allocation's stdout and returns
@@ -90,6 +108,55 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 	}
 	b.allocs.putCode(a.ID, string(code))
 	return string(code), nil
+}
+
+// failureOutputBytes bounds how much of a failed workspace's stderr its
+// failure message carries: the last lines, where a program says why.
+const failureOutputBytes = 2 << 10
+
+// failedOutput returns the end of what a failed workspace allocation's task
+// wrote to stderr, read once per allocation; "" when it never ran.
+func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (string, error) {
+	if out, ok := b.allocs.output(a.ID); ok {
+		return out, nil
+	}
+	if neverStarted(a) {
+		b.allocs.putOutput(a.ID, "")
+		return "", nil
+	}
+	q := b.query(ctx)
+	q.Params = map[string]string{
+		"task":   taskName(a),
+		"type":   "stderr",
+		"plain":  "true",
+		"origin": "end",
+		"offset": strconv.Itoa(failureOutputBytes),
+	}
+	body, err := b.client.Raw().Response("/v1/client/fs/logs/"+a.ID, q)
+	if err != nil {
+		return "", classify("read logs of "+a.ID, err)
+	}
+	defer body.Close()
+	raw, err := io.ReadAll(io.LimitReader(body, failureOutputBytes))
+	if err != nil {
+		return "", classify("read logs of "+a.ID, err)
+	}
+	out := lastLines(string(raw), 12)
+	b.allocs.putOutput(a.ID, out)
+	return out, nil
+}
+
+// lastLines keeps the last n non-blank lines of text.
+func lastLines(text string, n int) string {
+	var kept []string
+	lines := strings.Split(text, "\n")
+	for i := len(lines) - 1; i >= 0 && len(kept) < n; i-- {
+		if l := strings.TrimRight(lines[i], " \t\r"); strings.TrimSpace(l) != "" {
+			kept = append(kept, l)
+		}
+	}
+	slices.Reverse(kept)
+	return strings.Join(kept, "\n")
 }
 
 // neverStarted reports whether a's task states are known and no task ever
