@@ -249,6 +249,11 @@ coordinator {
   # Pause between passes while an operation is in flight; at most idle_interval.
   active_interval = "1s"
 
+  # How often workspaces idle past their standby_ttl or archive_ttl are
+  # looked for. A workspace stops at most this long (plus the proxy's 30 s
+  # activity flush) after its standby_ttl.
+  ttl_interval = "1m"
+
   # How long each operation may take before the workspace is marked
   # failed with reason Timeout.
   provision_timeout = "5m"  # creating the home volume

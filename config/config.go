@@ -199,6 +199,9 @@ type Coordinator struct {
 	IdleInterval      time.Duration
 	ActiveIntervalHCL string `hcl:"active_interval,optional"`
 	ActiveInterval    time.Duration
+	// TTLInterval is how often idle workspaces are looked for.
+	TTLIntervalHCL string `hcl:"ttl_interval,optional"`
+	TTLInterval    time.Duration
 
 	ProvisionTimeoutHCL string `hcl:"provision_timeout,optional"`
 	ProvisionTimeout    time.Duration

@@ -15,6 +15,7 @@ const (
 	defaultArchiveTTL       = 30 * time.Minute
 	defaultIdleInterval     = 15 * time.Second
 	defaultActiveInterval   = 1 * time.Second
+	defaultTTLInterval      = time.Minute
 	defaultProvisionTimeout = 5 * time.Minute
 	defaultStartTimeout     = 10 * time.Minute
 	defaultStopTimeout      = 2 * time.Minute
@@ -124,6 +125,8 @@ func defaultCoordinator() *Coordinator {
 		IdleInterval:        defaultIdleInterval,
 		ActiveIntervalHCL:   durationText(defaultActiveInterval),
 		ActiveInterval:      defaultActiveInterval,
+		TTLIntervalHCL:      durationText(defaultTTLInterval),
+		TTLInterval:         defaultTTLInterval,
 		ProvisionTimeoutHCL: durationText(defaultProvisionTimeout),
 		ProvisionTimeout:    defaultProvisionTimeout,
 		StartTimeoutHCL:     durationText(defaultStartTimeout),

@@ -43,6 +43,7 @@ func (c *Config) durationFields() []durationField {
 		{"workspace.standby_ttl", w.StandbyTTLHCL, &w.StandbyTTL},
 		{"workspace.archive_ttl", w.ArchiveTTLHCL, &w.ArchiveTTL},
 		{"coordinator.idle_interval", co.IdleIntervalHCL, &co.IdleInterval},
+		{"coordinator.ttl_interval", co.TTLIntervalHCL, &co.TTLInterval},
 		{"coordinator.active_interval", co.ActiveIntervalHCL, &co.ActiveInterval},
 		{"coordinator.provision_timeout", co.ProvisionTimeoutHCL, &co.ProvisionTimeout},
 		{"coordinator.start_timeout", co.StartTimeoutHCL, &co.StartTimeout},

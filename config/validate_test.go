@@ -174,7 +174,7 @@ func TestValidateRules(t *testing.T) {
 			"coordinator.active_interval", "coordinator.archive_timeout", "coordinator.backoff_base",
 			"coordinator.backoff_max", "coordinator.delete_timeout", "coordinator.idle_interval",
 			"coordinator.provision_timeout", "coordinator.restore_timeout", "coordinator.start_timeout",
-			"coordinator.stop_timeout",
+			"coordinator.stop_timeout", "coordinator.ttl_interval",
 		}},
 		{"active interval above idle", func(c *Config) {
 			c.Coordinator.ActiveInterval = time.Minute

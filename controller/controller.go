@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -99,23 +100,29 @@ type Config struct {
 	Metrics *Metrics
 }
 
-// DefaultConfig returns the timeouts and backoff used in production.
-func DefaultConfig() Config {
+// DefaultConfig is ConfigFrom the configuration's defaults.
+func DefaultConfig() Config { return ConfigFrom(config.Default()) }
+
+// ConfigFrom takes the controller's settings from codehub's configuration,
+// the one place that knows their defaults. What no operator sets (the
+// empty archive's timeout, the snapshot age) is fixed here.
+func ConfigFrom(cfg *config.Config) Config {
+	co := cfg.Coordinator
 	return Config{
 		Timeouts: map[workspace.Operation]time.Duration{
-			workspace.OpProvisioning:       2 * time.Minute,
-			workspace.OpRestoring:          30 * time.Minute,
-			workspace.OpStarting:           5 * time.Minute,
-			workspace.OpStopping:           2 * time.Minute,
-			workspace.OpArchiving:          30 * time.Minute,
+			workspace.OpProvisioning:       co.ProvisionTimeout,
+			workspace.OpStarting:           co.StartTimeout,
+			workspace.OpStopping:           co.StopTimeout,
+			workspace.OpArchiving:          co.ArchiveTimeout,
+			workspace.OpRestoring:          co.RestoreTimeout,
+			workspace.OpDeleting:           co.DeleteTimeout,
 			workspace.OpCreateEmptyArchive: time.Minute,
-			workspace.OpDeleting:           10 * time.Minute,
 		},
-		BackoffBase:    5 * time.Second,
-		BackoffMax:     5 * time.Minute,
+		BackoffBase:    co.BackoffBase,
+		BackoffMax:     co.BackoffMax,
 		MaxSnapshotAge: 5 * time.Second,
-		VolumeUID:      1000,
-		VolumeGID:      1000,
+		VolumeUID:      cfg.Workspace.UID,
+		VolumeGID:      cfg.Workspace.GID,
 		NewOpID:        workspace.NewID,
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/store"
 )
 
@@ -55,13 +56,22 @@ type CoordinatorConfig struct {
 	UserTimeout time.Duration
 }
 
-// DefaultCoordinatorConfig returns the production intervals.
+// DefaultCoordinatorConfig is CoordinatorConfigFrom the configuration's
+// defaults.
 func DefaultCoordinatorConfig(databaseURL, holder string) CoordinatorConfig {
+	cfg := config.Default()
+	cfg.Database.URL = config.SecretURL(databaseURL)
+	return CoordinatorConfigFrom(cfg, holder)
+}
+
+// CoordinatorConfigFrom takes the coordinator's pacing from codehub's
+// configuration; the connection's own timings are fixed here.
+func CoordinatorConfigFrom(cfg *config.Config, holder string) CoordinatorConfig {
 	return CoordinatorConfig{
-		DatabaseURL:    databaseURL,
+		DatabaseURL:    cfg.Database.URL.Reveal(),
 		Holder:         holder,
-		IdleInterval:   15 * time.Second,
-		ActiveInterval: time.Second,
+		IdleInterval:   cfg.Coordinator.IdleInterval,
+		ActiveInterval: cfg.Coordinator.ActiveInterval,
 		RetryInterval:  time.Second,
 		KeepAlive:      2 * time.Second,
 		UserTimeout:    5 * time.Second,

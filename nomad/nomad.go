@@ -104,34 +104,33 @@ type WorkspaceOptions struct {
 	Memory  int
 }
 
-// withDefaults fills what an operator may leave empty.
+// withDefaults fills what is left empty with the configuration's defaults,
+// the one place that knows them.
 func (o Options) withDefaults() Options {
-	if o.Namespace == "" {
-		o.Namespace = "default"
+	def := config.Default()
+	n := def.Backend.Nomad
+	fill := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
 	}
-	if o.NodePool == "" {
-		o.NodePool = "default"
-	}
+	fill(&o.Namespace, n.Namespace)
+	fill(&o.NodePool, n.NodePool)
+	fill(&o.Driver, n.Driver)
+	fill(&o.VolumePlugin, n.VolumePlugin)
+	fill(&o.ServiceProvider, ProviderNomad)
+	fill(&o.Workspace.HomeDir, workspaceHome)
 	if len(o.Datacenters) == 0 {
-		o.Datacenters = []string{"*"}
-	}
-	if o.Driver == "" {
-		o.Driver = DriverDocker
-	}
-	if o.VolumePlugin == "" {
-		o.VolumePlugin = "mkdir"
-	}
-	if o.ServiceProvider == "" {
-		o.ServiceProvider = ProviderNomad
+		o.Datacenters = n.Datacenters
 	}
 	if o.CheckInterval <= 0 {
-		o.CheckInterval = time.Second
-	}
-	if o.Workspace.HomeDir == "" {
-		o.Workspace.HomeDir = "/home/coder"
+		o.CheckInterval = n.CheckInterval
 	}
 	return o
 }
+
+// workspaceHome is where docker and exec tasks see the home volume.
+const workspaceHome = "/home/coder"
 
 // Names derived from the workspace id (DESIGN.md §7).
 func jobID(wsID string) string         { return "ws-" + wsID }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,13 +144,11 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		a.close()
 		return nil, fmt.Errorf("controller metrics: %w", err)
 	}
-	ctlConfig := controllerConfig(cfg)
+	ctlConfig := controller.ConfigFrom(cfg)
 	ctlConfig.Metrics = engineMetrics
 	ctl := controller.NewWorkspaceController(logger.Named("controller"), d.pool, parts.backend, archives, ctlConfig)
 	host, _ := os.Hostname()
-	ccfg := controller.DefaultCoordinatorConfig(cfg.Database.URL.Reveal(), host+":"+strconv.Itoa(os.Getpid()))
-	ccfg.IdleInterval = cfg.Coordinator.IdleInterval
-	ccfg.ActiveInterval = cfg.Coordinator.ActiveInterval
+	ccfg := controller.CoordinatorConfigFrom(cfg, host+":"+strconv.Itoa(os.Getpid()))
 
 	// The listener and the backend watcher wake the coordinator that runs
 	// them, so they reach it through this indirection.
@@ -160,7 +157,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	leaderLoops := []controller.Loop{
 		events.NewListener(logger.Named("events"), cfg.Database.URL.Reveal(), d.redis, wake),
 		controller.NewTTLRunner(logger.Named("ttl"), svc, d.redis, controller.TTLConfig{
-			Interval:   time.Minute,
+			Interval:   cfg.Coordinator.TTLInterval,
 			StandbyTTL: cfg.Workspace.StandbyTTL,
 			ArchiveTTL: cfg.Workspace.ArchiveTTL,
 			Metrics:    engineMetrics,
@@ -198,18 +195,3 @@ func upstreamTokens(ctx context.Context, cfg *config.Config, d *deps) (func(stri
 	return tokens.For, nil
 }
 
-func controllerConfig(cfg *config.Config) controller.Config {
-	c := controller.DefaultConfig()
-	co := cfg.Coordinator
-	c.Timeouts[workspace.OpProvisioning] = co.ProvisionTimeout
-	c.Timeouts[workspace.OpStarting] = co.StartTimeout
-	c.Timeouts[workspace.OpStopping] = co.StopTimeout
-	c.Timeouts[workspace.OpArchiving] = co.ArchiveTimeout
-	c.Timeouts[workspace.OpRestoring] = co.RestoreTimeout
-	c.Timeouts[workspace.OpDeleting] = co.DeleteTimeout
-	c.BackoffBase = co.BackoffBase
-	c.BackoffMax = co.BackoffMax
-	c.VolumeUID = cfg.Workspace.UID
-	c.VolumeGID = cfg.Workspace.GID
-	return c
-}
