@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -137,12 +138,12 @@ func TestLoginBackoff(t *testing.T) {
 		}
 	}
 	var locked bool
-	if err := env.Pool.QueryRow(context.Background(), `SELECT locked_until IS NOT NULL FROM users WHERE username = 'bob'`).Scan(&locked); err != nil || locked {
+	if err := env.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM login_throttle WHERE locked_until IS NOT NULL)`).Scan(&locked); err != nil || locked {
 		t.Fatalf("two mistakes locked the user (locked %v, err %v)", locked, err)
 	}
-	// Many failures already: the next one locks for minutes, so the test
-	// does not depend on how long it takes.
-	env.Exec(`UPDATE users SET failed_logins = 9 WHERE username = 'bob'`)
+	// Many failures from this address already: the next one locks for
+	// minutes, so the test does not depend on how long it takes.
+	env.Exec(`UPDATE login_throttle SET failures = 9`)
 	if res := env.Do(c, "POST", "/api/v1/login", wrong); res.StatusCode != 401 {
 		t.Fatalf("tenth failure: %d %s", res.StatusCode, res.Body)
 	}
@@ -155,13 +156,13 @@ func TestLoginBackoff(t *testing.T) {
 	if err != nil || secs < 60 {
 		t.Fatalf("Retry-After %q, want at least 60 s after ten failures", res.Header.Get("Retry-After"))
 	}
-	env.Exec(`UPDATE users SET locked_until = now() - interval '1 second' WHERE username = 'bob'`)
+	env.Exec(`UPDATE login_throttle SET locked_until = now() - interval '1 second'`)
 	if res := env.Do(c, "POST", "/api/v1/login", right); res.StatusCode != 200 {
 		t.Fatalf("login after the lock: %d %s", res.StatusCode, res.Body)
 	}
-	var failures int
-	if err := env.Pool.QueryRow(context.Background(), `SELECT failed_logins FROM users WHERE username = 'bob'`).Scan(&failures); err != nil || failures != 0 {
-		t.Fatalf("failures after success = %d (err %v), want 0", failures, err)
+	var failures, clients int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT failed_logins, (SELECT count(*) FROM login_throttle) FROM users WHERE username = 'bob'`).Scan(&failures, &clients); err != nil || failures != 0 || clients != 0 {
+		t.Fatalf("after success: %d failures, %d client rows (err %v), want none", failures, clients, err)
 	}
 }
 
@@ -543,7 +544,7 @@ func TestLoginBackoffHoldsUnderConcurrency(t *testing.T) {
 	const n = 20
 	env := apitest.New(t, apitest.Config{})
 	env.CreateUser("bob", false)
-	env.Exec(`UPDATE users SET failed_logins = 2 WHERE username = 'bob'`)
+	env.Exec(`INSERT INTO login_throttle (user_id, client, failures) SELECT id, '127.0.0.1', 2 FROM users WHERE username = 'bob'`)
 	codes := burst(t, n, func(i int) (*http.Client, *http.Request) {
 		return http.DefaultClient, jsonRequest("POST", env.URL+"/api/v1/login", `{"username":"bob","password":"guess-`+strconv.Itoa(i)+`"}`)
 	})
@@ -704,4 +705,59 @@ func jsonRequest(method, url, body string) *http.Request {
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	return req
+}
+
+// Login limits count per user and client address: one guesser locks out
+// only itself. The per-user limit over all addresses is looser. Client
+// addresses come from X-Forwarded-For only through a trusted proxy.
+func TestLoginGuesserCannotLockOutTheUser(t *testing.T) {
+	env := apitest.New(t, apitest.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	env.CreateUser("bob", false)
+	c := env.Client()
+	wrong := map[string]string{"username": "bob", "password": "nope"}
+	right := map[string]string{"username": "bob", "password": apitest.Password}
+	const guesser, user = "203.0.113.7", "198.51.100.2"
+	status := 0
+	for range 6 {
+		status = env.Do(c, "POST", "/api/v1/login", wrong, "X-Forwarded-For", guesser).StatusCode
+	}
+	if status != 429 {
+		t.Fatalf("guesser after six failures: %d, want 429", status)
+	}
+	if res := env.Do(c, "POST", "/api/v1/login", right, "X-Forwarded-For", user); res.StatusCode != 200 {
+		t.Fatalf("the real user from elsewhere: %d %s, want 200", res.StatusCode, res.Body)
+	}
+	// The guesser stays locked: the user's success clears only their own.
+	if res := env.Do(c, "POST", "/api/v1/login", right, "X-Forwarded-For", guesser); res.StatusCode != 429 {
+		t.Fatalf("guesser after the user's login: %d, want 429", res.StatusCode)
+	}
+
+	// Spread over many addresses, guesses meet the per-user limit, whose
+	// lock is short.
+	for i := range 25 {
+		env.Do(c, "POST", "/api/v1/login", wrong, "X-Forwarded-For", fmt.Sprintf("192.0.2.%d", i+1))
+	}
+	res := env.Do(c, "POST", "/api/v1/login", right, "X-Forwarded-For", user)
+	if res.StatusCode != 429 {
+		t.Fatalf("after guesses from 25 addresses: %d, want the per-user limit's 429", res.StatusCode)
+	}
+	if secs, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || secs > 60 {
+		t.Fatalf("per-user lock Retry-After %q, want at most a minute", res.Header.Get("Retry-After"))
+	}
+}
+
+// Without a trusted proxy, X-Forwarded-For is the client's own word: a
+// guesser that sends a new one with every guess is still one address.
+func TestLoginIgnoresUntrustedForwardedFor(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	env.CreateUser("bob", false)
+	c := env.Client()
+	wrong := map[string]string{"username": "bob", "password": "nope"}
+	status := 0
+	for i := range 6 {
+		status = env.Do(c, "POST", "/api/v1/login", wrong, "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1)).StatusCode
+	}
+	if status != 429 {
+		t.Fatalf("spoofing guesser after six failures: %d, want 429", status)
+	}
 }

@@ -71,10 +71,19 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "load user", err)
 		return
 	}
+	client := clientAddress(r, s.opts.TrustedProxies)
 	if refuseLocked(w, user.LockedUntil) {
 		return
 	}
-	failures, lockedUntil, err := s.claimAttempt(ctx, user.ID)
+	clientLock, err := store.ClientLoginLock(ctx, s.pool, user.ID, client)
+	if err != nil {
+		s.fail(w, "read login lock", err)
+		return
+	}
+	if refuseLocked(w, clientLock) {
+		return
+	}
+	failures, lockedUntil, err := s.claimAttempt(ctx, user.ID, client)
 	if err != nil {
 		s.fail(w, "count login attempt", err)
 		return
@@ -89,13 +98,17 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		s.metrics.loginFailures.Inc()
-		if d := loginBackoff(failures); d > 0 {
-			s.logger.Warn("login backoff", "username", user.Username, "failures", failures, "locked_for", d)
+		if d := clientBackoff.after(failures); d > 0 {
+			s.logger.Warn("login backoff", "username", user.Username, "client", client, "failures", failures, "locked_for", d)
 		}
 		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "wrong username or password"))
 		return
 	}
 	if err := store.ResetLoginFailures(ctx, s.pool, user.ID); err != nil {
+		s.fail(w, "reset login failures", err)
+		return
+	}
+	if err := store.ResetClientLoginFailures(ctx, s.pool, user.ID, client); err != nil {
 		s.fail(w, "reset login failures", err)
 		return
 	}
@@ -122,16 +135,21 @@ func (s *Server) loginUser(ctx context.Context, username string) (store.User, er
 // locked the user meanwhile.
 var errLoginLocked = errors.New("login locked")
 
-// claimAttempt counts a login attempt as a failure, and applies the lock
-// that failure earns, before the password is checked; a successful login
-// resets both. Counting first, with the user's row held until commit, makes
-// parallel attempts see each other: of a burst sent while the user is
-// unlocked, only as many are checked as the backoff allows, however long
-// the checks take. When another attempt holds a lock, nothing is counted
-// and lockedUntil says until when.
-func (s *Server) claimAttempt(ctx context.Context, userID string) (failures int, lockedUntil *time.Time, err error) {
+// claimAttempt counts a login attempt as a failure, for the user from this
+// client and for the user over all clients, and applies the locks that
+// failure earns, before the password is checked; a successful login resets
+// them. Counting first, with the rows held until commit, makes parallel
+// attempts see each other: of a burst sent while the user is unlocked, only
+// as many are checked as the backoff allows, however long the checks take.
+// When another attempt holds a lock, nothing is counted and lockedUntil
+// says until when. failures is the client's count.
+func (s *Server) claimAttempt(ctx context.Context, userID, client string) (failures int, lockedUntil *time.Time, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		n, err := store.RecordLoginFailure(ctx, tx, userID)
+		all, err := store.RecordLoginFailure(ctx, tx, userID)
+		if err != nil {
+			return err
+		}
+		n, clientLock, err := store.RecordClientLoginFailure(ctx, tx, userID, client)
 		if err != nil {
 			return err
 		}
@@ -139,12 +157,19 @@ func (s *Server) claimAttempt(ctx context.Context, userID string) (failures int,
 		if err != nil {
 			return err
 		}
-		if user.LockedUntil != nil && time.Until(*user.LockedUntil) > 0 {
-			lockedUntil = user.LockedUntil
-			return errLoginLocked
+		for _, lock := range []*time.Time{user.LockedUntil, clientLock} {
+			if lock != nil && time.Until(*lock) > 0 {
+				lockedUntil = lock
+				return errLoginLocked
+			}
 		}
 		failures = n
-		if d := loginBackoff(n); d > 0 {
+		if d := clientBackoff.after(n); d > 0 {
+			if err := store.LockClient(ctx, tx, userID, client, d); err != nil {
+				return err
+			}
+		}
+		if d := userBackoff.after(all); d > 0 {
 			return store.LockUser(ctx, tx, userID, d)
 		}
 		return nil

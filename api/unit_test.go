@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +12,16 @@ func TestLoginBackoffSchedule(t *testing.T) {
 	cases := map[int]time.Duration{
 		0: 0, 1: 0, 2: 0,
 		3: time.Second, 4: 2 * time.Second, 5: 4 * time.Second, 12: 512 * time.Second,
-		13: loginBackoffMax, 100: loginBackoffMax,
+		13: 15 * time.Minute, 100: 15 * time.Minute,
 	}
 	for n, want := range cases {
-		if got := loginBackoff(n); got != want {
-			t.Errorf("loginBackoff(%d) = %v, want %v", n, got, want)
+		if got := clientBackoff.after(n); got != want {
+			t.Errorf("clientBackoff.after(%d) = %v, want %v", n, got, want)
+		}
+	}
+	for n, want := range map[int]time.Duration{19: 0, 20: time.Second, 25: 32 * time.Second, 26: time.Minute, 1000: time.Minute} {
+		if got := userBackoff.after(n); got != want {
+			t.Errorf("userBackoff.after(%d) = %v, want %v", n, got, want)
 		}
 	}
 	for d, want := range map[time.Duration]int{time.Millisecond: 1, time.Second: 1, 1001 * time.Millisecond: 2, 0: 1} {
@@ -75,6 +81,31 @@ func TestPasswordHash(t *testing.T) {
 	for _, bad := range []string{"", "plain", "$argon2i$v=19$m=1,t=1,p=1$c2FsdA$aGFzaA", "$argon2id$v=18$m=1,t=1,p=1$c2FsdA$aGFzaA", "$argon2id$v=19$m=1,t=1,p=1$!!$aGFzaA"} {
 		if _, err := VerifyPassword(bad, "x"); err == nil {
 			t.Errorf("VerifyPassword accepted hash %q", bad)
+		}
+	}
+}
+
+func TestClientAddress(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}
+	cases := []struct {
+		remote, xff, want string
+	}{
+		{"198.51.100.2:5000", "", "198.51.100.2"},
+		{"198.51.100.2:5000", "203.0.113.9", "198.51.100.2"},                // not a trusted peer
+		{"127.0.0.1:5000", "203.0.113.9", "203.0.113.9"},                    // trusted proxy
+		{"127.0.0.1:5000", "203.0.113.9, 10.1.2.3", "203.0.113.9"},          // through two proxies
+		{"127.0.0.1:5000", "spoofed, 203.0.113.9, 10.1.2.3", "203.0.113.9"}, // the client's own claim is not read
+		{"127.0.0.1:5000", "", "127.0.0.1"},
+		{"[2001:db8:1:2:3:4:5:6]:5000", "", "2001:db8:1:2::/64"},
+		{"[::ffff:198.51.100.2]:5000", "", "198.51.100.2"},
+	}
+	for _, tc := range cases {
+		r := &http.Request{RemoteAddr: tc.remote, Header: http.Header{}}
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if got := clientAddress(r, trusted); got != tc.want {
+			t.Errorf("clientAddress(%s, %q) = %q, want %q", tc.remote, tc.xff, got, tc.want)
 		}
 	}
 }

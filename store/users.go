@@ -159,3 +159,51 @@ func ResetLoginFailures(ctx context.Context, q Querier, userID string) error {
 	}
 	return nil
 }
+
+// RecordClientLoginFailure counts one failed login of a user from a client
+// address and returns the new count with the lock already in force, if any.
+func RecordClientLoginFailure(ctx context.Context, q Querier, userID, client string) (int, *time.Time, error) {
+	var n int
+	var locked *time.Time
+	err := q.QueryRow(ctx, `INSERT INTO login_throttle (user_id, client, failures) VALUES ($1, $2, 1)
+		ON CONFLICT (user_id, client) DO UPDATE SET failures = login_throttle.failures + 1, updated_at = now()
+		RETURNING failures, locked_until`, userID, client).Scan(&n, &locked)
+	if err != nil {
+		return 0, nil, fmt.Errorf("record login failure: %w", err)
+	}
+	return n, locked, nil
+}
+
+// ClientLoginLock returns until when logins of a user from a client
+// address are refused, or nil.
+func ClientLoginLock(ctx context.Context, q Querier, userID, client string) (*time.Time, error) {
+	var locked *time.Time
+	err := q.QueryRow(ctx, `SELECT locked_until FROM login_throttle WHERE user_id = $1 AND client = $2`, userID, client).Scan(&locked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read login lock: %w", err)
+	}
+	return locked, nil
+}
+
+// LockClient refuses logins of the user from the client address until
+// now + d (database clock), never shortening an existing lock.
+func LockClient(ctx context.Context, q Querier, userID, client string, d time.Duration) error {
+	_, err := q.Exec(ctx, `UPDATE login_throttle SET locked_until = GREATEST(coalesce(locked_until, now()), now() + $3::interval)
+		WHERE user_id = $1 AND client = $2`, userID, client, d)
+	if err != nil {
+		return fmt.Errorf("lock login from client: %w", err)
+	}
+	return nil
+}
+
+// ResetClientLoginFailures forgets a client address's failures after a
+// successful login from it.
+func ResetClientLoginFailures(ctx context.Context, q Querier, userID, client string) error {
+	if _, err := q.Exec(ctx, `DELETE FROM login_throttle WHERE user_id = $1 AND client = $2`, userID, client); err != nil {
+		return fmt.Errorf("reset login failures: %w", err)
+	}
+	return nil
+}
