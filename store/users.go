@@ -105,6 +105,9 @@ func SetPassword(ctx context.Context, q Querier, username, passwordHash string) 
 	if _, err := q.Exec(ctx, `DELETE FROM sessions WHERE user_id = $1`, id); err != nil {
 		return fmt.Errorf("end sessions: %w", err)
 	}
+	if _, err := q.Exec(ctx, `DELETE FROM login_throttle WHERE user_id = $1`, id); err != nil {
+		return fmt.Errorf("clear login backoff: %w", err)
+	}
 	return nil
 }
 
