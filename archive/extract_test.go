@@ -148,17 +148,8 @@ func TestExtractDropsSymlinkChainsThatLeave(t *testing.T) {
 		{name: "x", typ: tar.TypeSymlink, link: "y/.."},
 		{name: "y", typ: tar.TypeSymlink, link: "."},
 	})
-	target := filepath.Join(t.TempDir(), "target")
-	if err := os.Mkdir(target, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	root, err := os.OpenRoot(target)
+	_, target, err := extractInto(t, data)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	var n atomic.Int64
-	if err := extractTar(context.Background(), hclog.NewNullLogger(), bytes.NewReader(data), root, &n); err != nil {
 		t.Fatal(err)
 	}
 	for name, kept := range map[string]bool{"a": true, "b": true, "c/d": true, "g": true, "y": true, "e": false, "p": false, "q": false, "x": false} {
@@ -247,12 +238,12 @@ func TestExtractKeepsModesAndLinks(t *testing.T) {
 	}
 }
 
-// extractInSandbox extracts data into target inside a fresh parent and
-// reports anything that appeared outside target or must not be inside it.
-func extractInSandbox(t *testing.T, data []byte) (err error, outside string) {
+// extractInto extracts data into a fresh directory target inside a fresh
+// parent and returns both with the extraction's error.
+func extractInto(t *testing.T, data []byte) (parent, target string, err error) {
 	t.Helper()
-	parent := t.TempDir()
-	target := filepath.Join(parent, "target")
+	parent = t.TempDir()
+	target = filepath.Join(parent, "target")
 	if err := os.Mkdir(target, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +253,14 @@ func extractInSandbox(t *testing.T, data []byte) (err error, outside string) {
 	}
 	defer root.Close()
 	var n atomic.Int64
-	err = extractTar(context.Background(), hclog.NewNullLogger(), bytes.NewReader(data), root, &n)
+	return parent, target, extractTar(context.Background(), hclog.NewNullLogger(), bytes.NewReader(data), root, &n)
+}
+
+// extractInSandbox extracts data into target inside a fresh parent and
+// reports anything that appeared outside target or must not be inside it.
+func extractInSandbox(t *testing.T, data []byte) (err error, outside string) {
+	t.Helper()
+	parent, target, err := extractInto(t, data)
 	entries, readErr := os.ReadDir(parent)
 	if readErr != nil {
 		t.Fatal(readErr)

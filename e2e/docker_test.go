@@ -124,19 +124,11 @@ plugin "docker" {
 
 workspace {
   image = %q
-  args = [
-    "--bind-addr", "127.0.0.1:%%PORT%%",
-    "--auth", "password",
-    "--disable-telemetry",
-    "--disable-update-check",
-    "%%HOME%%",
-  ]
-  uid    = 1000
-  gid    = 1000
-  cpu    = 200
-  memory = 1024
+  uid   = 1000
+  gid   = 1000
+  %s
 }
-`, agent.Addr, engine.jobImage, engine.image)
+`, agent.Addr, engine.jobImage, engine.image, codeServerWorkspace)
 
 	nomadLifecycle(t, agent, cfg, nomadDriver{
 		home: func(*testing.T, string) string { return "/home/coder" },

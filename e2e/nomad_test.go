@@ -35,19 +35,23 @@ func nomadConfig(t *testing.T, agent *nomadtest.Agent) serverConfig {
 
 workspace {
   command = %q
-  args = [
-    "--bind-addr", "127.0.0.1:%%PORT%%",
+  %s
+}
+`, agent.Addr, cfg.codeServer, codeServerWorkspace)
+	return cfg
+}
+
+// codeServerWorkspace is the workspace block's settings for code-server:
+// the example configuration's arguments, bound to loopback for the test.
+const codeServerWorkspace = `args = [
+    "--bind-addr", "127.0.0.1:%PORT%",
     "--auth", "password",
     "--disable-telemetry",
     "--disable-update-check",
-    "%%HOME%%",
+    "%HOME%",
   ]
   cpu    = 200
-  memory = 1024
-}
-`, agent.Addr, cfg.codeServer)
-	return cfg
-}
+  memory = 1024`
 
 // TestNomadWorkspaceLifecycle takes one workspace through its whole life on
 // real Nomad under raw_exec, driven only through the REST API and the proxy

@@ -298,7 +298,7 @@ func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]
 // client-terminal allocations already read.
 func (b *Backend) readTaskStates(ctx context.Context, allocs []*api.AllocationListStub) error {
 	for _, a := range allocs {
-		if states, ok := b.allocs.taskStates(a.ID); ok {
+		if states, ok := b.allocs.states.get(a.ID); ok {
 			a.TaskStates = states
 			continue
 		}
@@ -311,7 +311,7 @@ func (b *Backend) readTaskStates(ctx context.Context, allocs []*api.AllocationLi
 		}
 		a.TaskStates = info.TaskStates
 		if clientTerminal(info.ClientStatus) {
-			b.allocs.putTaskStates(a.ID, info.TaskStates)
+			b.allocs.states.put(a.ID, info.TaskStates)
 		}
 	}
 	return nil

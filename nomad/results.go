@@ -19,74 +19,59 @@ const logTail = 64 << 10
 
 // allocCache remembers what never changes once an allocation is
 // client-terminal: its task states and, for failed batch jobs, the
-// CODEHUB_ERROR from its log. Each is read once, until the job is purged.
+// CODEHUB_ERROR from its log, and for failed workspaces the end of their
+// stderr. Each is read once, until the job is purged.
 type allocCache struct {
-	mu      sync.Mutex
-	states  map[string]map[string]*api.TaskState
-	codes   map[string]string
-	outputs map[string]string
+	states  perAlloc[map[string]*api.TaskState]
+	codes   perAlloc[string]
+	outputs perAlloc[string]
 }
 
-func newAllocCache() *allocCache {
-	return &allocCache{states: make(map[string]map[string]*api.TaskState), codes: make(map[string]string), outputs: make(map[string]string)}
-}
-
-func (c *allocCache) output(allocID string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out, ok := c.outputs[allocID]
-	return out, ok
-}
-
-func (c *allocCache) putOutput(allocID, out string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.outputs[allocID] = out
-}
-
-func (c *allocCache) taskStates(allocID string) (map[string]*api.TaskState, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s, ok := c.states[allocID]
-	return s, ok
-}
-
-func (c *allocCache) putTaskStates(allocID string, s map[string]*api.TaskState) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.states[allocID] = s
-}
-
-func (c *allocCache) code(allocID string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	code, ok := c.codes[allocID]
-	return code, ok
-}
-
-func (c *allocCache) putCode(allocID, code string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.codes[allocID] = code
-}
+func newAllocCache() *allocCache { return &allocCache{} }
 
 func (c *allocCache) forget(allocID string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.states, allocID)
-	delete(c.codes, allocID)
-	delete(c.outputs, allocID)
+	c.states.forget(allocID)
+	c.codes.forget(allocID)
+	c.outputs.forget(allocID)
+}
+
+// perAlloc holds one value per allocation id, safe for concurrent use.
+type perAlloc[T any] struct {
+	mu sync.Mutex
+	m  map[string]T
+}
+
+func (p *perAlloc[T]) get(allocID string) (T, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.m[allocID]
+	return v, ok
+}
+
+func (p *perAlloc[T]) put(allocID string, v T) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = make(map[string]T)
+	}
+	p.m[allocID] = v
+}
+
+func (p *perAlloc[T]) forget(allocID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, allocID)
 }
 
 // errorCode reads the tail of a failed batch allocation's stdout and returns
 // the code of its last result line.
 func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (string, error) {
-	if code, ok := b.allocs.code(a.ID); ok {
+	if code, ok := b.allocs.codes.get(a.ID); ok {
 		return code, nil
 	}
 	// Nomad answers 404 for the logs of a task that never started.
 	if neverStarted(a) {
-		b.allocs.putCode(a.ID, string(archive.CodeUnknown))
+		b.allocs.codes.put(a.ID, string(archive.CodeUnknown))
 		return string(archive.CodeUnknown), nil
 	}
 	q := b.query(ctx)
@@ -106,7 +91,7 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 	if err != nil {
 		return "", err
 	}
-	b.allocs.putCode(a.ID, string(code))
+	b.allocs.codes.put(a.ID, string(code))
 	return string(code), nil
 }
 
@@ -117,11 +102,11 @@ const failureOutputBytes = 2 << 10
 // failedOutput returns the end of what a failed workspace allocation's task
 // wrote to stderr, read once per allocation; "" when it never ran.
 func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (string, error) {
-	if out, ok := b.allocs.output(a.ID); ok {
+	if out, ok := b.allocs.outputs.get(a.ID); ok {
 		return out, nil
 	}
 	if neverStarted(a) {
-		b.allocs.putOutput(a.ID, "")
+		b.allocs.outputs.put(a.ID, "")
 		return "", nil
 	}
 	q := b.query(ctx)
@@ -142,7 +127,7 @@ func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (
 		return "", classify("read logs of "+a.ID, err)
 	}
 	out := lastLines(string(raw), 12)
-	b.allocs.putOutput(a.ID, out)
+	b.allocs.outputs.put(a.ID, out)
 	return out, nil
 }
 
