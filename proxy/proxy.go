@@ -106,17 +106,25 @@ func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, u
 }
 
 // bufferPool reuses the copy buffers of response bodies; without it every
-// proxied response allocates (and zeroes) 32 KiB.
+// proxied response allocates (and zeroes) 32 KiB. The pool holds array
+// pointers, which an interface holds without allocating, so that a Put
+// costs no allocation either.
 type bufferPool struct{ pool sync.Pool }
 
+const copyBufferSize = 32 << 10
+
 func (b *bufferPool) Get() []byte {
-	if buf, ok := b.pool.Get().(*[]byte); ok {
-		return *buf
+	if buf, ok := b.pool.Get().(*[copyBufferSize]byte); ok {
+		return buf[:]
 	}
-	return make([]byte, 32<<10)
+	return new([copyBufferSize]byte)[:]
 }
 
-func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferSize {
+		b.pool.Put((*[copyBufferSize]byte)(buf[:copyBufferSize]))
+	}
+}
 
 // target is where one request goes, carried from ServeHTTP to Rewrite.
 type target struct {
