@@ -162,7 +162,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.signOut(rec, r, t) {
 		return
 	}
-	rec.mark = func() { p.activity.Mark(t.id) }
+	rec.activity, rec.workspaceID = p.activity, t.id
 	p.serve(rec, r, t)
 }
 
@@ -210,7 +210,8 @@ func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 		http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
 		return target{}, false
 	}
-	t := target{id: id, path: "/" + tail, prefix: prefix + id}
+	// Both are slices of the request's path: no copies on every request.
+	t := target{id: id, path: rest[len(id):], prefix: r.URL.Path[:len(prefix)+len(id)]}
 	if r.URL.RawPath != "" {
 		t.rawPath = strings.TrimPrefix(r.URL.RawPath, t.prefix)
 	}
