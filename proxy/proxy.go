@@ -14,7 +14,6 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -149,7 +148,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &responseRecorder{ResponseWriter: w}
 	defer func() {
-		p.metrics.requests.WithLabelValues(strconv.Itoa(rec.status)).Inc()
+		p.metrics.requests.inc(rec.status)
 		// A WebSocket's duration is its session's, not a response time.
 		if !rec.upgraded {
 			p.metrics.duration.Observe(time.Since(start).Seconds())
