@@ -32,7 +32,9 @@ type loop struct {
 
 // app is everything a server replica runs besides the listener.
 type app struct {
-	handler http.Handler
+	// mux serves every request; the server adds its health endpoint to it,
+	// so that a proxied request passes one route table here, not two.
+	mux     *http.ServeMux
 	loops   []loop
 	closers []func()
 }
@@ -132,10 +134,9 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		a.close()
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /dl/codehub", self)
-	mux.Handle("/", srv)
-	a.handler = mux
+	a.mux = http.NewServeMux()
+	a.mux.Handle("GET /dl/codehub", self)
+	a.mux.Handle("/", srv)
 	a.loops = append(a.loops, loop{"api", srv.Run})
 
 	archives := archive.NewStore(logger.Named("archive"), d.s3, d.bucket)

@@ -129,16 +129,14 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 		return err
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle("GET /api/v1/health", healthHandler(d.healthChecks()))
-	mux.Handle("/", app.handler)
+	app.mux.Handle("GET /api/v1/health", healthHandler(d.healthChecks()))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           app.mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
