@@ -58,6 +58,10 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Dashboard, when set, serves every path the API and proxy do not.
 	Dashboard http.Handler
+	// Routes are served beside the API's own, by ServeMux pattern: the
+	// server's health check and binary download. They share the API's
+	// route table, so that a proxied request passes no table but its own.
+	Routes map[string]http.Handler
 }
 
 // Deps are the systems the HTTP surface works with.
@@ -160,6 +164,9 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(path, methodNotAllowed(methods))
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+	for pattern, h := range s.opts.Routes {
+		mux.Handle(pattern, h)
+	}
 	mux.Handle(s.sites.PathPrefix(""), s.proxy)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
 		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "no such endpoint"))

@@ -32,9 +32,7 @@ type loop struct {
 
 // app is everything a server replica runs besides the listener.
 type app struct {
-	// mux serves every request; the server adds its health endpoint to it,
-	// so that a proxied request passes one route table here, not two.
-	mux     *http.ServeMux
+	handler http.Handler
 	loops   []loop
 	closers []func()
 }
@@ -129,14 +127,16 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		Registry:       registry,
 		Dashboard:      web.Handler(),
 		UpstreamToken:  token,
+		Routes: map[string]http.Handler{
+			"GET /api/v1/health": healthHandler(d.healthChecks()),
+			"GET /dl/codehub":    self,
+		},
 	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams})
 	if err != nil {
 		a.close()
 		return nil, err
 	}
-	a.mux = http.NewServeMux()
-	a.mux.Handle("GET /dl/codehub", self)
-	a.mux.Handle("/", srv)
+	a.handler = srv
 	a.loops = append(a.loops, loop{"api", srv.Run})
 
 	archives := archive.NewStore(logger.Named("archive"), d.s3, d.bucket)

@@ -148,14 +148,12 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 		return err
 	}
 
-	app.mux.Handle("GET /api/v1/health", healthHandler(d.healthChecks()))
-
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	srv := &http.Server{
-		Handler:           app.mux,
+		Handler:           app.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
