@@ -46,7 +46,7 @@ func runServer(args []string, _ io.Reader, _, stderr io.Writer) int {
 // some 7 KiB per request: at Go's default of 100 the collector ran about
 // 20 times a second under proxy load, for a heap goal of 6 MiB. At 400 it
 // runs a quarter as often, for a goal about 12 MiB higher; in paired runs
-// on a quiet machine a proxied request cost 4–16 % less CPU
+// at moderate load a proxied request cost 4–16 % less CPU
 // (docs/benchmarks.md). GOGC in the environment still takes precedence,
 // and GOMEMLIMIT still bounds the heap where memory is tight.
 const serverGCPercent = 400
