@@ -60,7 +60,8 @@ type Options struct {
 	Dashboard http.Handler
 	// Routes are served beside the API's own, by ServeMux pattern: the
 	// server's health check and binary download. They share the API's
-	// route table, so that a proxied request passes no table but its own.
+	// route table rather than sit in one of their own in front of every
+	// proxied request.
 	Routes map[string]http.Handler
 }
 
