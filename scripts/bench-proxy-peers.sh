@@ -31,7 +31,7 @@ log() { printf 'bench-proxy-peers: %s\n' "$*" >&2; }
 
 install_tools() {
 	local missing=() cmd
-	for cmd in wrk nginx haproxy caddy; do
+	for cmd in wrk nginx haproxy caddy jq curl; do
 		command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
 	done
 	[ ${#missing[@]} -eq 0 ] && return
@@ -42,7 +42,9 @@ install_tools() {
 	# 80 where systemd runs; only this script's private copies may listen.
 	if [ -d /run/systemd/system ]; then
 		for cmd in "${missing[@]}"; do
-			[ "$cmd" = wrk ] || systemctl disable --now "$cmd" >/dev/null 2>&1 || true
+			case $cmd in
+			nginx | haproxy | caddy) systemctl disable --now "$cmd" >/dev/null 2>&1 || true ;;
+			esac
 		done
 	fi
 }
@@ -51,6 +53,10 @@ install_tools() {
 # runs this script again with their variables set.
 if [ -z "${CODEHUB_TEST_DATABASE_URL:-}" ]; then
 	install_tools
+	if [ -n "${CODEHUB_BENCH_PROFILE:-}" ] && ! command -v perf >/dev/null 2>&1; then
+		log "CODEHUB_BENCH_PROFILE needs perf (Debian: apt-get install linux-perf)"
+		exit 1
+	fi
 	"$root/scripts/services.sh" install
 	exec "$root/scripts/with-services.sh" "$0" "$@"
 fi
