@@ -8,7 +8,7 @@ export CODEHUB_TOOLS_DIR := $(STATE)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build deps test run stop vet fmt golden bench-archive bench-engine bench-proxy clean
+.PHONY: all build deps test run stop vet fmt golden bench-archive bench-engine bench-proxy bench-proxy-peers clean
 
 all: build
 
@@ -54,6 +54,11 @@ bench-proxy: deps
 		CODEHUB_BENCH_LOAD_CPUS=0 scripts/with-services.sh taskset -c 1-$$(( $$(nproc) - 1 )) \
 			go test -run '^$$' -bench . -benchtime 3s ./proxy/; \
 	fi
+
+# CodeHub's proxy (the real server) against nginx, HAProxy and Caddy under
+# wrk; the script installs wrk and the three proxies when they are missing.
+bench-proxy-peers:
+	scripts/bench-proxy-peers.sh
 
 clean:
 	rm -rf bin

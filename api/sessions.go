@@ -51,7 +51,15 @@ func newToken() (string, [sha256.Size]byte, error) {
 		return "", [sha256.Size]byte{}, fmt.Errorf("read session token: %w", err)
 	}
 	token := base64.RawURLEncoding.EncodeToString(b)
-	return token, sha256.Sum256([]byte(token)), nil
+	return token, tokenHash(token), nil
+}
+
+// tokenHash is the hash stored for a session token. It runs on every
+// proxied request: the token is copied to a buffer on the stack, where
+// converting it to a slice of its own would allocate it on the heap.
+func tokenHash(token string) [sha256.Size]byte {
+	var buf [64]byte
+	return sha256.Sum256(append(buf[:0], token...))
 }
 
 // start creates a session for the user and returns the cookie carrying it.
@@ -84,7 +92,7 @@ func (s *sessions) cookie(value string, expires time.Time) *http.Cookie {
 // clears it in the browser.
 func (s *sessions) end(ctx context.Context, r *http.Request) (*http.Cookie, error) {
 	if c, err := r.Cookie(SessionCookie); err == nil {
-		hash := sha256.Sum256([]byte(c.Value))
+		hash := tokenHash(c.Value)
 		s.mu.Lock()
 		delete(s.cache, hash)
 		s.mu.Unlock()
@@ -102,7 +110,7 @@ func (s *sessions) fromRequest(r *http.Request) (store.Session, bool, error) {
 	if err != nil || c.Value == "" {
 		return store.Session{}, false, nil
 	}
-	hash := sha256.Sum256([]byte(c.Value))
+	hash := tokenHash(c.Value)
 	now := time.Now()
 	s.mu.Lock()
 	cached, hit := s.cache[hash]

@@ -2,10 +2,13 @@ package api
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codehub-io/codehub/proxy"
 )
 
 func TestLoginBackoffSchedule(t *testing.T) {
@@ -109,3 +112,57 @@ func TestClientAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkspacePathAgreesWithServeMux checks the proxy's shortcut past the
+// route table: every request it takes, ServeMux would have handed to the
+// proxy unchanged, and the paths it leaves to ServeMux are those ServeMux
+// cleans and redirects.
+func TestWorkspacePathAgreesWithServeMux(t *testing.T) {
+	sites, err := proxy.NewSites("http://127.0.0.1:8080", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{sites: sites}
+	target := &sentinel{}
+	mux := http.NewServeMux()
+	mux.Handle(sites.PathPrefix(""), target)
+	cases := []struct {
+		method, target string
+		shortcut       bool
+	}{
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np/", true},
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np/static/a.js?v=1", true},
+		{"POST", "/w/01m8bwqc8xhegwnzfrq3ms93np/upload", true},
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np/a%2Fb", true},
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np/a.b/.c/..d", true},
+		{"GET", "/w/not-an-id/", true},
+		{"GET", "/w/", true},
+		{"GET", "/w", false},
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np//a", false},
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np/./a", false},
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np/../a", false},
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np/a/..", false},
+		{"GET", "/w/01m8bwqc8xhegwnzfrq3ms93np/a/.", false},
+		{"GET", "/w/../api/v1/session", false},
+		{"GET", "/api/v1/session", false},
+		{"CONNECT", "/w/01m8bwqc8xhegwnzfrq3ms93np/", false},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest(c.method, c.target, nil)
+		got := s.workspacePath(r)
+		if got != c.shortcut {
+			t.Errorf("%s %s: workspacePath = %v, want %v", c.method, c.target, got, c.shortcut)
+		}
+		h, _ := mux.Handler(r)
+		if got && h != target {
+			t.Errorf("%s %s: shortcut taken, but ServeMux answers with %T", c.method, c.target, h)
+		}
+		if !got && c.method != "CONNECT" && strings.HasPrefix(c.target, "/w/") && h == target {
+			t.Errorf("%s %s: ServeMux hands it to the proxy unchanged; the shortcut should too", c.method, c.target)
+		}
+	}
+}
+
+type sentinel struct{}
+
+func (*sentinel) ServeHTTP(http.ResponseWriter, *http.Request) {}

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -314,5 +316,53 @@ func BenchmarkWebSocketEcho(b *testing.B) {
 			b.StopTimer()
 			tg.report(b, "msg/s", per*rounds)
 		})
+	}
+}
+
+// BenchmarkProxiedRequest: one keep-alive connection sending GETs of a
+// 3-byte response through CodeHub's /w/{id}/, one at a time. The client
+// writes the request bytes itself and reads the answer with one reused
+// reader, so the allocations reported are nearly all the server's: those
+// of net/http's server side and of the proxy path.
+func BenchmarkProxiedRequest(b *testing.B) {
+	tokens, err := workspace.NewUpstreamTokens(bytes.Repeat([]byte{0x5a}, 32))
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := apitest.New(b, apitest.Config{UpstreamToken: tokens.For})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(b, env, alice, "bench", startUpstream(b))
+	c := env.Login(alice)
+	u, _ := url.Parse(env.URL)
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "GET /w/%s/ok HTTP/1.1\r\nHost: %s\r\n", w.ID, u.Host)
+	for _, ck := range c.Jar.Cookies(u) {
+		fmt.Fprintf(&req, "Cookie: %s=%s\r\n", ck.Name, ck.Value)
+	}
+	req.WriteString("\r\n")
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	body := make([]byte, 3)
+	roundTrip := func() {
+		if _, err := conn.Write(req.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(res.Body, body); err != nil || res.StatusCode != http.StatusOK {
+			b.Fatalf("status %d, body %q: %v", res.StatusCode, body, err)
+		}
+		res.Body.Close()
+	}
+	roundTrip()
+	b.ReportAllocs()
+	for b.Loop() {
+		roundTrip()
 	}
 }

@@ -14,10 +14,15 @@ import (
 type responseRecorder struct {
 	http.ResponseWriter
 	status int
-	mark   func()
+	// activity receives the marks that workspace workspaceID is in use.
+	activity    ActivityMarker
+	workspaceID string
 	// upgraded is set once the connection was hijacked.
 	upgraded bool
 }
+
+// mark records that the workspace is in use.
+func (w *responseRecorder) mark() { w.activity.Mark(w.workspaceID) }
 
 func (w *responseRecorder) WriteHeader(code int) {
 	// Interim answers (100 Continue, 103 Early Hints) that ReverseProxy

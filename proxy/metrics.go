@@ -1,9 +1,14 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
-	requests   *prometheus.CounterVec
+	requests   *requestCounters
 	duration   prometheus.Histogram
 	websockets prometheus.Gauge
 	wakes      *prometheus.CounterVec
@@ -13,10 +18,10 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: &requestCounters{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codehub_proxy_requests_total",
 			Help: "Requests to /w/{id}/ by response status code.",
-		}, []string{"code"}),
+		}, []string{"code"})},
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "codehub_proxy_request_duration_seconds",
 			Help:    "Time to the end of a proxied response (WebSocket sessions excluded).",
@@ -35,10 +40,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Proxied requests the workspace did not answer (connection refused or reset, bad response).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.websockets, m.wakes, m.upstreamErrors} {
+	for _, c := range []prometheus.Collector{m.requests.vec, m.duration, m.websockets, m.wakes, m.upstreamErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// requestCounters hands out the request counter of each status code,
+// looked up once: a lookup by label value hashes the value and, for a code
+// above 99, allocates its string, which on every request adds up.
+type requestCounters struct {
+	vec    *prometheus.CounterVec
+	byCode [600]atomic.Pointer[prometheus.Counter]
+}
+
+func (c *requestCounters) inc(code int) {
+	if code < 0 || code >= len(c.byCode) {
+		c.vec.WithLabelValues(strconv.Itoa(code)).Inc()
+		return
+	}
+	counter := c.byCode[code].Load()
+	if counter == nil {
+		found := c.vec.WithLabelValues(strconv.Itoa(code))
+		counter = &found
+		c.byCode[code].Store(counter)
+	}
+	(*counter).Inc()
 }

@@ -14,7 +14,6 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -106,17 +105,25 @@ func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, u
 }
 
 // bufferPool reuses the copy buffers of response bodies; without it every
-// proxied response allocates (and zeroes) 32 KiB.
+// proxied response allocates (and zeroes) 32 KiB. The pool holds array
+// pointers, which an interface holds without allocating, so that a Put
+// costs no allocation either.
 type bufferPool struct{ pool sync.Pool }
 
+const copyBufferSize = 32 << 10
+
 func (b *bufferPool) Get() []byte {
-	if buf, ok := b.pool.Get().(*[]byte); ok {
-		return *buf
+	if buf, ok := b.pool.Get().(*[copyBufferSize]byte); ok {
+		return buf[:]
 	}
-	return make([]byte, 32<<10)
+	return new([copyBufferSize]byte)[:]
 }
 
-func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferSize {
+		b.pool.Put((*[copyBufferSize]byte)(buf[:copyBufferSize]))
+	}
+}
 
 // target is where one request goes, carried from ServeHTTP to Rewrite.
 type target struct {
@@ -141,7 +148,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &responseRecorder{ResponseWriter: w}
 	defer func() {
-		p.metrics.requests.WithLabelValues(strconv.Itoa(rec.status)).Inc()
+		p.metrics.requests.inc(rec.status)
 		// A WebSocket's duration is its session's, not a response time.
 		if !rec.upgraded {
 			p.metrics.duration.Observe(time.Since(start).Seconds())
@@ -154,7 +161,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.signOut(rec, r, t) {
 		return
 	}
-	rec.mark = func() { p.activity.Mark(t.id) }
+	rec.activity, rec.workspaceID = p.activity, t.id
 	p.serve(rec, r, t)
 }
 
@@ -202,7 +209,8 @@ func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 		http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
 		return target{}, false
 	}
-	t := target{id: id, path: "/" + tail, prefix: prefix + id}
+	// Both are slices of the request's path: no copies on every request.
+	t := target{id: id, path: rest[len(id):], prefix: r.URL.Path[:len(prefix)+len(id)]}
 	if r.URL.RawPath != "" {
 		t.rawPath = strings.TrimPrefix(r.URL.RawPath, t.prefix)
 	}

@@ -4,15 +4,27 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"regexp"
 	"strings"
 )
 
-// idPattern matches a workspace id: a lowercase ULID.
-var idPattern = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
-
-// ValidID reports whether id has the shape of a workspace id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// ValidID reports whether id has the shape of a workspace id: a lowercase
+// ULID, 26 characters of Crockford's base32 (digits and letters other than
+// i, l, o and u). It runs on every proxied request, hence no regexp.
+func ValidID(id string) bool {
+	if len(id) != 26 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case '0' <= c && c <= '9':
+		case 'a' <= c && c <= 'z' && c != 'i' && c != 'l' && c != 'o' && c != 'u':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Sites knows where workspaces are served: under {public_url}/w/{id}/, or
 // at {scheme}://{id}.{subdomain_base}/ in subdomain mode.

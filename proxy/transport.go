@@ -205,23 +205,28 @@ func alive(uc *upstreamConn) bool {
 	return err == nil && ok
 }
 
-// take pops the most recently used idle connection of host.
+// take pops the most recently used idle connection of host. An emptied
+// list stays in the map, so that putting the connection back does not
+// allocate a new one on every request; the sweep drops it once unused.
 func (t *upstreamTransport) take(host string) *upstreamConn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sweepLocked()
-	conns := t.idle[host]
+	conns, ok := t.idle[host]
+	if !ok {
+		return nil
+	}
 	for len(conns) > 0 {
 		uc := conns[len(conns)-1]
 		conns[len(conns)-1] = nil
 		conns = conns[:len(conns)-1]
 		if t.now().Sub(uc.idleSince) < t.idleTimeout {
-			t.setIdleLocked(host, conns)
+			t.idle[host] = conns
 			return uc
 		}
 		uc.Close()
 	}
-	t.setIdleLocked(host, conns)
+	t.idle[host] = conns
 	return nil
 }
 

@@ -235,10 +235,7 @@ func TestTransportCancellation(t *testing.T) {
 	if err == nil || string(got) != "first" {
 		t.Fatalf("cancelled stream: %q, %v", got, err)
 	}
-	tr.mu.Lock()
-	n := len(tr.idle)
-	tr.mu.Unlock()
-	if n != 0 {
+	if pooled(tr) != 0 {
 		t.Error("a cancelled connection went back to the pool")
 	}
 }
@@ -298,10 +295,7 @@ func TestTransportBodiesUseTheStandardTransport(t *testing.T) {
 	if res.StatusCode != 200 || body != "payload" {
 		t.Fatalf("POST: %d %q", res.StatusCode, body)
 	}
-	tr.mu.Lock()
-	n := len(tr.idle)
-	tr.mu.Unlock()
-	if n != 0 {
+	if pooled(tr) != 0 {
 		t.Error("a request with a body went through the pool")
 	}
 }
@@ -344,4 +338,15 @@ func TestTransportDropsConnectionsWithUnaskedBytes(t *testing.T) {
 	if n := accepted.Load(); n != 2 {
 		t.Errorf("%d connections, want the first one dropped", n)
 	}
+}
+
+// pooled counts the idle connections of every host.
+func pooled(tr *upstreamTransport) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, conns := range tr.idle {
+		n += len(conns)
+	}
+	return n
 }

@@ -187,3 +187,26 @@ func TestSites(t *testing.T) {
 		}
 	}
 }
+
+func TestValidID(t *testing.T) {
+	cases := map[string]bool{
+		"01m8bwqc8xhegwnzfrq3ms93np":  true,
+		"0123456789abcdefghjkmnpqrs":  true,
+		"tvwxyz0123456789abcdefghjk":  true,
+		"01M8BWQC8XHEGWNZFRQ3MS93NP":  false, // ids are lower case
+		"01m8bwqc8xhegwnzfrq3ms93n":   false,
+		"01m8bwqc8xhegwnzfrq3ms93npq": false,
+		"01m8bwqc8xhegwnzfrq3ms93ni":  false, // i, l, o and u are not base32
+		"01m8bwqc8xhegwnzfrq3ms93nl":  false,
+		"01m8bwqc8xhegwnzfrq3ms93no":  false,
+		"01m8bwqc8xhegwnzfrq3ms93nu":  false,
+		"01m8bwqc8xhegwnzfrq3ms93n/":  false,
+		"01m8bwqc8xhegwnzfrq3ms93n.":  false,
+		"":                            false,
+	}
+	for id, want := range cases {
+		if got := ValidID(id); got != want {
+			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}

@@ -127,15 +127,16 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		Registry:       registry,
 		Dashboard:      web.Handler(),
 		UpstreamToken:  token,
+		Routes: map[string]http.Handler{
+			"GET /api/v1/health": healthHandler(d.healthChecks()),
+			"GET /dl/codehub":    self,
+		},
 	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams})
 	if err != nil {
 		a.close()
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /dl/codehub", self)
-	mux.Handle("/", srv)
-	a.handler = mux
+	a.handler = srv
 	a.loops = append(a.loops, loop{"api", srv.Run})
 
 	archives := archive.NewStore(logger.Named("archive"), d.s3, d.bucket)

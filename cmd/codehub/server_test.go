@@ -130,6 +130,15 @@ func TestServerHealthAndCleanShutdown(t *testing.T) {
 			t.Errorf("check %s = %+v, want ok", name, body.Checks[name])
 		}
 	}
+	// Nomad's artifact stanza fetches the binary from the same listener.
+	resp, err := http.Head("http://" + cfg.Listen + "/dl/codehub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("X-Checksum"), "sha256:") {
+		t.Errorf("HEAD /dl/codehub = %d, checksum %q; want 200 with a sha256 checksum", resp.StatusCode, resp.Header.Get("X-Checksum"))
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}

@@ -2,6 +2,13 @@
 // separate process: it echoes requests as JSON, streams a response in two
 // parts, sets cookies, reads uploads and echoes WebSocket messages. It
 // prints its address on stdout and listens on 127.0.0.1 only.
+//
+// It also stands in for code-server as the program of a workspace of the
+// single-machine backend (its code_server setting), which is how the peer
+// benchmark puts it behind a real `codehub server`: it then listens where
+// code-server's --bind-addr says and ignores code-server's other
+// arguments. It does not check the upstream token; the proxy's tests
+// check that the token is sent.
 package main
 
 import (
@@ -13,12 +20,13 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/coder/websocket"
 )
 
 func main() {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", bindAddr(os.Args[1:]))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -107,4 +115,18 @@ func main() {
 	})
 	srv := &http.Server{Handler: mux}
 	_ = srv.Serve(ln)
+}
+
+// bindAddr is the address code-server's --bind-addr names, or a free
+// loopback port without one.
+func bindAddr(args []string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--bind-addr="); ok {
+			return v
+		}
+		if a == "--bind-addr" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return "127.0.0.1:0"
 }
