@@ -46,6 +46,10 @@ type Options struct {
 	TrustedProxies []netip.Prefix
 	// HeartbeatInterval of event streams; 0 means HeartbeatInterval.
 	HeartbeatInterval time.Duration
+	// StreamWriteTimeout bounds each write to an event stream: a client
+	// that stops reading is dropped then, instead of holding its stream
+	// and goroutine forever. 0 means StreamWriteTimeout.
+	StreamWriteTimeout time.Duration
 	// RouteTTL is how long the proxy reuses a running workspace's owner
 	// and upstream; 0 means 1 s.
 	RouteTTL time.Duration
@@ -97,6 +101,9 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	}
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = HeartbeatInterval
+	}
+	if opts.StreamWriteTimeout == 0 {
+		opts.StreamWriteTimeout = StreamWriteTimeout
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()

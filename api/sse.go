@@ -138,12 +138,30 @@ func (h *hub) run(ctx context.Context) error {
 	}
 }
 
+// StreamWriteTimeout is how long one write to an event stream may block.
+const StreamWriteTimeout = 15 * time.Second
+
 // sseWriter writes events of one stream and remembers the version each
 // workspace was last sent at, so duplicates and stale notices are skipped.
+// Every write has its own deadline: the server has no write timeout, which
+// would end every stream, so a client that stops reading would otherwise
+// hold a blocked write forever.
 type sseWriter struct {
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	sent map[string]int64
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	sent    map[string]int64
+}
+
+// write sends p and flushes it, within the stream's write timeout.
+func (e *sseWriter) write(p []byte) error {
+	if err := e.rc.SetWriteDeadline(time.Now().Add(e.timeout)); err != nil {
+		return fmt.Errorf("set stream write deadline: %w", err)
+	}
+	if _, err := e.w.Write(p); err != nil {
+		return err
+	}
+	return e.rc.Flush()
 }
 
 func (e *sseWriter) event(name, id string, data any) error {
@@ -158,10 +176,7 @@ func (e *sseWriter) event(name, id string, data any) error {
 	sb.WriteString("event: " + name + "\ndata: ")
 	sb.Write(b)
 	sb.WriteString("\n\n")
-	if _, err := e.w.Write([]byte(sb.String())); err != nil {
-		return err
-	}
-	return e.rc.Flush()
+	return e.write([]byte(sb.String()))
 }
 
 func eventID(id string, version int64) string { return fmt.Sprintf("%s:%d", id, version) }
@@ -189,18 +204,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	s.metrics.sseClients.Inc()
 	defer s.metrics.sseClients.Dec()
 
-	out := &sseWriter{w: w, rc: http.NewResponseController(w), sent: map[string]int64{}}
-	if _, err := w.Write([]byte("retry: 2000\n\n")); err != nil {
+	out := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.StreamWriteTimeout, sent: map[string]int64{}}
+	// Flushed at once: with no workspace to send, the client would
+	// otherwise wait for the first heartbeat to see the stream open.
+	if err := out.write([]byte("retry: 2000\n\n")); err != nil {
 		return
 	}
 	// Last-Event-ID needs no replay: the current state always comes first.
 	if err := s.sendState(r.Context(), out, sess.UserID); err != nil {
 		s.logger.Debug("event stream ended", "error", err)
-		return
-	}
-	// With no workspace to send, nothing has been flushed yet; the client
-	// would wait for the first heartbeat to see the stream open.
-	if err := out.rc.Flush(); err != nil {
 		return
 	}
 	heartbeat := time.NewTicker(s.opts.HeartbeatInterval)

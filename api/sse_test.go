@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -326,5 +329,53 @@ func TestEventsHead(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 {
 		t.Fatalf("session after HEAD: %d", res.StatusCode)
+	}
+}
+
+// A client that opens an event stream and stops reading must not hold the
+// stream (its goroutine, its hub registration) forever: once the socket's
+// buffers are full, a write blocks, and the stream's write timeout ends it.
+func TestEventStreamDropsAStalledReader(t *testing.T) {
+	env := apitest.New(t, apitest.Config{HeartbeatInterval: time.Millisecond, StreamWriteTimeout: 200 * time.Millisecond, SendBuffer: 4096})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	u, _ := url.Parse(env.URL)
+	var cookie string
+	for _, ck := range c.Jar.Cookies(u) {
+		cookie += ck.Name + "=" + ck.Value + "; "
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A small receive window fills fast; the client then reads nothing.
+	if err := conn.(*net.TCPConn).SetReadBuffer(1024); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(conn, "GET /api/v1/events HTTP/1.1\r\nHost: %s\r\nCookie: %s\r\nAccept: text/event-stream\r\n\r\n", u.Host, cookie); err != nil {
+		t.Fatal(err)
+	}
+	streams := func() string {
+		res := env.Do(env.Client(), "GET", "/metrics", nil)
+		for _, line := range strings.Split(string(res.Body), "\n") {
+			if strings.HasPrefix(line, "codehub_sse_clients ") {
+				return strings.TrimPrefix(line, "codehub_sse_clients ")
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(time.Minute)
+	for streams() != "1" {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream never opened")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for streams() != "0" {
+		if time.Now().After(deadline) {
+			t.Fatal("a stream whose client stopped reading is still open")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -45,8 +45,13 @@ type Config struct {
 	SubdomainBase     string
 	TrustedProxies    []netip.Prefix
 	HeartbeatInterval time.Duration
-	RouteTTL          time.Duration
-	UpstreamToken     func(workspaceID string) string
+	// StreamWriteTimeout bounds each event stream write (0: the default).
+	StreamWriteTimeout time.Duration
+	// SendBuffer, when set, is the socket send buffer of every connection
+	// the server accepts: small, a client that stops reading fills it fast.
+	SendBuffer int
+	RouteTTL           time.Duration
+	UpstreamToken      func(workspaceID string) string
 }
 
 // Env is one running CodeHub HTTP surface with its databases.
@@ -106,12 +111,32 @@ func New(t testing.TB, cfg Config) *Env {
 		t.Fatalf("listen: %v", err)
 	}
 	e.URL = "http://" + ln.Addr().String()
+	if cfg.SendBuffer > 0 {
+		ln = sendBufferListener{ln, cfg.SendBuffer}
+	}
 	e.Server = e.NewReplica(cfg)
 	e.HTTP = &httptest.Server{Listener: ln, Config: &http.Server{Handler: e.Server}}
 	e.HTTP.Start()
 	t.Cleanup(e.HTTP.Close)
 	e.StopServer = e.RunServer(e.Server)
 	return e
+}
+
+// sendBufferListener sets the send buffer of each accepted connection.
+type sendBufferListener struct {
+	net.Listener
+	size int
+}
+
+func (l sendBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		if err := tc.SetWriteBuffer(l.size); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, err
 }
 
 // NewReplica builds another api.Server over the same databases, as a
@@ -124,7 +149,7 @@ func (e *Env) NewReplica(cfg Config) *api.Server {
 	}
 	srv, err := api.New(hclog.NewNullLogger(), api.Options{
 		PublicURL: publicURL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
-		HeartbeatInterval: cfg.HeartbeatInterval, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
+		HeartbeatInterval: cfg.HeartbeatInterval, StreamWriteTimeout: cfg.StreamWriteTimeout, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
 	}, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams})
 	if err != nil {
 		e.t.Fatalf("api.New: %v", err)

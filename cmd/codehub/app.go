@@ -195,4 +195,3 @@ func upstreamTokens(ctx context.Context, cfg *config.Config, d *deps) (func(stri
 	}
 	return tokens.For, nil
 }
-

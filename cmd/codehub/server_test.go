@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -163,5 +164,36 @@ func TestServerHealthReportsUnreachableRedis(t *testing.T) {
 	}
 	if !body.Checks["database"].OK || !body.Checks["s3"].OK {
 		t.Errorf("database/s3 = %+v/%+v, want ok", body.Checks["database"], body.Checks["s3"])
+	}
+}
+
+// A client that sends its request headers a byte at a time (or stops half
+// way) is cut off once the header timeout passes, as is one that keeps an
+// idle connection open: neither holds a connection for long.
+func TestServerCutsOffSlowHeadersAndIdleConnections(t *testing.T) {
+	cfg := testConfig(t, testenv.RedisURL(t))
+	startServer(t, cfg)
+	for _, tc := range []struct{ name, send string }{
+		{"headers never finished", "GET /api/v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: "},
+		{"idle after a request", "GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", cfg.Listen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, tc.send); err != nil {
+				t.Fatal(err)
+			}
+			// The bound only catches a server that never closes.
+			if err := conn.SetReadDeadline(time.Now().Add(2 * time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, conn); err != nil {
+				t.Fatalf("the server kept the connection open: %v", err)
+			}
+		})
 	}
 }
