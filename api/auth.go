@@ -240,6 +240,6 @@ func (s *Server) requireAdmin(w http.ResponseWriter, r *http.Request) (store.Ses
 }
 
 func (s *Server) fail(w http.ResponseWriter, step string, err error) {
-	s.logger.Error("request failed", "step", step, "error", err)
+	logFailure(s.logger, "request failed", err, "step", step)
 	WriteError(w, internalError())
 }

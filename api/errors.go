@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,8 +122,19 @@ func serviceError(logger hclog.Logger, err error) *Error {
 	case errors.Is(err, workspace.ErrLimitExceeded):
 		return newError(http.StatusTooManyRequests, CodeLimitExceeded, err.Error())
 	}
-	logger.Error("request failed", "error", err)
+	logFailure(logger, "request failed", err)
 	return internalError()
+}
+
+// logFailure logs a failed request at ERROR, where an operator must act,
+// unless it failed because its context ended: the browser went away (a
+// closed tab, a navigation) or the server is stopping, which is no fault.
+func logFailure(logger hclog.Logger, msg string, err error, args ...any) {
+	level := hclog.Error
+	if errors.Is(err, context.Canceled) {
+		level = hclog.Debug
+	}
+	logger.Log(level, msg, append(args, "error", err)...)
 }
 
 func internalError() *Error {

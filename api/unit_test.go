@@ -1,6 +1,11 @@
 package api
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"github.com/hashicorp/go-hclog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -166,3 +171,22 @@ func TestWorkspacePathAgreesWithServeMux(t *testing.T) {
 type sentinel struct{}
 
 func (*sentinel) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// A request whose client went away is no operator's problem: it is logged
+// at DEBUG, while a real fault stays at ERROR.
+func TestAbortedRequestsAreNotErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err   error
+		level string
+	}{
+		{fmt.Errorf("select session: %w", context.Canceled), "[DEBUG]"},
+		{errors.New("connection refused"), "[ERROR]"},
+	} {
+		var buf bytes.Buffer
+		logger := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Trace})
+		serviceError(logger, tc.err)
+		if !strings.Contains(buf.String(), tc.level) {
+			t.Errorf("%v logged as %q, want %s", tc.err, buf.String(), tc.level)
+		}
+	}
+}

@@ -551,7 +551,12 @@ func (p *Proxy) notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
-	p.logger.Error("proxy request failed", "step", what, "error", err)
+	// A request whose client went away (its context ended) is no fault.
+	level := hclog.Error
+	if errors.Is(err, context.Canceled) {
+		level = hclog.Debug
+	}
+	p.logger.Log(level, "proxy request failed", "step", what, "error", err)
 	render(w, r, page{Status: http.StatusInternalServerError, Code: CodeInternal, Title: "Something went wrong",
 		Message: "CodeHub could not handle this request. Try again shortly.", Dashboard: p.opts.Sites.DashboardURL()})
 }

@@ -1,9 +1,15 @@
 package proxy
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"github.com/hashicorp/go-hclog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/workspace"
@@ -207,6 +213,33 @@ func TestValidID(t *testing.T) {
 	for id, want := range cases {
 		if got := ValidID(id); got != want {
 			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+// A proxied request whose browser went away is logged at DEBUG, a real
+// fault at ERROR.
+func TestAbortedProxyRequestsAreNotErrors(t *testing.T) {
+	sites, err := NewSites("http://127.0.0.1:8080", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		err   error
+		level string
+	}{
+		{fmt.Errorf("select session: %w", context.Canceled), "[DEBUG]"},
+		{errors.New("connection refused"), "[ERROR]"},
+	} {
+		var buf bytes.Buffer
+		logger := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Trace})
+		p, err := New(logger, Options{Sites: sites}, nil, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.internal(httptest.NewRecorder(), httptest.NewRequest("GET", "/w/x/", nil), "authenticate", tc.err)
+		if !strings.Contains(buf.String(), tc.level) {
+			t.Errorf("%v logged as %q, want %s", tc.err, buf.String(), tc.level)
 		}
 	}
 }
