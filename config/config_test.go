@@ -234,3 +234,23 @@ func TestProgramArgs(t *testing.T) {
 		})
 	}
 }
+
+func TestPathModeExposed(t *testing.T) {
+	for _, tc := range []struct {
+		publicURL, subdomainBase string
+		exposed                  bool
+	}{
+		{"https://code.example.com", "", true},
+		{"http://10.0.0.5:8080", "", true},
+		{"https://code.example.com", "ws.example.com", false},
+		{"http://127.0.0.1:8080", "", false},
+		{"http://localhost:8080", "", false},
+		{"http://[::1]:8080", "", false},
+	} {
+		c := Default()
+		c.PublicURL, c.Proxy.SubdomainBase = tc.publicURL, tc.subdomainBase
+		if got := c.PathModeExposed(); got != tc.exposed {
+			t.Errorf("PathModeExposed(%s, %q) = %v, want %v", tc.publicURL, tc.subdomainBase, got, tc.exposed)
+		}
+	}
+}

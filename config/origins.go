@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
+	"net/url"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -110,4 +112,25 @@ func joinPath(prefix, name string) string {
 		return name
 	}
 	return prefix + "." + name
+}
+
+// PathModeExposed reports whether workspaces are served under /w/{id}/ on
+// the dashboard's origin to a public URL others can reach: then anything a
+// workspace serves (a repository's HTML preview, an extension's webview, a
+// dev server behind code-server's port proxy) can call the API as the user
+// who opened it. A loopback public URL reaches only this machine's users.
+func (c *Config) PathModeExposed() bool {
+	if c.Proxy != nil && c.Proxy.SubdomainBase != "" {
+		return false
+	}
+	u, err := url.Parse(c.PublicURL)
+	if err != nil {
+		return true
+	}
+	host := u.Hostname()
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.IsLoopback()
 }

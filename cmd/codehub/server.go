@@ -164,6 +164,10 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	logger.Info("codehub server listening", "address", ln.Addr().String(), "public_url", cfg.PublicURL, "version", version)
+	if cfg.PathModeExposed() {
+		logger.Warn("workspaces are served under /w/{id}/ on the dashboard's origin: what a workspace serves can call the API as its user; set proxy.subdomain_base (docs/architecture.md)",
+			"public_url", cfg.PublicURL)
+	}
 
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
