@@ -49,9 +49,9 @@ type Config struct {
 	StreamWriteTimeout time.Duration
 	// SendBuffer, when set, is the socket send buffer of every connection
 	// the server accepts: small, a client that stops reading fills it fast.
-	SendBuffer int
-	RouteTTL           time.Duration
-	UpstreamToken      func(workspaceID string) string
+	SendBuffer    int
+	RouteTTL      time.Duration
+	UpstreamToken func(workspaceID string) string
 }
 
 // Env is one running CodeHub HTTP surface with its databases.

@@ -153,15 +153,15 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	srv := &http.Server{
-		Handler: app.handler,
+		Handler:           app.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		// Without it an idle keep-alive connection is held forever: it falls
 		// back to ReadTimeout, not ReadHeaderTimeout. No ReadTimeout or
 		// WriteTimeout: WebSockets and event streams run for hours; event
 		// streams bound each write themselves.
 		IdleTimeout: 30 * time.Second,
-		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:    logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	logger.Info("codehub server listening", "address", ln.Addr().String(), "public_url", cfg.PublicURL, "version", version)
 	if cfg.PathModeExposed() {
