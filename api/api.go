@@ -56,10 +56,13 @@ type Options struct {
 	// UpstreamToken, when set, gives each workspace's upstream token, which
 	// the proxy sends as code-server's session cookie.
 	UpstreamToken func(workspaceID string) string
-	// Registry receives every metric of the API and the proxy and is
-	// served at /metrics; nil creates a private one. Pass the registry the
-	// controller registers with to serve all of CodeHub's metrics together.
+	// Registry receives every metric of the API and the proxy; nil creates
+	// a private one. Pass the registry the controller registers with to
+	// serve all of CodeHub's metrics together.
 	Registry *prometheus.Registry
+	// MetricsToken, when set, serves the registry at /metrics to requests
+	// carrying it as a bearer token; empty serves no /metrics here.
+	MetricsToken string
 	// Dashboard, when set, serves every path the API and proxy do not.
 	Dashboard http.Handler
 	// Routes are served beside the API's own, by ServeMux pattern: the
@@ -171,7 +174,9 @@ func (s *Server) routes() *http.ServeMux {
 	for path, methods := range allow {
 		mux.Handle(path, methodNotAllowed(methods))
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+	if s.opts.MetricsToken != "" {
+		mux.Handle("GET /metrics", requireBearer(s.opts.MetricsToken, promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{})))
+	}
 	for pattern, h := range s.opts.Routes {
 		mux.Handle(pattern, h)
 	}

@@ -526,7 +526,7 @@ func TestMetricsAndOpenAPI(t *testing.T) {
 		t.Fatalf("openapi: %d", res.StatusCode)
 	}
 	env.Do(c, "POST", "/api/v1/login", map[string]string{"username": "alice", "password": "bad"})
-	body := string(env.Do(c, "GET", "/metrics", nil).Body)
+	body := string(env.Do(c, "GET", "/metrics", nil, "Authorization", "Bearer "+apitest.MetricsToken).Body)
 	for _, want := range []string{
 		`codehub_http_requests_total{code="200",route="GET /api/v1/openapi.json"} 1`,
 		`codehub_login_failures_total 1`,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -87,10 +88,33 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // phaseCollector counts live workspaces by phase when scraped, so every
-// replica reports the same truth without keeping state.
+// replica reports the same truth. The count is kept for phaseCountTTL:
+// scrapes, however frequent, cost the database one GROUP BY that long.
 type phaseCollector struct {
 	logger hclog.Logger
 	pool   *pgxpool.Pool
+
+	mu      sync.Mutex
+	counts  map[string]int
+	counted time.Time
+}
+
+const phaseCountTTL = 10 * time.Second
+
+func (c *phaseCollector) count() (map[string]int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts != nil && time.Since(c.counted) < phaseCountTTL {
+		return c.counts, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts, err := store.CountWorkspacesByPhase(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	c.counts, c.counted = counts, time.Now()
+	return counts, nil
 }
 
 var phaseDesc = prometheus.NewDesc("codehub_workspaces", "Live workspaces by stored phase.", []string{"phase"}, nil)
@@ -98,9 +122,7 @@ var phaseDesc = prometheus.NewDesc("codehub_workspaces", "Live workspaces by sto
 func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- phaseDesc }
 
 func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	counts, err := store.CountWorkspacesByPhase(ctx, c.pool)
+	counts, err := c.count()
 	if err != nil {
 		c.logger.Warn("count workspaces for metrics", "error", err)
 		return

@@ -357,7 +357,7 @@ func TestEventStreamDropsAStalledReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	streams := func() string {
-		res := env.Do(env.Client(), "GET", "/metrics", nil)
+		res := env.Do(env.Client(), "GET", "/metrics", nil, "Authorization", "Bearer "+apitest.MetricsToken)
 		for _, line := range strings.Split(string(res.Body), "\n") {
 			if strings.HasPrefix(line, "codehub_sse_clients ") {
 				return strings.TrimPrefix(line, "codehub_sse_clients ")

@@ -301,6 +301,20 @@ auth {
   }
 }
 
+# Prometheus metrics are never served to the public: either on a listener of
+# their own, or on the main listener to a bearer token. With neither set,
+# /metrics is not served.
+metrics {
+  # host:port of a listener that serves only /metrics. Empty (the default)
+  # opens none. Env: CODEHUB_METRICS_LISTEN.
+  listen = ""
+
+  # Bearer token (secret), default unset: when set, the main listener
+  # serves /metrics to requests with "Authorization: Bearer <token>".
+  # Env: CODEHUB_METRICS_TOKEN.
+  # token = ""
+}
+
 jobspecs {
   # Directory with jobspec template overrides (workspace.nomad.hcl,
   # archive.nomad.hcl, restore.nomad.hcl); empty uses the built-in templates.

@@ -69,6 +69,7 @@ type Config struct {
 	Auth        *Auth        `hcl:"auth,block"`
 	Jobspecs    *Jobspecs    `hcl:"jobspecs,block"`
 	Proxy       *Proxy       `hcl:"proxy,block"`
+	Metrics     *Metrics     `hcl:"metrics,block"`
 
 	// Backend comes from the labelled `backend "nomad"` or `backend "local"`
 	// block; it is decoded by hand because its body depends on the label.
@@ -255,6 +256,17 @@ type Jobspecs struct {
 }
 
 // Proxy configures how workspaces are served.
+// Metrics says where Prometheus metrics are served. They are never public:
+// on a listener of their own, or on the main one to a bearer token.
+type Metrics struct {
+	// Listen is host:port of a listener serving only /metrics; empty
+	// serves none.
+	Listen string `hcl:"listen,optional"`
+	// Token, when set, lets the main listener serve /metrics to requests
+	// carrying "Authorization: Bearer <token>".
+	Token Secret `hcl:"token,optional"`
+}
+
 type Proxy struct {
 	// SubdomainBase is the host under which each workspace gets its own
 	// subdomain ({id}.{base}); empty serves workspaces under /w/{id}/.

@@ -65,6 +65,7 @@ func Default() *Config {
 		},
 		Jobspecs: &Jobspecs{},
 		Proxy:    &Proxy{},
+		Metrics:  &Metrics{},
 	}
 }
 

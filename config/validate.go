@@ -157,10 +157,12 @@ func (c *Config) problems() []problem {
 }
 
 func (c *Config) checkTop(ch *checker) {
-	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
-		ch.add("listen", "%q is not host:port", c.Listen)
-	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		ch.add("listen", "port %q must be a number from 0 to 65535", port)
+	checkListen(ch, "listen", c.Listen)
+	if l := c.Metrics.Listen; l != "" {
+		checkListen(ch, "metrics.listen", l)
+		if l == c.Listen {
+			ch.add("metrics.listen", "must differ from listen")
+		}
 	}
 
 	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -379,6 +381,14 @@ func (c *Config) checkWorkspace(ch *checker) {
 	}
 	ch.positive("workspace.standby_ttl", w.StandbyTTL)
 	ch.positive("workspace.archive_ttl", w.ArchiveTTL)
+}
+
+func checkListen(ch *checker, path, addr string) {
+	if _, port, err := net.SplitHostPort(addr); err != nil {
+		ch.add(path, "%q is not host:port", addr)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		ch.add(path, "port %q must be a number from 0 to 65535", port)
+	}
 }
 
 // checkPolicies judges limits, coordinator pacing, GC and auth.

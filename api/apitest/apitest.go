@@ -36,6 +36,9 @@ import (
 // Password is the password of every user a test creates.
 const Password = "correct horse battery staple"
 
+// MetricsToken is the bearer token the test servers serve /metrics to.
+const MetricsToken = "test-metrics-token"
+
 // Config tunes an Env.
 type Config struct {
 	// PublicURL of a replica built by NewReplica; empty means the Env's URL.
@@ -150,6 +153,7 @@ func (e *Env) NewReplica(cfg Config) *api.Server {
 	srv, err := api.New(hclog.NewNullLogger(), api.Options{
 		PublicURL: publicURL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
 		HeartbeatInterval: cfg.HeartbeatInterval, StreamWriteTimeout: cfg.StreamWriteTimeout, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
+		MetricsToken: MetricsToken,
 	}, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams})
 	if err != nil {
 		e.t.Fatalf("api.New: %v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/archive"
@@ -32,6 +33,8 @@ type loop struct {
 // app is everything a server replica runs besides the listener.
 type app struct {
 	handler http.Handler
+	// metrics serves every metric of the server, for metrics.listen.
+	metrics http.Handler
 	loops   []loop
 	closers []func()
 }
@@ -125,6 +128,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		SessionTTL:     cfg.Auth.SessionTTL,
 		TrustedProxies: cfg.Proxy.TrustedProxyPrefixes,
 		Registry:       registry,
+		MetricsToken:   cfg.Metrics.Token.Reveal(),
 		Dashboard:      web.Handler(),
 		UpstreamToken:  token,
 		Routes: map[string]http.Handler{
@@ -137,6 +141,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		return nil, err
 	}
 	a.handler = srv
+	a.metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 	a.loops = append(a.loops, loop{"api", srv.Run})
 
 	archives := archive.NewStore(logger.Named("archive"), d.s3, d.bucket)

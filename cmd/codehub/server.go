@@ -181,10 +181,24 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 		}()
 	}
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
+	metricsSrv, err := serveMetrics(cfg, app.metrics, serveErr)
+	if err != nil {
+		_ = srv.Close()
+		stopLoops()
+		wg.Wait()
+		return err
+	}
+	if metricsSrv == nil && !cfg.Metrics.Token.IsSet() {
+		logger.Info("metrics are not served: set metrics.listen or metrics.token")
+	}
 	select {
 	case err := <-serveErr:
+		_ = srv.Close()
+		if metricsSrv != nil {
+			_ = metricsSrv.Close()
+		}
 		stopLoops()
 		wg.Wait()
 		return fmt.Errorf("http server: %w", err)
@@ -198,9 +212,33 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		_ = srv.Close()
 	}
+	if metricsSrv != nil {
+		_ = metricsSrv.Shutdown(shutdownCtx)
+	}
 	stopLoops()
 	wg.Wait()
 	app.close()
 	logger.Info("stopped")
 	return nil
+}
+
+// serveMetrics opens metrics.listen, when set, serving only GET /metrics;
+// a failure of that server ends the main one through serveErr.
+func serveMetrics(cfg *config.Config, h http.Handler, serveErr chan<- error) (*http.Server, error) {
+	if cfg.Metrics.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Metrics.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics on %s: %w", cfg.Metrics.Listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("metrics server: %w", err)
+		}
+	}()
+	return srv, nil
 }

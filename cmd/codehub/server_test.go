@@ -21,7 +21,7 @@ import (
 )
 
 // testConfig writes a server config for the test services and loads it.
-func testConfig(t *testing.T, redisURL string) *config.Config {
+func testConfig(t *testing.T, redisURL string, extra ...string) *config.Config {
 	t.Helper()
 	s3 := testenv.NewS3(t)
 	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
@@ -42,7 +42,8 @@ backend "local" {
   data_dir    = %q
   code_server = "/bin/true"
 }
-`, listen, listen, testenv.PostgresURL(t), redisURL, s3.Endpoint, s3.Bucket, s3.AccessKey, s3.SecretKey, s3.Region, t.TempDir())
+`, listen, listen, testenv.PostgresURL(t), redisURL, s3.Endpoint, s3.Bucket, s3.AccessKey, s3.SecretKey, s3.Region, t.TempDir()) +
+		strings.Join(extra, "\n")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
