@@ -50,6 +50,9 @@ type Options struct {
 	// that stops reading is dropped then, instead of holding its stream
 	// and goroutine forever. 0 means StreamWriteTimeout.
 	StreamWriteTimeout time.Duration
+	// BodyReadTimeout bounds reading a request body the API decodes; 0
+	// means BodyReadTimeout.
+	BodyReadTimeout time.Duration
 	// RouteTTL is how long the proxy reuses a running workspace's owner
 	// and upstream; 0 means 1 s.
 	RouteTTL time.Duration
@@ -107,6 +110,9 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	}
 	if opts.StreamWriteTimeout == 0 {
 		opts.StreamWriteTimeout = StreamWriteTimeout
+	}
+	if opts.BodyReadTimeout == 0 {
+		opts.BodyReadTimeout = BodyReadTimeout
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()

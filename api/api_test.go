@@ -1,11 +1,14 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -759,5 +762,36 @@ func TestLoginIgnoresUntrustedForwardedFor(t *testing.T) {
 	}
 	if status != 429 {
 		t.Fatalf("spoofing guesser after six failures: %d, want 429", status)
+	}
+}
+
+// A client that sends its headers and then trickles (or withholds) the
+// body must not hold a handler: the body has its own read deadline, and the
+// client gets 408.
+func TestTrickledBodyTimesOut(t *testing.T) {
+	env := apitest.New(t, apitest.Config{BodyReadTimeout: 200 * time.Millisecond})
+	u, err := url.Parse(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /api/v1/login HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"user", u.Host); err != nil {
+		t.Fatal(err)
+	}
+	// The bound only catches a server that waits forever.
+	if err := conn.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a withheld body: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("withheld body: %d, want 408", res.StatusCode)
 	}
 }

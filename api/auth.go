@@ -44,7 +44,7 @@ var dummyHash = sync.OnceValue(func() string {
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	var req loginRequest
-	if e := decodeJSON(w, r, &req); e != nil {
+	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
 		WriteError(w, e)
 		return
 	}

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -27,6 +29,7 @@ const (
 	CodeNameTaken        = "NAME_TAKEN"
 	CodeInvalidState     = "INVALID_STATE"
 	CodeBodyTooLarge     = "BODY_TOO_LARGE"
+	CodeBodyTimeout      = "BODY_TIMEOUT"
 	CodeUnsupportedMedia = "UNSUPPORTED_MEDIA_TYPE"
 	CodeLimitExceeded    = "LIMIT_EXCEEDED"
 	CodeTooManyAttempts  = "TOO_MANY_ATTEMPTS"
@@ -66,11 +69,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decodeJSON reads exactly one JSON object with only known fields from a
 // body of at most maxBodyBytes.
-func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *Error {
+func decodeJSON(w http.ResponseWriter, r *http.Request, dst any, timeout time.Duration) *Error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "request body must be application/json")
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body, err := readBody(w, r, timeout)
 	if err != nil {
 		return jsonError(err)
 	}
@@ -90,10 +93,30 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *Error {
 	return nil
 }
 
+// readBody reads a request body of at most maxBodyBytes within timeout.
+// The server has no ReadTimeout (it would cut WebSockets and event
+// streams), so without this a client trickling its body would hold the
+// handler as long as it liked.
+func readBody(w http.ResponseWriter, r *http.Request, timeout time.Duration) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return nil, err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err == nil {
+		// The connection may serve further requests.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	return body, err
+}
+
 func jsonError(err error) *Error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		return newError(http.StatusBadRequest, CodeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes))
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return newError(http.StatusRequestTimeout, CodeBodyTimeout, "request body did not arrive in time")
 	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {

@@ -141,6 +141,10 @@ func (h *hub) run(ctx context.Context) error {
 // StreamWriteTimeout is how long one write to an event stream may block.
 const StreamWriteTimeout = 15 * time.Second
 
+// BodyReadTimeout is how long the API waits for a request body (64 KiB at
+// most) to arrive.
+const BodyReadTimeout = 30 * time.Second
+
 // sseWriter writes events of one stream and remembers the version each
 // workspace was last sent at, so duplicates and stale notices are skipped.
 // Every write has its own deadline: the server has no write timeout, which

@@ -147,7 +147,7 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req createRequest
-	if e := decodeJSON(w, r, &req); e != nil {
+	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
 		WriteError(w, e)
 		return
 	}
@@ -210,7 +210,7 @@ func (s *Server) patchWorkspace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req patchRequest
-	if e := decodeJSON(w, r, &req); e != nil {
+	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
 		WriteError(w, e)
 		return
 	}

@@ -50,6 +50,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// StreamWriteTimeout bounds each event stream write (0: the default).
 	StreamWriteTimeout time.Duration
+	// BodyReadTimeout bounds reading a request body (0: the default).
+	BodyReadTimeout time.Duration
 	// SendBuffer, when set, is the socket send buffer of every connection
 	// the server accepts: small, a client that stops reading fills it fast.
 	SendBuffer    int
@@ -152,7 +154,7 @@ func (e *Env) NewReplica(cfg Config) *api.Server {
 	}
 	srv, err := api.New(hclog.NewNullLogger(), api.Options{
 		PublicURL: publicURL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
-		HeartbeatInterval: cfg.HeartbeatInterval, StreamWriteTimeout: cfg.StreamWriteTimeout, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
+		HeartbeatInterval: cfg.HeartbeatInterval, StreamWriteTimeout: cfg.StreamWriteTimeout, BodyReadTimeout: cfg.BodyReadTimeout, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
 		MetricsToken: MetricsToken,
 	}, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams})
 	if err != nil {
