@@ -174,7 +174,7 @@ func TestProxyHTTP(t *testing.T) {
 	if err := json.NewDecoder(pres.Body).Decode(&e); err != nil || pres.StatusCode != 200 || e.Method != "POST" || e.Path != "/submit" {
 		t.Fatalf("proxied POST: %d %+v %v", pres.StatusCode, e, err)
 	}
-	metrics := string(get(t, c, env.URL+"/metrics").Body)
+	metrics := string(get(t, c, env.URL+"/metrics", "Authorization", "Bearer "+apitest.MetricsToken).Body)
 	for _, want := range []string{`codehub_proxy_requests_total{code="200"} 3`, `codehub_proxy_requests_total{code="308"} 1`, "codehub_proxy_request_duration_seconds_count 4"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)
@@ -664,7 +664,7 @@ func TestProxyInterimStatus(t *testing.T) {
 	if err != nil || res.StatusCode != 200 || got.Method != "PUT" || got.Size != 4096 {
 		t.Fatalf("upload: %d %+v %v", res.StatusCode, got, err)
 	}
-	metrics := string(get(t, c, env.URL+"/metrics").Body)
+	metrics := string(get(t, c, env.URL+"/metrics", "Authorization", "Bearer "+apitest.MetricsToken).Body)
 	if !strings.Contains(metrics, `codehub_proxy_requests_total{code="200"} 1`) || strings.Contains(metrics, `codehub_proxy_requests_total{code="100"}`) {
 		t.Fatalf("proxy requests by code after one upload:\n%s", grepLines(metrics, "codehub_proxy_requests_total"))
 	}
