@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Backend is what the controller needs from the infrastructure that runs
@@ -138,3 +140,37 @@ type Failure struct {
 }
 
 func (f *Failure) Error() string { return fmt.Sprintf("%s: %s", f.Reason, f.Message) }
+
+// How much of a failed program's output a failure message carries: enough
+// for a stack trace's cause (code-server prints the error a few lines above
+// its last one, "Node.js v20…"). Backends read about OutputBytes of the
+// output's end and pass it through WithOutput.
+const (
+	OutputLines = 12
+	OutputBytes = 2 << 10
+)
+
+// WithOutput appends to a failure message the last OutputLines non-blank
+// lines of what the program printed, within OutputBytes; msg alone when it
+// printed nothing.
+func WithOutput(msg, output string) string {
+	var kept []string
+	size := 0
+	lines := strings.Split(output, "\n")
+	for i := len(lines) - 1; i >= 0 && len(kept) < OutputLines; i-- {
+		l := strings.TrimRight(lines[i], " \t\r")
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if size+len(l)+1 > OutputBytes {
+			break
+		}
+		size += len(l) + 1
+		kept = append(kept, l)
+	}
+	if len(kept) == 0 {
+		return msg
+	}
+	slices.Reverse(kept)
+	return msg + ", its output ending:\n" + strings.Join(kept, "\n")
+}

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -547,4 +548,28 @@ func TestPlanRules(t *testing.T) {
 func withDesired(w workspace.Workspace, d workspace.DesiredState) workspace.Workspace {
 	w.DesiredState = d
 	return w
+}
+
+func TestWithOutput(t *testing.T) {
+	// code-server's own failure: the cause is several lines above the end.
+	out := "node:internal/modules/cjs/loader:1210\n  throw err;\n  ^\n\nError: Cannot find module './cli'\n" +
+		"Require stack:\n- /usr/lib/code-server/out/node/entry.js\n    at Module._resolveFilename (node:internal)\n\nNode.js v20.20.2\n\n"
+	got := WithOutput("exited with code 1", out)
+	if !strings.HasPrefix(got, "exited with code 1, its output ending:\n") || !strings.Contains(got, "Cannot find module './cli'") ||
+		!strings.HasSuffix(got, "Node.js v20.20.2") || strings.Contains(got, "\n\n") {
+		t.Errorf("WithOutput = %q", got)
+	}
+	if got := WithOutput("failed", "\n \n"); got != "failed" {
+		t.Errorf("no output: %q", got)
+	}
+	var many []string
+	for i := range 20 {
+		many = append(many, fmt.Sprint("line ", i))
+	}
+	if got := WithOutput("m", strings.Join(many, "\n")); !strings.HasSuffix(got, "\n"+strings.Join(many[20-OutputLines:], "\n")) || strings.Contains(got, "line 7\n") {
+		t.Errorf("line bound: %q", got)
+	}
+	if got := WithOutput("m", strings.Repeat("x", OutputBytes+1)+"\nshort\n"); got != "m, its output ending:\nshort" {
+		t.Errorf("byte bound: %q", got)
+	}
 }

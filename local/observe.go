@@ -228,10 +228,7 @@ func workspaceFailure(w seenWorkspace) *controller.Failure {
 	if w.exited {
 		msg = fmt.Sprintf("workspace process exited with code %d", w.exitCode)
 	}
-	if w.output != "" {
-		msg += ", its output ending:\n" + w.output
-	}
-	return &controller.Failure{Reason: workspace.ReasonStartFailed, Message: msg}
+	return &controller.Failure{Reason: workspace.ReasonStartFailed, Message: controller.WithOutput(msg, w.output)}
 }
 
 // jobResult reports the attempt a job record describes.
@@ -250,10 +247,7 @@ func jobResult(j seenJob) *controller.JobResult {
 		r.Status = controller.JobFailed
 		r.ExitCode = j.exitCode
 		r.ErrorCode = j.errorCode
-		r.Message = fmt.Sprintf("job exited with code %d", j.exitCode)
-		if j.output != "" {
-			r.Message += ", its output ending:\n" + j.output
-		}
+		r.Message = controller.WithOutput(fmt.Sprintf("job exited with code %d", j.exitCode), j.output)
 	case j.record.Process.PID == 0:
 		// Recorded, then codehub stopped before the process was.
 		r.Status = controller.JobPending

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/archive"
@@ -179,21 +178,5 @@ func TestParseName(t *testing.T) {
 		if gotID != tt.wantID || gotKind != tt.wantKind || ok != tt.ok {
 			t.Errorf("parseName(%q) = %q, %q, %v; want %q, %q, %v", tt.name, gotID, gotKind, ok, tt.wantID, tt.wantKind, tt.ok)
 		}
-	}
-}
-
-func TestTailLines(t *testing.T) {
-	// code-server's own failure: the cause is several lines above the end.
-	out := "node:internal/modules/cjs/loader:1210\n  throw err;\n  ^\n\nError: Cannot find module './cli'\n" +
-		"Require stack:\n- /usr/lib/code-server/out/node/entry.js\n    at Module._resolveFilename (node:internal)\n\nNode.js v20.20.2\n\n"
-	got := tailLines(out, 12, 2048)
-	if !strings.Contains(got, "Cannot find module './cli'") || !strings.HasSuffix(got, "Node.js v20.20.2") || strings.Contains(got, "\n\n") {
-		t.Errorf("tailLines = %q", got)
-	}
-	if got := tailLines("a\nb\nc\nd\n", 2, 100); got != "c\nd" {
-		t.Errorf("two lines: %q", got)
-	}
-	if got := tailLines(strings.Repeat("x", 50)+"\nshort\n", 5, 20); got != "short" {
-		t.Errorf("byte bound: %q", got)
 	}
 }

@@ -13,10 +13,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/codehub-io/codehub/controller"
 )
 
 var execLookPath = exec.LookPath
@@ -367,49 +368,21 @@ func (b *Backend) readRecord(path string, v any) (bool, error) {
 	return found, err
 }
 
-// failureLines is how much of a failed program's output a failure message
-// carries: enough for a stack trace's cause (code-server prints the error a
-// few lines above its last one, "Node.js v20…").
-const (
-	failureLines = 12
-	failureBytes = 2 << 10
-)
-
-// logTail returns the last lines of a log (at most failureLines non-blank
-// lines and failureBytes), or "".
+// logTail returns the end of a log, as much as a failure message carries
+// and a little more (controller.WithOutput keeps what fits), or "".
 func logTail(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	const tail = 16 << 10
+	const tail = 4 * controller.OutputBytes
 	if st, err := f.Stat(); err == nil && st.Size() > tail {
 		_, _ = f.Seek(-tail, io.SeekEnd)
 	}
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(f)
-	return tailLines(buf.String(), failureLines, failureBytes)
-}
-
-// tailLines keeps the last n non-blank lines of text, within max bytes.
-func tailLines(text string, n, max int) string {
-	var kept []string
-	size := 0
-	lines := strings.Split(text, "\n")
-	for i := len(lines) - 1; i >= 0 && len(kept) < n; i-- {
-		l := strings.TrimRight(lines[i], " \t\r")
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		if size+len(l)+1 > max {
-			break
-		}
-		size += len(l) + 1
-		kept = append(kept, l)
-	}
-	slices.Reverse(kept)
-	return strings.Join(kept, "\n")
+	return buf.String()
 }
 
 // childEnv is the environment of a workspace or job: codehub's own, without

@@ -528,11 +528,7 @@ func workspaceFailure(allocs []*api.AllocationListStub, placement string, output
 		}
 	}
 	if len(allocs) > 0 && allocs[0].ClientStatus == api.AllocClientStatusFailed {
-		msg := failureMessage(allocs[0])
-		if out := outputs[allocs[0].ID]; out != "" {
-			msg += ", its output ending:\n" + out
-		}
-		return &controller.Failure{Reason: workspace.ReasonStartFailed, Message: msg}
+		return &controller.Failure{Reason: workspace.ReasonStartFailed, Message: controller.WithOutput(failureMessage(allocs[0]), outputs[allocs[0].ID])}
 	}
 	if len(allocs) == 0 && placement != "" {
 		return &controller.Failure{Reason: workspace.ReasonUnschedulable, Message: placement}

@@ -3,14 +3,13 @@ package nomad
 import (
 	"context"
 	"io"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/controller"
 )
 
 // logTail is how much of a failed job's stdout is read: the result line is
@@ -95,10 +94,6 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 	return string(code), nil
 }
 
-// failureOutputBytes bounds how much of a failed workspace's stderr its
-// failure message carries: the last lines, where a program says why.
-const failureOutputBytes = 2 << 10
-
 // failedOutput returns the end of what a failed workspace allocation's task
 // wrote to stderr, read once per allocation; "" when it never ran.
 func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (string, error) {
@@ -115,33 +110,20 @@ func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (
 		"type":   "stderr",
 		"plain":  "true",
 		"origin": "end",
-		"offset": strconv.Itoa(failureOutputBytes),
+		"offset": strconv.Itoa(controller.OutputBytes),
 	}
 	body, err := b.client.Raw().Response("/v1/client/fs/logs/"+a.ID, q)
 	if err != nil {
 		return "", classify("read logs of "+a.ID, err)
 	}
 	defer body.Close()
-	raw, err := io.ReadAll(io.LimitReader(body, failureOutputBytes))
+	raw, err := io.ReadAll(io.LimitReader(body, controller.OutputBytes))
 	if err != nil {
 		return "", classify("read logs of "+a.ID, err)
 	}
-	out := lastLines(string(raw), 12)
+	out := string(raw)
 	b.allocs.outputs.put(a.ID, out)
 	return out, nil
-}
-
-// lastLines keeps the last n non-blank lines of text.
-func lastLines(text string, n int) string {
-	var kept []string
-	lines := strings.Split(text, "\n")
-	for i := len(lines) - 1; i >= 0 && len(kept) < n; i-- {
-		if l := strings.TrimRight(lines[i], " \t\r"); strings.TrimSpace(l) != "" {
-			kept = append(kept, l)
-		}
-	}
-	slices.Reverse(kept)
-	return strings.Join(kept, "\n")
 }
 
 // neverStarted reports whether a's task states are known and no task ever
