@@ -1,8 +1,6 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"net"
 	"net/http"
 	"net/netip"
@@ -60,21 +58,4 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 		}
 	}
 	return false
-}
-
-// requireBearer serves h only to requests carrying token as their bearer
-// token; others get 401 in the error envelope. The comparison takes the
-// same time whatever the guess.
-func requireBearer(token string, h http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(token))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="codehub metrics"`)
-			WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "metrics need the configured bearer token"))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

@@ -2,8 +2,11 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -130,4 +133,21 @@ func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 	for phase, n := range counts {
 		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, float64(n), phase)
 	}
+}
+
+// requireBearer serves h only to requests carrying token as their bearer
+// token; others get 401 in the error envelope. The comparison takes the
+// same time whatever the guess.
+func requireBearer(token string, h http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="codehub metrics"`)
+			WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "metrics need the configured bearer token"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
