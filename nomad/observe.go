@@ -548,18 +548,26 @@ func pullFailure(ts *api.TaskState) *api.TaskEvent {
 	return nil
 }
 
-// failureMessage is the last event that says something about the failure.
+// failureMessage says why an allocation failed: the last driver error or
+// exit of a task, which Nomad may follow with events of its own ("Unhealthy
+// because of failed task") that explain less; failing those, the last event
+// that says anything.
 func failureMessage(a *api.AllocationListStub) string {
 	for _, name := range sortedTaskNames(a.TaskStates) {
 		events := a.TaskStates[name].Events
 		for i := len(events) - 1; i >= 0; i-- {
-			ev := events[i]
-			switch {
+			switch ev := events[i]; {
 			case ev.DriverError != "":
 				return fmt.Sprintf("task %s: %s", name, ev.DriverError)
 			case ev.Type == api.TaskTerminated:
 				return fmt.Sprintf("task %s exited with code %d", name, ev.ExitCode)
-			case ev.DisplayMessage != "" && ev.Type != api.TaskNotRestarting:
+			}
+		}
+	}
+	for _, name := range sortedTaskNames(a.TaskStates) {
+		events := a.TaskStates[name].Events
+		for i := len(events) - 1; i >= 0; i-- {
+			if ev := events[i]; ev.DisplayMessage != "" && ev.Type != api.TaskNotRestarting {
 				return fmt.Sprintf("task %s: %s", name, ev.DisplayMessage)
 			}
 		}

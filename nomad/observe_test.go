@@ -351,3 +351,19 @@ func TestObserveConsulProvider(t *testing.T) {
 		}
 	}
 }
+
+// Nomad can follow a task's exit with events of its own; the exit says why.
+func TestFailureMessagePrefersTheExit(t *testing.T) {
+	a := &api.AllocationListStub{ID: "a1", TaskStates: map[string]*api.TaskState{"workspace": {Events: []*api.TaskEvent{
+		{Type: api.TaskStarted, DisplayMessage: "Task started by client"},
+		{Type: api.TaskTerminated, ExitCode: 3, DisplayMessage: "Exit Code: 3"},
+		{Type: api.TaskKilling, DisplayMessage: "Unhealthy because of failed task"},
+	}}}}
+	if got := failureMessage(a); got != "task workspace exited with code 3" {
+		t.Errorf("failureMessage = %q", got)
+	}
+	a.TaskStates["workspace"].Events = []*api.TaskEvent{{Type: api.TaskKilling, DisplayMessage: "Unhealthy because of failed task"}}
+	if got := failureMessage(a); got != "task workspace: Unhealthy because of failed task" {
+		t.Errorf("without an exit: %q", got)
+	}
+}
