@@ -56,9 +56,9 @@ type Options struct {
 	// RouteTTL is how long the proxy reuses a running workspace's owner
 	// and upstream; 0 means 1 s.
 	RouteTTL time.Duration
-	// UpstreamToken, when set, gives each workspace's upstream token, which
-	// the proxy sends as code-server's session cookie.
-	UpstreamToken func(workspaceID string) string
+	// UpstreamToken, when set, gives the upstream token of a workspace's
+	// run, which the proxy sends as code-server's session cookie.
+	UpstreamToken func(workspaceID, runID string) string
 	// Registry receives every metric of the API and the proxy; nil creates
 	// a private one. Pass the registry the controller registers with to
 	// serve all of CodeHub's metrics together.

@@ -72,8 +72,11 @@ type VolumeSpec struct {
 // WorkspaceSpec is everything needed to render and start ws-{id}.
 type WorkspaceSpec struct {
 	WorkspaceID string
-	OwnerID     string
-	Image       string
+	// RunID names this start; the program's upstream token is derived
+	// from it, and a new run replaces a program of an older one.
+	RunID   string
+	OwnerID string
+	Image   string
 	// Name is the workspace's name as its owner gave it, for display.
 	Name string
 }

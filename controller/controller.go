@@ -434,6 +434,7 @@ func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next
 		OpAttempt:     next.OpAttempt,
 		ArchiveKey:    next.ArchiveKey,
 		RestoreMarker: next.RestoreMarker,
+		RunID:         next.RunID,
 		ErrorReason:   next.ErrorReason,
 		ErrorMessage:  next.ErrorMessage,
 		ErrorCount:    next.ErrorCount,
@@ -471,7 +472,7 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 	case StepProvisionVolume:
 		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID})
 	case StepStartWorkspace:
-		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name})
+		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, RunID: w.RunID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name})
 	case StepStopWorkspace:
 		return c.backend.StopWorkspace(ctx, w.ID)
 	case StepStopArchiveJob:

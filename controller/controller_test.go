@@ -228,8 +228,11 @@ func TestLifecycle(t *testing.T) {
 	c := h.controller()
 	w := h.create("dev")
 	h.converge(c)
-	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+	first := h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
 	h.backend.writeHome(w.ID, "v1")
+	if run := h.backend.runOf(w.ID); first.RunID == "" || run != first.RunID {
+		t.Fatalf("stored run %q, started run %q", first.RunID, run)
+	}
 
 	h.setDesired(w.ID, workspace.DesiredStandby)
 	h.converge(c)
@@ -250,6 +253,10 @@ func TestLifecycle(t *testing.T) {
 	}
 	if deref(got.RestoreMarker) != deref(got.ArchiveKey) {
 		t.Fatalf("restore marker %q, archive key %q", deref(got.RestoreMarker), deref(got.ArchiveKey))
+	}
+	// The second start is a new run: the first run's token opens nothing.
+	if run := h.backend.runOf(w.ID); got.RunID == first.RunID || run != got.RunID {
+		t.Fatalf("second start: stored run %q (first %q), started run %q", got.RunID, first.RunID, run)
 	}
 
 	// A converged pass costs one observation and writes nothing.

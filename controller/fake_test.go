@@ -63,6 +63,7 @@ type fakeVolume struct {
 type fakeContainer struct {
 	stage    int // 0 pending, 1 running, 2 passing checks
 	stopping bool
+	runID    string
 }
 
 type fakeJob struct {
@@ -266,7 +267,7 @@ func (b *fakeBackend) StartWorkspace(ctx context.Context, spec WorkspaceSpec) er
 		return &Failure{Reason: "Unschedulable", Message: "volume not ready"}
 	}
 	if b.conts[spec.WorkspaceID] == nil {
-		b.conts[spec.WorkspaceID] = &fakeContainer{}
+		b.conts[spec.WorkspaceID] = &fakeContainer{runID: spec.RunID}
 	}
 	b.acted("StartWorkspace")
 	return nil
@@ -393,6 +394,16 @@ func (b *fakeBackend) home(wsID string) (string, bool) {
 		return "", false
 	}
 	return v.data, true
+}
+
+// runOf is the run the workspace's container was started for.
+func (b *fakeBackend) runOf(wsID string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.conts[wsID]; c != nil {
+		return c.runID
+	}
+	return ""
 }
 
 // resources lists what exists for a workspace, for orphan checks.

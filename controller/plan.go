@@ -202,6 +202,11 @@ func (p *planner) claim(op workspace.Operation, steps ...Step) Action {
 		}
 	case workspace.OpDeleting:
 		// Keep the op id: it protects an unfinished archive from GC.
+	case workspace.OpStarting:
+		n.OpID = nil
+		// Every start is a new run with a new upstream token; retries
+		// within the operation keep it.
+		n.RunID = p.cfg.NewOpID()
 	default:
 		n.OpID = nil
 	}

@@ -81,9 +81,15 @@ func TestPlanIdle(t *testing.T) {
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s to %s", c.phase, c.desired), func(t *testing.T) {
 			obs := observed(c.phase)
-			a := Plan(stored(c.phase, c.desired, obs), obs, ArchiveCheck{}, t0, testCfg)
+			w := stored(c.phase, c.desired, obs)
+			w.RunID = "run0"
+			a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
 			if a.Next.Operation != c.op || !slices.Equal(a.Steps, c.steps) {
 				t.Fatalf("plan = op %s steps %v, want op %s steps %v", a.Next.Operation, a.Steps, c.op, c.steps)
+			}
+			// Each start is a new run, with a new upstream token.
+			if wantRun := map[bool]string{true: opNew, false: "run0"}[c.op == workspace.OpStarting]; a.Next.RunID != wantRun {
+				t.Errorf("run id %q, want %q", a.Next.RunID, wantRun)
 			}
 			if c.op == workspace.OpNone && a.Write {
 				t.Errorf("converged workspace planned a write")
@@ -352,7 +358,7 @@ func TestPlanInFlight(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := workspace.Workspace{ID: wsID, OwnerID: "u", DesiredState: workspace.DesiredRunning,
-				Operation: c.op, OpID: ptr(opOld), OpAttempt: 2}
+				Operation: c.op, OpID: ptr(opOld), OpAttempt: 2, RunID: "run1"}
 			started := c.started
 			if started == 0 {
 				started = time.Second
@@ -384,6 +390,10 @@ func TestPlanInFlight(t *testing.T) {
 			}
 			if a.Write != c.write {
 				t.Errorf("write = %v, want %v", a.Write, c.write)
+			}
+			// Only a claim starts a run; a resubmission keeps the token.
+			if a.Next.RunID != "run1" {
+				t.Errorf("run id %q, want the operation's run1", a.Next.RunID)
 			}
 			if c.verify != nil {
 				c.verify(t, a.Next)

@@ -118,6 +118,9 @@ type Values struct {
 	JobID       string
 	WorkspaceID string
 	OwnerID     string
+	// RunID names a workspace job's start. A new run changes the job, so
+	// Nomad replaces the allocation and its task reads the new token.
+	RunID string
 
 	Namespace   string
 	Region      string

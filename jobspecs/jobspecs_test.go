@@ -22,6 +22,7 @@ func baseValues(kind Kind, driver string) Values {
 		JobID:         "ws-" + testWorkspaceID,
 		WorkspaceID:   testWorkspaceID,
 		OwnerID:       "01jb3x7k9q2m5n8p4r6s0t1aaa",
+		RunID:         "01jb3x7k9q2m5n8p4r6s0t1run",
 		Namespace:     "default",
 		NodePool:      "default",
 		Datacenters:   []string{"dc1"},

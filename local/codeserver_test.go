@@ -35,7 +35,7 @@ func codeServerBackend(tb testing.TB) *Backend {
 }
 
 // testToken stands in for the proxy's upstream tokens.
-func testToken(id string) string { return "token-of-" + id }
+func testToken(id, run string) string { return "token-of-" + id + "-" + run }
 
 // untilReady observes until the workspace answers its health check and
 // returns how long that took from start.
@@ -77,7 +77,7 @@ func TestCodeServerServesWorkbench(t *testing.T) {
 	// Without the workspace's token code-server sends everyone to its login
 	// page (a login that no password passes), and refuses WebSockets.
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, cookie := range []string{"", "code-server-session=" + testToken("01jb3x7k9q2m5n8p4r6s0t1zzz")} {
+	for _, cookie := range []string{"", "code-server-session=" + testToken("01jb3x7k9q2m5n8p4r6s0t1zzz", "")} {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
 		if cookie != "" {
 			req.Header.Set("Cookie", cookie)
@@ -106,7 +106,7 @@ func TestCodeServerServesWorkbench(t *testing.T) {
 	}
 	// With it, the root leads to the workbench page.
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
-	req.Header.Set("Cookie", "code-server-session="+testToken(testID))
+	req.Header.Set("Cookie", "code-server-session="+testToken(testID, ""))
 	res, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestCodeServerOpensTheHomeNotTheLastOpenedFolder(t *testing.T) {
 	}
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
-	req.Header.Set("Cookie", "code-server-session="+testToken(testID))
+	req.Header.Set("Cookie", "code-server-session="+testToken(testID, ""))
 	res, err := noRedirect.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestCodeServerOpensTheHomeNotTheLastOpenedFolder(t *testing.T) {
 	}
 	// Installed as an app, the workbench is named after the workspace.
 	req, _ = http.NewRequest(http.MethodGet, "http://"+addr+"/manifest.json", nil)
-	req.Header.Set("Cookie", "code-server-session="+testToken(testID))
+	req.Header.Set("Cookie", "code-server-session="+testToken(testID, ""))
 	res, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -50,11 +50,11 @@ type Options struct {
 	// Args are replaced by the port to listen on (127.0.0.1) and the home.
 	Command string
 	Args    []string
-	// UpstreamToken, when set, gives each workspace's token: code-server
-	// then demands it as its session cookie (the proxy sends it), and any
-	// other program finds it in HASHED_PASSWORD. Nil runs code-server
-	// without auth, open to every local user.
-	UpstreamToken func(workspaceID string) string
+	// UpstreamToken, when set, gives the token of a workspace's run:
+	// code-server then demands it as its session cookie (the proxy sends
+	// it), and any other program finds it in HASHED_PASSWORD. Nil runs
+	// code-server without auth, open to every local user.
+	UpstreamToken func(workspaceID, runID string) string
 	// CodehubBinary runs `job archive|restore`; empty is this executable.
 	CodehubBinary string
 	// S3 is where archives live; job processes get it as the ARCHIVE_URL

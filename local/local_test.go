@@ -102,7 +102,8 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 	if _, err := b.Resolve(ctx, testID); !errors.Is(err, controller.ErrNoUpstream) {
 		t.Fatalf("Resolve before start = %v, want ErrNoUpstream", err)
 	}
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
+	run1 := controller.WorkspaceSpec{WorkspaceID: testID, RunID: "run1"}
+	if err := b.StartWorkspace(ctx, run1); err != nil {
 		t.Fatalf("StartWorkspace: %v", err)
 	}
 	o := waitFor(t, b, "ready", func(o controller.Observed) bool { return o.UpstreamReady })
@@ -110,14 +111,28 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 		t.Fatalf("running workspace observed as %+v", o)
 	}
 
-	// A second start of a live workspace keeps the same process.
+	// A second start of the live run keeps the same process.
 	first := readState(t, b)
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID}); err != nil {
+	firstChild := readChildPID(t, b)
+	if err := b.StartWorkspace(ctx, run1); err != nil {
 		t.Fatalf("StartWorkspace again: %v", err)
 	}
 	if again := readState(t, b); again.Process != first.Process {
 		t.Fatalf("second start replaced the process: %+v -> %+v", first.Process, again.Process)
 	}
+	// A new run replaces it: the old process would demand the old token.
+	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID, RunID: "run2"}); err != nil {
+		t.Fatalf("StartWorkspace of a new run: %v", err)
+	}
+	if next := readState(t, b); next.Process == first.Process || next.RunID != "run2" {
+		t.Fatalf("a new run kept the process: %+v -> %+v", first, next)
+	}
+	for deadline := time.Now().Add(10 * time.Second); processRunning(first.Process.PID) || processRunning(firstChild); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the previous run's processes survived its replacement")
+		}
+	}
+	waitFor(t, b, "ready in its new run", func(o controller.Observed) bool { return o.UpstreamReady })
 
 	if err := b.DeleteVolume(ctx, testID, ""); !errors.Is(err, controller.ErrVolumeInUse) {
 		t.Fatalf("DeleteVolume of a running workspace = %v, want ErrVolumeInUse", err)

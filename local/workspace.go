@@ -20,6 +20,7 @@ import (
 // of a workspace.
 type workspaceState struct {
 	Process   identity  `json:"process"`
+	RunID     string    `json:"run_id,omitempty"`
 	Port      int       `json:"port"`
 	StartedAt time.Time `json:"started_at"`
 	// Stopped is set by StopWorkspace: the process ending is then expected,
@@ -141,7 +142,8 @@ func (b *Backend) endLeftovers(wsID string) error {
 }
 
 // StartWorkspace starts the workspace program on a free loopback port with
-// its home as HOME. A live process of the workspace is left alone.
+// its home as HOME. A live process of the same run is left alone; one of an
+// earlier run is replaced.
 func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpec) error {
 	wsID := spec.WorkspaceID
 	if err := checkID(wsID); err != nil {
@@ -156,10 +158,14 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 		return err
 	}
 	if found && b.alive(st.Process) {
-		if !st.Stopped {
+		if st.Stopped {
+			return fmt.Errorf("workspace %s is still stopping", wsID)
+		}
+		if st.RunID == spec.RunID {
 			return nil
 		}
-		return fmt.Errorf("workspace %s is still stopping", wsID)
+		// A process of an earlier run demands that run's token, which the
+		// proxy no longer sends: it is replaced below.
 	}
 	home := b.HomeDir(wsID)
 	if _, err := os.Stat(home); err != nil {
@@ -189,7 +195,7 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err != nil {
 		return err
 	}
-	st = workspaceState{Process: id, Port: port, StartedAt: time.Now().UTC()}
+	st = workspaceState{Process: id, RunID: spec.RunID, Port: port, StartedAt: time.Now().UTC()}
 	if err := writeJSON(filepath.Join(dir, stateFile), st); err != nil {
 		// Untracked, the process would never be stopped: stop it now.
 		_ = b.kill(id)
@@ -213,7 +219,7 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 	auth := "none"
 	if b.opts.UpstreamToken != nil {
 		// code-server reads and then unsets it, so its terminals never see it.
-		env = append(env, "HASHED_PASSWORD="+b.opts.UpstreamToken(wsID))
+		env = append(env, "HASHED_PASSWORD="+b.opts.UpstreamToken(wsID, spec.RunID))
 		auth = "password"
 	}
 	l := launch{

@@ -167,7 +167,7 @@ func TestE2EACLPolicy(t *testing.T) {
 			t.Errorf("the documented policy let Nomad refuse:\n%s", strings.Join(d, "\n"))
 		}
 	})
-	upstreamToken := func(id string) string { return "tok-" + id }
+	upstreamToken := func(id, run string) string { return "tok-" + id + "-" + run }
 	b := e2eBackend(t, a, bins, e2eConfig{s3: s3, client: restricted, upstreamToken: upstreamToken})
 	wakes, ended := streamWatch(t, restricted)
 
@@ -191,7 +191,7 @@ func TestE2EACLPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetchWithToken(t, "http://"+addr+"/files/.wsserver-started", upstreamToken(wsID))
+	fetchWithToken(t, "http://"+addr+"/files/.wsserver-started", upstreamToken(wsID, ""))
 
 	if err := b.StopWorkspace(ctx, wsID); err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestE2EACLPolicy(t *testing.T) {
 	}
 
 	tokenVar := variablePath(jobID(wsID))
-	if v, _, err := a.Client.Variables().Read(tokenVar, nil); err != nil || v.Items["token"] != upstreamToken(wsID) {
+	if v, _, err := a.Client.Variables().Read(tokenVar, nil); err != nil || v.Items["token"] != upstreamToken(wsID, "") {
 		t.Fatalf("read %s before purge: %v, %v", tokenVar, v, err)
 	}
 	if err := b.PurgeJob(ctx, wsID, controller.JobWorkspace); err != nil {

@@ -164,7 +164,7 @@ func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceS
 		if b.opts.UpstreamToken == nil {
 			return errNoTokens
 		}
-		secrets = api.VariableItems{"token": b.opts.UpstreamToken(spec.WorkspaceID)}
+		secrets = api.VariableItems{"token": b.opts.UpstreamToken(spec.WorkspaceID, spec.RunID)}
 	}
 	return b.register(ctx, jobID(spec.WorkspaceID), hcl, secrets)
 }
@@ -429,6 +429,7 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	}
 	v := b.commonValues(spec.WorkspaceID, jobID(spec.WorkspaceID), home)
 	v.OwnerID = spec.OwnerID
+	v.RunID = spec.RunID
 	v.Image = image
 	v.Entrypoint = w.Entrypoint
 	v.Command = w.Command

@@ -232,19 +232,19 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	opts := testOptions()
 	opts.Workspace.UpstreamAuth = true
 	var asked []string
-	opts.UpstreamToken = func(id string) string {
-		asked = append(asked, id)
-		return "tok-" + id + "-never-in-hcl"
+	opts.UpstreamToken = func(id, run string) string {
+		asked = append(asked, id+"/"+run)
+		return "tok-" + id + "-" + run + "-never-in-hcl"
 	}
-	token := "tok-" + testWS + "-never-in-hcl"
+	token := "tok-" + testWS + "-run1-never-in-hcl"
 	b := newTestBackend(t, f, opts)
-	spec := controller.WorkspaceSpec{WorkspaceID: testWS, OwnerID: "01owner0000000000000000000"}
+	spec := controller.WorkspaceSpec{WorkspaceID: testWS, RunID: "run1", OwnerID: "01owner0000000000000000000"}
 
 	if err := b.StartWorkspace(t.Context(), spec); err != nil {
 		t.Fatal(err)
 	}
-	if len(asked) == 0 || asked[0] != testWS {
-		t.Fatalf("token asked for %v, want %s", asked, testWS)
+	if len(asked) == 0 || asked[0] != testWS+"/run1" {
+		t.Fatalf("token asked for %v, want %s/run1", asked, testWS)
 	}
 	vars := f.calls(varRoute)
 	if len(vars) != 1 {
@@ -294,13 +294,35 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 		t.Errorf("%d variable writes after an unchanged start, want 1", n)
 	}
 
+	// A new run replaces the job, even one still running, with the new
+	// token written first: the old program's token opens nothing.
+	next := spec
+	next.RunID = "run2"
+	if err := b.StartWorkspace(t.Context(), next); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("PUT /v1/jobs")); n != 2 {
+		t.Fatalf("%d register calls after a new run, want 2", n)
+	}
+	vars = f.calls(varRoute)
+	if len(vars) != 2 {
+		t.Fatalf("%d variable writes after a new run, want 2", len(vars))
+	}
+	if err := json.Unmarshal([]byte(vars[1].Body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Items["token"] != "tok-"+testWS+"-run2-never-in-hcl" {
+		t.Fatalf("variable after a new run = %+v, want the run's token", v.Items)
+	}
+	registered(f, 1, false, parse.JobHCL)
+
 	// A token that cannot be written registers nothing.
 	registered(f, 1, true, parse.JobHCL)
 	f.status(varRoute, http.StatusForbidden, "Permission denied")
 	err := b.StartWorkspace(t.Context(), spec)
 	assertFailure(t, err, workspace.ReasonBackendError)
-	if n := len(f.calls("PUT /v1/jobs")); n != 1 {
-		t.Errorf("%d register calls after a failed token write, want 1", n)
+	if n := len(f.calls("PUT /v1/jobs")); n != 2 {
+		t.Errorf("%d register calls after a failed token write, want 2", n)
 	}
 
 	// Upstream auth without tokens is a wiring fault, not a silent open port.
@@ -308,8 +330,8 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	if err := newTestBackend(t, f, opts).StartWorkspace(t.Context(), spec); !errors.Is(err, errNoTokens) {
 		t.Fatalf("start with upstream auth and no tokens: %v, want errNoTokens", err)
 	}
-	if n := len(f.calls("PUT /v1/jobs")); n != 1 {
-		t.Errorf("%d register calls without tokens, want 1", n)
+	if n := len(f.calls("PUT /v1/jobs")); n != 2 {
+		t.Errorf("%d register calls without tokens, want 2", n)
 	}
 }
 

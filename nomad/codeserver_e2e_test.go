@@ -47,7 +47,7 @@ func TestE2ECodeServerUpstreamAuth(t *testing.T) {
 			"%HOME%",
 		},
 		cpu: 500, memory: 2048,
-		upstreamToken: func(string) string { return token },
+		upstreamToken: func(string, string) string { return token },
 	})
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0tcode"

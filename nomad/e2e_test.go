@@ -43,7 +43,7 @@ type e2eConfig struct {
 	datacenters      []string
 	// upstreamToken, when set, turns on upstream_auth = "code-server" and
 	// is what the server derives each workspace's token with.
-	upstreamToken func(string) string
+	upstreamToken func(workspaceID, runID string) string
 	uid, gid      int // default this process's
 	cpu, memory   int // default 100 MHz, 64 MiB
 	s3            testenv.S3
@@ -179,11 +179,11 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	nomadtest.BuildProgram(t, bins, "./testdata/wsserver", "wsserver")
 	nomadtest.BuildProgram(t, bins, "../cmd/codehub", "codehub")
 	a := nomadtest.Start(t, "")
-	upstreamToken := func(id string) string { return "tok-" + id }
+	upstreamToken := func(id, run string) string { return "tok-" + id + "-" + run }
 	b := e2eBackend(t, a, bins, e2eConfig{s3: s3, upstreamToken: upstreamToken})
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0t1v2w"
-	token := upstreamToken(wsID)
+	token := upstreamToken(wsID, "run1")
 
 	// PROVISIONING: a volume owned by the workspace user.
 	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
@@ -200,7 +200,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 
 	// STARTING: the service registers before the program listens; ready
 	// means the check passes.
-	spec := controller.WorkspaceSpec{WorkspaceID: wsID, OwnerID: "01owner0000000000000000000"}
+	spec := controller.WorkspaceSpec{WorkspaceID: wsID, RunID: "run1", OwnerID: "01owner0000000000000000000"}
 	if err := b.StartWorkspace(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -239,6 +239,41 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	}
 	if after := jobVersion(t, b, jobID(wsID)); after != before {
 		t.Fatalf("unchanged start made job version %d -> %d", before, after)
+	}
+	// A new run replaces the running program: the new run's token opens
+	// it once the replacement is up, and the old run's token never again.
+	spec.RunID = "run2"
+	if err := b.StartWorkspace(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	oldToken := token
+	token = upstreamToken(wsID, "run2")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		fresh := NewServiceResolver(hclog.NewNullLogger(), a.Client, ResolverOptions{Namespace: "default"})
+		if addr, err = fresh.Resolve(ctx, wsID); err == nil {
+			// The old program's port refuses connections while it goes.
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/files/.wsserver-started", nil)
+			req.AddCookie(&http.Cookie{Name: "code-server-session", Value: token})
+			var res *http.Response
+			if res, err = http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+				if res.StatusCode == http.StatusOK {
+					break
+				}
+				err = fmt.Errorf("status %d", res.StatusCode)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new run never answered its token (last: %v)", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if code, _ := get(t, "http://"+addr+"/files/.wsserver-started", oldToken); code != http.StatusUnauthorized {
+		t.Fatalf("the previous run's token: %d, want 401", code)
+	}
+	if got := fetchWithToken(t, "http://"+addr+"/files/notes.bin", token); !bytes.Equal(got, content) {
+		t.Fatal("the new run serves different bytes than written")
 	}
 
 	// STOPPING: deregistered without purge; done when no allocation is live.

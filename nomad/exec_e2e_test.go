@@ -129,7 +129,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 	s3 := testenv.NewS3(t)
 	buildStatic(t, bins, "./testdata/wsserver", "wsserver")
 	url, checksum := serveBinary(t, buildStatic(t, bins, "../cmd/codehub", "codehub"))
-	upstreamToken := func(id string) string { return "tok-" + id }
+	upstreamToken := func(id, run string) string { return "tok-" + id + "-" + run }
 	execConfig := e2eConfig{
 		driver:           DriverExec,
 		command:          path.Join(execBinDir, "wsserver"),
@@ -143,7 +143,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 	b := e2eBackend(t, a, bins, execConfig)
 	ctx := t.Context()
 	const wsID = "01jb3x7k9q2m5n8p4r6s0texec"
-	token := upstreamToken(wsID)
+	token := upstreamToken(wsID, "")
 	spec := controller.WorkspaceSpec{WorkspaceID: wsID, OwnerID: "01owner0000000000000000000"}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -70,9 +70,9 @@ type Options struct {
 	// only the batch job reads.
 	S3 config.S3
 	// UpstreamToken returns the secret a workspace's program demands of
-	// every request when Workspace.UpstreamAuth is set; it goes into a Nomad
-	// Variable only that workspace's job reads.
-	UpstreamToken func(workspaceID string) string
+	// every request of one run when Workspace.UpstreamAuth is set; it goes
+	// into a Nomad Variable only that workspace's job reads.
+	UpstreamToken func(workspaceID, runID string) string
 }
 
 // WorkspaceOptions describes the workspace program and its resources.

@@ -51,9 +51,10 @@ type Options struct {
 	SessionCookie string
 	// TrustedProxies are the peers whose X-Forwarded-* headers are kept.
 	TrustedProxies []netip.Prefix
-	// UpstreamToken, when set, gives each workspace's upstream token, sent
-	// as code-server's session cookie in place of any the client sent.
-	UpstreamToken func(workspaceID string) string
+	// UpstreamToken, when set, gives the upstream token of a workspace's
+	// run, sent as code-server's session cookie in place of any the client
+	// sent.
+	UpstreamToken func(workspaceID, runID string) string
 	// RouteTTL is how long a running workspace's owner and upstream are
 	// reused without asking the database and the backend again; 0 means 1 s.
 	RouteTTL time.Duration
@@ -402,7 +403,7 @@ func (p *Proxy) resolveAndForward(w *responseRecorder, r *http.Request, t target
 	}
 	rt := route{owner: ws.OwnerID, upstream: hostport}
 	if p.opts.UpstreamToken != nil {
-		rt.token = p.opts.UpstreamToken(ws.ID)
+		rt.token = p.opts.UpstreamToken(ws.ID, ws.RunID)
 	}
 	p.routes.put(ws.ID, rt)
 	t.hostport, t.token = rt.upstream, rt.token

@@ -115,12 +115,14 @@ func get(t testing.TB, c *http.Client, rawURL string, headers ...string) apitest
 const html = "text/html,application/xhtml+xml"
 
 // upstreamToken stands in for the deployment's upstream tokens.
-func upstreamToken(id string) string { return "token-of-" + id }
+func upstreamToken(id, run string) string { return "token-of-" + id + "-" + run }
 
 func TestProxyHTTP(t *testing.T) {
 	env := apitest.New(t, apitest.Config{UpstreamToken: upstreamToken})
 	alice := env.CreateUser("alice", false)
 	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	// The token sent is the one of the workspace's current run.
+	env.Exec(`UPDATE workspaces SET run_id = 'run7' WHERE id = $1`, w.ID)
 	c := env.Login(alice)
 	base, _ := url.Parse(env.URL)
 	// A code-server cookie from the browser is never the one forwarded.
@@ -140,7 +142,7 @@ func TestProxyHTTP(t *testing.T) {
 		{"raw path", e.RawPath, "/echo/a%2Fb"},
 		{"query", e.Query, "x=1&y=2"},
 		{"host", e.Host, base.Host},
-		{"cookie", strings.Join(h.Values("Cookie"), " | "), "theirs=kept; code-server-session=" + upstreamToken(w.ID)},
+		{"cookie", strings.Join(h.Values("Cookie"), " | "), "theirs=kept; code-server-session=" + upstreamToken(w.ID, "run7")},
 		{"authorization", h.Get("Authorization"), ""},
 		{"x-forwarded-for", h.Get("X-Forwarded-For"), "127.0.0.1"},
 		{"x-forwarded-host", h.Get("X-Forwarded-Host"), base.Host},

@@ -56,7 +56,7 @@ type Config struct {
 	// the server accepts: small, a client that stops reading fills it fast.
 	SendBuffer    int
 	RouteTTL      time.Duration
-	UpstreamToken func(workspaceID string) string
+	UpstreamToken func(workspaceID, runID string) string
 }
 
 // Env is one running CodeHub HTTP surface with its databases.

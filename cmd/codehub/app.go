@@ -52,7 +52,7 @@ type backendParts struct {
 	close     func()
 }
 
-func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(string) string) (backendParts, error) {
+func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string) (backendParts, error) {
 	switch cfg.Backend.Kind {
 	case config.BackendLocal:
 		// workspace.command and args are for Nomad's exec and raw_exec
@@ -186,7 +186,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 
 // upstreamTokens gives each workspace's upstream token when workspace
 // programs demand one, from the key every replica shares; nil otherwise.
-func upstreamTokens(ctx context.Context, cfg *config.Config, d *deps) (func(string) string, error) {
+func upstreamTokens(ctx context.Context, cfg *config.Config, d *deps) (func(workspaceID, runID string) string, error) {
 	if cfg.Workspace.UpstreamAuth != config.UpstreamAuthCodeServer {
 		return nil, nil
 	}

@@ -13,6 +13,7 @@ job [[ hcl .JobID ]] {
   meta = {
     "codehub.io/workspace-id" = [[ hcl (required "workspace_id" .WorkspaceID) ]]
     "codehub.io/owner-id"     = [[ hcl .OwnerID ]]
+    "codehub.io/run-id"       = [[ hcl .RunID ]]
     "codehub.io/managed"      = "true"
   }
 
