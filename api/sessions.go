@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 )
 
@@ -103,22 +104,31 @@ func (s *sessions) end(ctx context.Context, r *http.Request) (*http.Cookie, erro
 	return s.cookie("", time.Time{}), nil
 }
 
-// fromRequest returns the session of a request; ok is false when it has
-// none or it expired.
+// fromRequest returns the dashboard session of a request; ok is false when
+// it has none or it expired.
 func (s *sessions) fromRequest(r *http.Request) (store.Session, bool, error) {
 	c, err := r.Cookie(SessionCookie)
-	if err != nil || c.Value == "" {
+	if err != nil {
 		return store.Session{}, false, nil
 	}
-	hash := tokenHash(c.Value)
+	return s.lookup(r.Context(), c.Value, "")
+}
+
+// lookup returns the session of token if it is good for workspaceID's
+// host (empty: the dashboard's).
+func (s *sessions) lookup(ctx context.Context, token, workspaceID string) (store.Session, bool, error) {
+	if token == "" {
+		return store.Session{}, false, nil
+	}
+	hash := tokenHash(token)
 	now := time.Now()
 	s.mu.Lock()
 	cached, hit := s.cache[hash]
 	s.mu.Unlock()
 	if hit && now.Before(cached.until) && now.Before(cached.session.ExpiresAt) {
-		return cached.session, true, nil
+		return cached.session, cached.session.WorkspaceID == workspaceID, nil
 	}
-	sess, err := store.SessionByTokenHash(r.Context(), s.pool, hash[:])
+	sess, err := store.SessionByTokenHash(ctx, s.pool, hash[:], workspaceID)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Session{}, false, nil
 	}
@@ -142,8 +152,64 @@ func (s *sessions) remember(hash [sha256.Size]byte, sess store.Session, now time
 	s.cache[hash] = cachedSession{session: sess, until: now.Add(sessionCacheTTL)}
 }
 
-// SessionUser implements proxy.Authenticator.
-func (s *sessions) SessionUser(r *http.Request) (string, bool, error) {
+// SessionUser implements proxy.Authenticator. On a workspace's own host
+// (workspaceID set) a session handed over to that host counts; so does the
+// dashboard's, which reaches workspace hosts only under cookie_domain.
+func (s *sessions) SessionUser(r *http.Request, workspaceID string) (string, bool, error) {
+	if workspaceID != "" {
+		if c, err := r.Cookie(proxy.HostSessionCookie); err == nil {
+			sess, ok, err := s.lookup(r.Context(), c.Value, workspaceID)
+			if ok || err != nil {
+				return sess.UserID, ok, err
+			}
+		}
+	}
 	sess, ok, err := s.fromRequest(r)
 	return sess.UserID, ok, err
+}
+
+// handoffTTL is how long a handoff ticket may take from the dashboard's
+// redirect to the workspace host: one browser round trip.
+const handoffTTL = time.Minute
+
+// Handoff implements proxy.Authenticator: a ticket for the request's
+// dashboard session, to be redeemed on workspaceID's host.
+func (s *sessions) Handoff(r *http.Request, workspaceID string) (string, bool, error) {
+	c, err := r.Cookie(SessionCookie)
+	if err != nil || c.Value == "" {
+		return "", false, nil
+	}
+	ticket, hash, err := newToken()
+	if err != nil {
+		return "", false, err
+	}
+	parent := tokenHash(c.Value)
+	ok, err := store.CreateHandoff(r.Context(), s.pool, hash[:], parent[:], workspaceID, handoffTTL)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	return ticket, true, nil
+}
+
+// Redeem implements proxy.Authenticator: it uses up ticket and returns the
+// cookie of the session it hands over, which only workspaceID's host
+// receives (no Domain attribute).
+func (s *sessions) Redeem(ctx context.Context, ticket, workspaceID string) (*http.Cookie, bool, error) {
+	token, hash, err := newToken()
+	if err != nil {
+		return nil, false, err
+	}
+	used := tokenHash(ticket)
+	sess, err := store.RedeemHandoff(ctx, s.pool, used[:], workspaceID, hash[:])
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	s.remember(hash, sess, time.Now())
+	return &http.Cookie{
+		Name: proxy.HostSessionCookie, Value: token, Path: "/", Expires: sess.ExpiresAt,
+		HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode,
+	}, true, nil
 }

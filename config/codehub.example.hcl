@@ -35,7 +35,7 @@ listen = "127.0.0.1:8080"
 # URL users reach codehub at, scheme and host only; used for links, cookie
 # security (https makes cookies Secure) and Origin checks. Leave out a
 # default port (:443 for https, :80 for http): browsers omit it from Origin.
-public_url = "http://127.0.0.1:8080"
+public_url = "http://localhost:8080"
 
 # Log level: trace, debug, info, warn, error or off.
 log_level = "info"
@@ -322,16 +322,21 @@ jobspecs {
 }
 
 proxy {
-  # Serve each workspace on its own subdomain, {id}.<subdomain_base>, to
-  # isolate workspace origins from the dashboard (needs wildcard DNS and
-  # certificate). A host name without scheme or port, e.g.
-  # "ws.example.com". Empty (the default) serves workspaces under /w/{id}/.
-  subdomain_base = ""
+  # Serve each workspace on its own subdomain, {id}.<subdomain_base>, so
+  # nothing a workspace serves runs on the dashboard's origin. A host name
+  # without scheme or port: "localhost" works on one machine (browsers
+  # resolve every *.localhost name to loopback); a deployment uses a name
+  # with wildcard DNS and certificate, e.g. "ws.example.com". Empty (the
+  # default) serves workspaces under /w/{id}/ on the dashboard's origin,
+  # where their pages can call the API as the user (docs/architecture.md).
+  subdomain_base = "localhost"
 
-  # Domain attribute of the session cookie. With subdomain_base set it must
-  # cover both the dashboard and the workspace hosts (e.g. "example.com" for
-  # codehub.example.com and *.ws.example.com). Empty (the default) keeps the
-  # cookie on the dashboard's host.
+  # Domain attribute of the session cookie. Empty (the default) keeps the
+  # cookie on the dashboard's host; each workspace host then gets a session
+  # of its own, handed over from the dashboard's when it is opened. Set it
+  # only to share the dashboard's cookie with the workspace hosts (it must
+  # cover both, e.g. "example.com" for codehub.example.com and
+  # *.ws.example.com).
   cookie_domain = ""
 
   # Addresses or CIDR ranges of reverse proxies in front of codehub whose

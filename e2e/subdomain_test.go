@@ -16,12 +16,15 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// TestBrowserSubdomainLogin: in subdomain mode the proxy sends a visitor
-// without a session to the dashboard's login page with an absolute next=
-// on the workspace's own host; after logging in the dashboard must go
-// there, and must refuse any address that is not one of the user's
-// workspaces. Chromium resolves every *.localhost name to loopback, so the
-// workspace hosts need no DNS.
+// TestBrowserSubdomainLogin: in subdomain mode, without cookie_domain (as
+// `make run` serves it on localhost), the dashboard's session cookie never
+// reaches a workspace's host. A visitor who logs in with an absolute next=
+// on the workspace's own host must end up in the workbench there: the
+// workspace's host sends the browser to /w/{id}/… on the dashboard's host,
+// which hands the session over through a one-time ticket. The login page
+// must refuse any address that is not one of the user's workspaces.
+// Chromium resolves every *.localhost name to loopback, so the workspace
+// hosts need no DNS.
 func TestBrowserSubdomainLogin(t *testing.T) {
 	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
 	cfg := localConfig(t)
@@ -46,7 +49,7 @@ func TestBrowserSubdomainLogin(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	next := origin + "/some/file?x=1"
+	next := origin + "/?x=1"
 	b.step("log in with an absolute next", func(ctx context.Context) error {
 		if err := chromedp.Do(ctx,
 			chromedp.Navigate(srv.url+"/login?next="+url.QueryEscape(next)),
@@ -64,11 +67,15 @@ func TestBrowserSubdomainLogin(t *testing.T) {
 			mu.Unlock()
 			for _, v := range seen {
 				if v == next {
-					// Without cookie_domain the workspace's host gets no
-					// session and sends the browser back to the dashboard;
-					// let that settle, or it aborts the next step's
-					// navigation.
-					return b.waitJS(ctx, 30*time.Second, fmt.Sprintf(`location.href === %q && document.readyState === "complete" && !document.getElementById("app-view").hidden`, srv.url+"/"))
+					// The workspace's host hands the browser on until its
+					// own session is set; then the workbench loads there.
+					err := b.waitJS(ctx, 2*time.Minute, fmt.Sprintf(`location.origin === %q && !!document.querySelector(".monaco-workbench")`, origin))
+					if err != nil {
+						mu.Lock()
+						defer mu.Unlock()
+						return fmt.Errorf("%w; pages requested: %q", err, visited)
+					}
+					return nil
 				}
 			}
 			time.Sleep(100 * time.Millisecond)

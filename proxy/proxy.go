@@ -26,10 +26,19 @@ import (
 	"github.com/codehub-io/codehub/workspace"
 )
 
-// Authenticator tells who sent a request. ok is false without a valid
-// session; err is reserved for failures to find out.
+// Authenticator tells who sent a request and, in subdomain mode, carries a
+// dashboard session over to a workspace's own host. ok is false without a
+// valid session (or ticket); err is reserved for failures to find out.
 type Authenticator interface {
-	SessionUser(r *http.Request) (userID string, ok bool, err error)
+	// SessionUser is the user of the request's session. workspaceID is set
+	// on a workspace's own host: a session handed over to it counts there.
+	SessionUser(r *http.Request, workspaceID string) (userID string, ok bool, err error)
+	// Handoff makes a one-time ticket that hands the request's dashboard
+	// session over to workspaceID's host.
+	Handoff(r *http.Request, workspaceID string) (ticket string, ok bool, err error)
+	// Redeem uses up a ticket on workspaceID's host and returns the cookie
+	// of the session it hands over.
+	Redeem(ctx context.Context, ticket, workspaceID string) (cookie *http.Cookie, ok bool, err error)
 }
 
 // Workspaces is the part of the workspace service layer the proxy uses.
@@ -135,6 +144,9 @@ type target struct {
 	path    string
 	rawPath string
 	prefix  string
+	// onHost: the request came to the workspace's own host (subdomain
+	// mode), where sessions handed over to that host count.
+	onHost bool
 	// user is the authenticated owner the request is served for.
 	user string
 	// rejudged is set once a failed upstream sent the request back to the
@@ -162,6 +174,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.signOut(rec, r, t) {
 		return
 	}
+	if t.onHost && t.path == HandoffPath {
+		p.redeem(rec, r, t)
+		return
+	}
 	rec.activity, rec.workspaceID = p.activity, t.id
 	p.serve(rec, r, t)
 }
@@ -182,7 +198,7 @@ func (p *Proxy) signOut(w http.ResponseWriter, r *http.Request, t target) bool {
 // answers the request itself when there is nothing to proxy.
 func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 	if id, ok := p.opts.Sites.WorkspaceFromHost(r.Host); ok {
-		return target{id: id, path: r.URL.Path, rawPath: r.URL.RawPath}, true
+		return target{id: id, path: r.URL.Path, rawPath: r.URL.RawPath, onHost: true}, true
 	}
 	prefix := p.opts.Sites.PathPrefix("")
 	rest, ok := strings.CutPrefix(r.URL.Path, prefix)
@@ -198,7 +214,7 @@ func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 	if p.opts.Sites.SubdomainMode() {
 		// Served here, the workspace's pages would share the dashboard's
 		// origin, which subdomain mode exists to keep them from.
-		p.toSubdomain(w, r, id, "/"+tail)
+		p.handoff(w, r, id, "/"+tail)
 		return target{}, false
 	}
 	if !hasSlash {
@@ -218,20 +234,88 @@ func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 	return t, true
 }
 
-// toSubdomain sends a request for /w/{id}/… to the same path on the
-// workspace's own host. The redirect is temporary: the server may be
-// switched back to path mode.
-func (p *Proxy) toSubdomain(w http.ResponseWriter, r *http.Request, id, path string) {
+// HandoffPath is where a workspace's own host redeems a handoff ticket;
+// the workspace's program never sees requests for it.
+const HandoffPath = "/_codehub/handoff"
+
+// handoff sends a request for /w/{id}/… on the dashboard's host to the same
+// path on the workspace's own host. A page load there carries the user's
+// session along: the dashboard's cookie stays on the dashboard's host, so
+// the redirect goes through HandoffPath with a one-time ticket. A visitor
+// without a session logs in first and comes back here. The redirects are
+// temporary: the server may be switched back to path mode.
+func (p *Proxy) handoff(w http.ResponseWriter, r *http.Request, id, path string) {
 	u := url.URL{Path: path, RawQuery: r.URL.RawQuery}
 	if raw, ok := strings.CutPrefix(r.URL.RawPath, p.opts.Sites.PathPrefix(id)); ok {
 		u.RawPath = raw
 	}
-	http.Redirect(w, r, p.opts.Sites.WorkspaceOrigin(id)+u.RequestURI(), http.StatusTemporaryRedirect)
+	origin := p.opts.Sites.WorkspaceOrigin(id)
+	if r.Method != http.MethodGet {
+		http.Redirect(w, r, origin+u.RequestURI(), http.StatusTemporaryRedirect)
+		return
+	}
+	ticket, ok, err := p.auth.Handoff(r, id)
+	if err != nil {
+		p.internal(w, r, "hand session over", err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		http.Redirect(w, r, p.opts.Sites.LoginURL(r.URL.RequestURI()), http.StatusFound)
+		return
+	}
+	q := url.Values{"ticket": {ticket}, "next": {u.RequestURI()}}
+	http.Redirect(w, r, origin+HandoffPath+"?"+q.Encode(), http.StatusSeeOther)
+}
+
+// redeem turns a handoff ticket into a session of the workspace's host and
+// sends the browser on to the page it asked for.
+func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	// The ticket is in this URL: no page that follows may be told it.
+	h.Set("Referrer-Policy", "no-referrer")
+	if r.Method != http.MethodGet {
+		render(w, r, page{Status: http.StatusMethodNotAllowed, Code: CodeNotFound, Title: "Not found",
+			Message: "There is nothing to see here.", Dashboard: p.opts.Sites.DashboardURL()})
+		return
+	}
+	q := r.URL.Query()
+	cookie, ok, err := p.auth.Redeem(r.Context(), q.Get("ticket"), t.id)
+	if err != nil {
+		p.internal(w, r, "redeem session handoff", err)
+		return
+	}
+	if !ok {
+		render(w, r, page{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Title: "Link expired",
+			Message:   "This sign-in link was already used or has expired. Open the workspace again from the dashboard.",
+			Dashboard: p.opts.Sites.DashboardURL()})
+		return
+	}
+	http.SetCookie(w, cookie)
+	http.Redirect(w, r, localPath(q.Get("next")), http.StatusSeeOther)
+}
+
+// localPath is next if it is a path on this host, or "/": a handoff never
+// sends the browser to another site.
+func localPath(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		return "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" {
+		return "/"
+	}
+	return next
 }
 
 func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 	ctx := r.Context()
-	userID, ok, err := p.auth.SessionUser(r)
+	hostOf := ""
+	if t.onHost {
+		hostOf = t.id
+	}
+	userID, ok, err := p.auth.SessionUser(r, hostOf)
 	if err != nil {
 		p.internal(w, r, "authenticate", err)
 		return
@@ -439,10 +523,10 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
 	}
 	if p.opts.UpstreamToken == nil {
-		stripCredentials(pr.Out.Header, p.opts.SessionCookie)
+		stripCredentials(pr.Out.Header, p.opts.SessionCookie, HostSessionCookie)
 		return
 	}
-	stripCredentials(pr.Out.Header, p.opts.SessionCookie, CodeServerCookie)
+	stripCredentials(pr.Out.Header, p.opts.SessionCookie, HostSessionCookie, CodeServerCookie)
 	// One Cookie header, as browsers send it (RFC 6265 §5.4).
 	cookie := CodeServerCookie + "=" + t.token
 	if kept := pr.Out.Header.Get("Cookie"); kept != "" {
@@ -471,7 +555,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		pair, _, _ := strings.Cut(c, ";")
 		name, _, _ := strings.Cut(pair, "=")
 		name = strings.TrimSpace(name)
-		if name != p.opts.SessionCookie && (p.opts.UpstreamToken == nil || name != CodeServerCookie) {
+		if name != p.opts.SessionCookie && name != HostSessionCookie && (p.opts.UpstreamToken == nil || name != CodeServerCookie) {
 			kept = append(kept, c)
 		}
 	}
@@ -529,12 +613,14 @@ func (p *Proxy) badGateway(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) unauthenticated(w http.ResponseWriter, r *http.Request, id string) {
 	if wantsHTML(r) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		next := r.URL.RequestURI()
-		if p.opts.Sites.SubdomainMode() {
-			next = p.opts.Sites.WorkspaceOrigin(id) + next
-		}
 		w.Header().Set("Cache-Control", "no-store")
-		http.Redirect(w, r, p.opts.Sites.LoginURL(next), http.StatusFound)
+		if p.opts.Sites.SubdomainMode() {
+			// The dashboard's host hands the session over, after a login
+			// if there is none.
+			http.Redirect(w, r, p.opts.Sites.PublicOrigin()+p.opts.Sites.PathPrefix(id)+r.URL.RequestURI(), http.StatusFound)
+			return
+		}
+		http.Redirect(w, r, p.opts.Sites.LoginURL(r.URL.RequestURI()), http.StatusFound)
 		return
 	}
 	render(w, r, page{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Title: "Log in",

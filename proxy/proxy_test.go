@@ -23,6 +23,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/codehub-io/codehub/activity"
+	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/api/apitest"
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/workspace"
@@ -576,19 +577,157 @@ func TestProxySubdomainOnly(t *testing.T) {
 	c := env.Login(alice)
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	u, _ := url.Parse(env.URL)
-	want := "http://" + w.ID + ".ws.test:" + u.Port() + "/echo/a%2Fb?x=1"
-	for _, accept := range []string{html, "application/json"} {
-		res := get(t, c, env.URL+"/w/"+w.ID+"/echo/a%2Fb?x=1", "Accept", accept)
-		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != want {
-			t.Fatalf("/w/{id}/ on the dashboard's host (Accept %s): %d %q %s", accept, res.StatusCode, res.Header.Get("Location"), res.Body)
-		}
+	// A form post goes to the workspace's host as it is.
+	req, _ := http.NewRequest(http.MethodPost, env.URL+"/w/"+w.ID+"/echo/a%2Fb?x=1", nil)
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if want := "http://" + w.ID + ".ws.test:" + u.Port() + "/echo/a%2Fb?x=1"; res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != want {
+		t.Fatalf("POST /w/{id}/ on the dashboard's host: %d %q, want 307 %q", res.StatusCode, res.Header.Get("Location"), want)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	wsURL := "ws" + strings.TrimPrefix(env.URL, "http") + "/w/" + w.ID + "/ws"
-	_, res, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: c, HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
-	if err == nil || res == nil || res.StatusCode == http.StatusSwitchingProtocols {
-		t.Fatalf("WebSocket under /w/{id}/ on the dashboard's host: %v %v", res, err)
+	_, wres, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: c, HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
+	if err == nil || wres == nil || wres.StatusCode == http.StatusSwitchingProtocols {
+		t.Fatalf("WebSocket under /w/{id}/ on the dashboard's host: %v %v", wres, err)
+	}
+}
+
+// TestProxySubdomainHandoff: in subdomain mode the dashboard's session
+// cookie stays on the dashboard's host. Opening /w/{id}/… there hands the
+// session over to the workspace's own host through a one-time ticket; the
+// session it gives is good on that host only, never reaches the workspace
+// program, and ends with the dashboard session.
+func TestProxySubdomainHandoff(t *testing.T) {
+	env := apitest.New(t, apitest.Config{SubdomainBase: "ws.test"})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	other := runningWorkspace(t, env, alice, "other", startUpstream(t))
+	c := env.Login(alice)
+	noFollow := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.CheckRedirect = noFollow
+	anon := &http.Client{CheckRedirect: noFollow}
+	u, _ := url.Parse(env.URL)
+	host := w.ID + ".ws.test:" + u.Port()
+	// onHost asks the server as the browser asks the workspace's host.
+	onHost := func(h, pathAndQuery string, cookies ...*http.Cookie) apitest.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, env.URL+pathAndQuery, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = h
+		req.Header.Set("Accept", html)
+		for _, ck := range cookies {
+			req.AddCookie(ck)
+		}
+		res, err := anon.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return apitest.Response{StatusCode: res.StatusCode, Header: res.Header, Body: body}
+	}
+	ticket := func() (*url.URL, string) {
+		t.Helper()
+		res := get(t, c, env.URL+"/w/"+w.ID+"/echo/a%2Fb?x=1", "Accept", html)
+		loc, err := url.Parse(res.Header.Get("Location"))
+		if res.StatusCode != http.StatusSeeOther || err != nil || loc.Host != host || loc.Path != proxy.HandoffPath {
+			t.Fatalf("/w/{id}/ on the dashboard's host: %d %q, want 303 to %s%s", res.StatusCode, res.Header.Get("Location"), host, proxy.HandoffPath)
+		}
+		if next := loc.Query().Get("next"); next != "/echo/a%2Fb?x=1" {
+			t.Fatalf("handoff next = %q", next)
+		}
+		return loc, loc.Query().Get("ticket")
+	}
+
+	// Without a session the dashboard's host asks for a login first and
+	// comes back to the same place.
+	res := get(t, anon, env.URL+"/w/"+w.ID+"/echo?x=1", "Accept", html)
+	if want := "/login?next=" + url.QueryEscape("/w/"+w.ID+"/echo?x=1"); res.StatusCode != http.StatusFound || !strings.HasSuffix(res.Header.Get("Location"), want) {
+		t.Fatalf("/w/{id}/ without a session: %d %q, want 302 to …%s", res.StatusCode, res.Header.Get("Location"), want)
+	}
+	// The workspace's host without a session sends the browser to the
+	// dashboard's host, which hands the session over.
+	res = onHost(host, "/echo?x=1")
+	if want := env.URL + "/w/" + w.ID + "/echo?x=1"; res.StatusCode != http.StatusFound || res.Header.Get("Location") != want {
+		t.Fatalf("workspace host without a session: %d %q, want 302 %q", res.StatusCode, res.Header.Get("Location"), want)
+	}
+
+	// A ticket presented on another workspace's host is used up for nothing.
+	_, stolen := ticket()
+	if res := onHost(other.ID+".ws.test:"+u.Port(), proxy.HandoffPath+"?ticket="+stolen); res.StatusCode != http.StatusUnauthorized || len(res.Header.Values("Set-Cookie")) != 0 {
+		t.Fatalf("ticket on another workspace's host: %d, cookies %q", res.StatusCode, res.Header.Values("Set-Cookie"))
+	}
+	if res := onHost(host, proxy.HandoffPath+"?ticket="+stolen); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("ticket used after a failed redemption: %d", res.StatusCode)
+	}
+
+	loc, tk := ticket()
+	res = onHost(host, loc.RequestURI())
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/echo/a%2Fb?x=1" {
+		t.Fatalf("redeem: %d %q %s", res.StatusCode, res.Header.Get("Location"), res.Body)
+	}
+	if res.Header.Get("Referrer-Policy") != "no-referrer" || res.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("redeem answer headers: %v", res.Header)
+	}
+	var hostCookie *http.Cookie
+	for _, ck := range (&http.Response{Header: res.Header}).Cookies() {
+		if ck.Name == proxy.HostSessionCookie {
+			hostCookie = ck
+		}
+	}
+	if hostCookie == nil || !hostCookie.HttpOnly || hostCookie.Domain != "" || hostCookie.Path != "/" || hostCookie.SameSite != http.SameSiteLaxMode {
+		t.Fatalf("host session cookie: %+v, want HttpOnly, host-only, path /, SameSite=Lax", hostCookie)
+	}
+	if res := onHost(host, proxy.HandoffPath+"?ticket="+tk); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("ticket used twice: %d", res.StatusCode)
+	}
+
+	// The host's session opens the workspace; the program never sees it.
+	res = onHost(host, "/echo/x", hostCookie, &http.Cookie{Name: "theirs", Value: "kept"})
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("workspace host with its session: %d %s", res.StatusCode, res.Body)
+	}
+	var e echo
+	res.Decode(t, &e)
+	if got := strings.Join(http.Header(e.Headers).Values("Cookie"), " | "); got != "theirs=kept" {
+		t.Fatalf("upstream saw cookies %q, want only the workspace's own", got)
+	}
+	// It is good on that host only: not on another workspace's host, not
+	// on the dashboard's API under either name.
+	if res := onHost(other.ID+".ws.test:"+u.Port(), "/echo", hostCookie); res.StatusCode != http.StatusFound {
+		t.Fatalf("host session on another workspace's host: %d", res.StatusCode)
+	}
+	for _, name := range []string{proxy.HostSessionCookie, api.SessionCookie} {
+		req, _ := http.NewRequest(http.MethodGet, env.URL+"/api/v1/workspaces", nil)
+		req.AddCookie(&http.Cookie{Name: name, Value: hostCookie.Value})
+		res, err := anon.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("host session as %s on the API: %d, want 401", name, res.StatusCode)
+		}
+	}
+
+	// Logging out of the dashboard ends it (within the session cache's
+	// few seconds on any replica).
+	if res := env.Do(c, "POST", "/api/v1/logout", nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("logout: %d", res.StatusCode)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if res := onHost(host, "/echo/x", hostCookie); res.StatusCode == http.StatusFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the host session outlived the dashboard session's logout")
+		}
 	}
 }
 

@@ -13,6 +13,11 @@ import (
 // proxy alone sets it, to the workspace's upstream token.
 const CodeServerCookie = "code-server-session"
 
+// HostSessionCookie carries the session of one workspace's own host in
+// subdomain mode (see HandoffPath). Like the dashboard's, it is never
+// forwarded.
+const HostSessionCookie = "codehub_host_session"
+
 // stripCredentials removes what authenticates the user to CodeHub from a
 // request bound for a workspace: the named cookies (other cookies belong to
 // the workspace and stay) and the Authorization header.

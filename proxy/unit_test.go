@@ -243,3 +243,24 @@ func TestAbortedProxyRequestsAreNotErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalPath: after a handoff the browser goes to a path on the
+// workspace's own host, never to another site.
+func TestLocalPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/":                    "/",
+		"/echo/a%2Fb?x=1":      "/echo/a%2Fb?x=1",
+		"/?folder=/home/coder": "/?folder=/home/coder",
+		"":                     "/",
+		"//evil.example/":      "/",
+		"/\\evil.example/":     "/",
+		"http://evil.example/": "/",
+		"javascript:alert(1)":  "/",
+		"evil.example/x":       "/",
+		"/%zz":                 "/",
+	} {
+		if got := localPath(in); got != want {
+			t.Errorf("localPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

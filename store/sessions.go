@@ -16,6 +16,9 @@ type Session struct {
 	Username  string
 	IsAdmin   bool
 	ExpiresAt time.Time
+	// WorkspaceID is set on a session of one workspace's host (subdomain
+	// mode), handed over from a dashboard session.
+	WorkspaceID string
 }
 
 // CreateSession stores a session under the hash of its token; the token
@@ -30,19 +33,63 @@ func CreateSession(ctx context.Context, q Querier, tokenHash []byte, userID stri
 	return expires, nil
 }
 
-// SessionByTokenHash returns the unexpired session with that token hash, or
+// SessionByTokenHash returns the unexpired session with that token hash
+// that is good for workspaceID's host (empty: the dashboard's), or
 // ErrNotFound.
-func SessionByTokenHash(ctx context.Context, q Querier, tokenHash []byte) (Session, error) {
-	var s Session
+func SessionByTokenHash(ctx context.Context, q Querier, tokenHash []byte, workspaceID string) (Session, error) {
+	s := Session{WorkspaceID: workspaceID}
 	err := q.QueryRow(ctx, `SELECT u.id, u.username, u.is_admin, s.expires_at
 		FROM sessions s JOIN users u ON u.id = s.user_id
-		WHERE s.token_hash = $1 AND s.expires_at > now()`, tokenHash).
+		WHERE s.token_hash = $1 AND s.expires_at > now()
+			AND s.workspace_id IS NOT DISTINCT FROM NULLIF($2, '')`, tokenHash, workspaceID).
 		Scan(&s.UserID, &s.Username, &s.IsAdmin, &s.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Session{}, ErrNotFound
 	}
 	if err != nil {
 		return Session{}, fmt.Errorf("select session: %w", err)
+	}
+	return s, nil
+}
+
+// CreateHandoff stores a ticket, valid for ttl, that hands the dashboard
+// session sessionHash over to workspaceID's host. It reports false, and
+// stores nothing, when that session is not a live dashboard session.
+func CreateHandoff(ctx context.Context, q Querier, ticketHash, sessionHash []byte, workspaceID string, ttl time.Duration) (bool, error) {
+	tag, err := q.Exec(ctx, `INSERT INTO session_handoffs (ticket_hash, session_hash, workspace_id, expires_at)
+		SELECT $1, token_hash, $3, now() + $4::interval FROM sessions
+		WHERE token_hash = $2 AND workspace_id IS NULL AND expires_at > now()`,
+		ticketHash, sessionHash, workspaceID, ttl)
+	if err != nil {
+		return false, fmt.Errorf("create session handoff: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// RedeemHandoff uses up a ticket for workspaceID's host and stores the
+// session it hands over under newTokenHash: same user, same expiry as the
+// dashboard session, ended with it. A ticket that is unknown, expired,
+// used, or for another workspace is ErrNotFound, and is gone afterwards
+// whichever it was.
+func RedeemHandoff(ctx context.Context, q Querier, ticketHash []byte, workspaceID string, newTokenHash []byte) (Session, error) {
+	s := Session{WorkspaceID: workspaceID}
+	err := q.QueryRow(ctx, `WITH ticket AS (
+			DELETE FROM session_handoffs WHERE ticket_hash = $1
+			RETURNING session_hash, workspace_id, expires_at),
+		added AS (
+			INSERT INTO sessions (token_hash, user_id, expires_at, workspace_id, parent_hash)
+			SELECT $3, p.user_id, p.expires_at, t.workspace_id, p.token_hash
+			FROM ticket t JOIN sessions p ON p.token_hash = t.session_hash
+			WHERE t.workspace_id = $2 AND t.expires_at > now()
+				AND p.workspace_id IS NULL AND p.expires_at > now()
+			RETURNING user_id, expires_at)
+		SELECT u.id, u.username, u.is_admin, a.expires_at FROM added a JOIN users u ON u.id = a.user_id`,
+		ticketHash, workspaceID, newTokenHash).Scan(&s.UserID, &s.Username, &s.IsAdmin, &s.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Session{}, ErrNotFound
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("redeem session handoff: %w", err)
 	}
 	return s, nil
 }
@@ -55,8 +102,12 @@ func DeleteSession(ctx context.Context, q Querier, tokenHash []byte) error {
 	return nil
 }
 
-// DeleteExpiredSessions removes sessions past their expiry and returns how many.
+// DeleteExpiredSessions removes sessions and handoff tickets past their
+// expiry and returns how many sessions went.
 func DeleteExpiredSessions(ctx context.Context, q Querier) (int64, error) {
+	if _, err := q.Exec(ctx, `DELETE FROM session_handoffs WHERE expires_at <= now()`); err != nil {
+		return 0, fmt.Errorf("delete expired session handoffs: %w", err)
+	}
 	tag, err := q.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= now()`)
 	if err != nil {
 		return 0, fmt.Errorf("delete expired sessions: %w", err)
