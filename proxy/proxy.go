@@ -276,8 +276,7 @@ func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
 	// The ticket is in this URL: no page that follows may be told it.
 	h.Set("Referrer-Policy", "no-referrer")
 	if r.Method != http.MethodGet {
-		render(w, r, page{Status: http.StatusMethodNotAllowed, Code: CodeNotFound, Title: "Not found",
-			Message: "There is nothing to see here.", Dashboard: p.opts.Sites.DashboardURL()})
+		p.notFound(w, r)
 		return
 	}
 	q := r.URL.Query()
