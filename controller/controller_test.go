@@ -581,15 +581,29 @@ func TestLatePassSeesFinishedStart(t *testing.T) {
 	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
 }
 
-// homeHistories are the two ways a home comes to be on a volume: made
-// there, or restored from the workspace's archive. Either way the volume
-// is then the only copy of the home as it is.
-var homeHistories = []struct {
-	name  string
-	setup func(h *harness, c *WorkspaceController, id string)
-}{
-	{"never archived", func(*harness, *WorkspaceController, string) {}},
-	{"restored", func(h *harness, c *WorkspaceController, id string) { h.archiveThenRestore(c, id) }},
+// eachHome runs test on a running workspace whose volume holds its home,
+// in the two ways a home comes to be there: made there, or restored from
+// the workspace's archive. Either way the volume is then the only copy of
+// the home as it is.
+func eachHome(t *testing.T, test func(t *testing.T, h *harness, c *WorkspaceController, id string)) {
+	for _, restored := range []bool{false, true} {
+		name := "never archived"
+		if restored {
+			name = "restored"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			c := h.controller()
+			w := h.create("dev")
+			h.converge(c)
+			h.backend.writeHome(w.ID, "v1")
+			if restored {
+				h.archiveThenRestore(c, w.ID)
+			}
+			h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+			test(t, h, c, w.ID)
+		})
+	}
 }
 
 // TestNodeDownKeepsHome: a workspace's home has changed since its archive
@@ -599,33 +613,23 @@ var homeHistories = []struct {
 // older archive, and the workspace no ERROR: waiting is not a failure.
 // Before, a never-archived home claimed PROVISIONING and timed out.
 func TestNodeDownKeepsHome(t *testing.T) {
-	for _, hist := range homeHistories {
-		t.Run(hist.name, func(t *testing.T) {
-			h := newHarness(t)
-			c := h.controller()
-			w := h.create("dev")
-			h.converge(c)
-			h.backend.writeHome(w.ID, "v1")
-			hist.setup(h, c, w.ID)
-			h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
-			h.backend.writeHome(w.ID, "v2")
-
-			h.backend.nodeDown(w.ID, true)
-			for range 5 {
-				h.tick(c, 1)
-				h.advance(time.Minute)
-			}
-			if got := h.row(w.ID); got.Operation != workspace.OpNone || got.ErrorReason != nil {
-				t.Fatalf("while the node is away: op %s error %s (%s)", got.Operation, deref(got.ErrorReason), deref(got.ErrorMessage))
-			}
-			h.backend.nodeDown(w.ID, false)
-			h.converge(c)
-			if home, _ := h.backend.home(w.ID); home != "v2" {
-				t.Fatalf("home after the node came back = %q, want the user's %q", home, "v2")
-			}
-			h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
-		})
-	}
+	eachHome(t, func(t *testing.T, h *harness, c *WorkspaceController, id string) {
+		h.backend.writeHome(id, "v2")
+		h.backend.nodeDown(id, true)
+		for range 5 {
+			h.tick(c, 1)
+			h.advance(time.Minute)
+		}
+		if got := h.row(id); got.Operation != workspace.OpNone || got.ErrorReason != nil {
+			t.Fatalf("while the node is away: op %s error %s (%s)", got.Operation, deref(got.ErrorReason), deref(got.ErrorMessage))
+		}
+		h.backend.nodeDown(id, false)
+		h.converge(c)
+		if home, _ := h.backend.home(id); home != "v2" {
+			t.Fatalf("home after the node came back = %q, want the user's %q", home, "v2")
+		}
+		h.expect(id, workspace.PhaseRunning, "volume", "container")
+	})
 }
 
 // TestNodeLostIsDataLoss: the node never comes back and its volume is
@@ -633,30 +637,23 @@ func TestNodeDownKeepsHome(t *testing.T) {
 // judge, not a silent restore of the older archive or a new empty volume.
 // Before, a never-archived home got the new empty volume.
 func TestNodeLostIsDataLoss(t *testing.T) {
-	for _, hist := range homeHistories {
-		t.Run(hist.name, func(t *testing.T) {
-			h := newHarness(t)
-			c := h.controller()
-			w := h.create("dev")
-			h.converge(c)
-			hist.setup(h, c, w.ID)
-			restores, volumes := h.backend.count("SubmitRestore"), h.backend.count("ProvisionVolume")
-			h.backend.nodeDown(w.ID, true)
-			h.tick(c, 2)
-			h.backend.loseNode(w.ID)
-			h.tick(c, 2)
-			got := h.row(w.ID)
-			if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonDataLost {
-				t.Fatalf("phase %s op %s reason %s", got.Phase, got.Operation, deref(got.ErrorReason))
-			}
-			if n := h.backend.count("SubmitRestore") - restores; n != 0 {
-				t.Errorf("%d restores submitted after the node was lost", n)
-			}
-			if n := h.backend.count("ProvisionVolume") - volumes; n != 0 {
-				t.Errorf("%d volumes provisioned after the node was lost", n)
-			}
-		})
-	}
+	eachHome(t, func(t *testing.T, h *harness, c *WorkspaceController, id string) {
+		restores, volumes := h.backend.count("SubmitRestore"), h.backend.count("ProvisionVolume")
+		h.backend.nodeDown(id, true)
+		h.tick(c, 2)
+		h.backend.loseNode(id)
+		h.tick(c, 2)
+		got := h.row(id)
+		if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonDataLost {
+			t.Fatalf("phase %s op %s reason %s", got.Phase, got.Operation, deref(got.ErrorReason))
+		}
+		if n := h.backend.count("SubmitRestore") - restores; n != 0 {
+			t.Errorf("%d restores submitted after the node was lost", n)
+		}
+		if n := h.backend.count("ProvisionVolume") - volumes; n != 0 {
+			t.Errorf("%d volumes provisioned after the node was lost", n)
+		}
+	})
 }
 
 // TestCommittedArchiveOutlastsDeadline: the archive is uploaded, verified
