@@ -54,8 +54,8 @@ const (
 	// volume, and the volume is still there, unchanged since.
 	HomeInBoth Home = "both"
 	// HomeUnknown: the volume that holds the home, or may, exists but is
-	// not ready (its node is away). Nobody can read it, and nothing else
-	// holds what it holds.
+	// not ready (its node is away). Nobody can read it, and no archive
+	// holds the home as it is.
 	HomeUnknown Home = "unknown"
 	// HomeLost: the volume that held the home, or may have, is gone.
 	HomeLost Home = "lost"
