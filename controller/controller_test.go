@@ -74,22 +74,13 @@ func addUser(t testing.TB, pool *pgxpool.Pool, name string) string {
 }
 
 // checkVolumeDeletions fails the test if a live workspace's volume is
-// deleted before an archive holding exactly its contents is committed.
+// deleted while the home is not where a deletion may happen: LocateHome
+// must place it in a committed archive, and that archive must hold
+// exactly the volume's contents.
 func (h *harness) checkVolumeDeletions() {
 	h.backend.beforeDeleteVolume = func(wsID string) {
-		var deleted bool
-		var key *string
-		err := h.pool.QueryRow(context.Background(),
-			`SELECT deleted_at IS NOT NULL, archive_key FROM workspaces WHERE id = $1`, wsID).Scan(&deleted, &key)
-		if err != nil {
-			h.t.Errorf("read workspace before volume deletion: %v", err)
-			return
-		}
-		if deleted {
-			return
-		}
-		if key == nil {
-			h.t.Errorf("volume of %s deleted without a committed archive", wsID)
+		row, ok := h.archivedBefore("volume deletion", wsID)
+		if !ok {
 			return
 		}
 		home := h.backend.volumes[wsID].data
@@ -97,11 +88,39 @@ func (h *harness) checkVolumeDeletions() {
 			// Nothing to lose: a volume a restore never filled.
 			return
 		}
-		archived, ok := h.backend.store.data(*key)
+		archived, ok := h.backend.store.data(*row.ArchiveKey)
 		if !ok || archived != home {
-			h.t.Errorf("volume of %s (%q) deleted; committed archive %s holds %q (exists %v)", wsID, home, *key, archived, ok)
+			h.t.Errorf("volume of %s (%q) deleted; committed archive %s holds %q (exists %v)", wsID, home, *row.ArchiveKey, archived, ok)
 		}
 	}
+}
+
+// archivedBefore reads the row of a live workspace whose volume is about
+// to be deleted or overwritten, and fails the test unless LocateHome,
+// given that row and the volume as the backend holds it, says a committed
+// archive holds the home. The backend's lock is held. ok is false when
+// there is nothing more to check.
+func (h *harness) archivedBefore(what, wsID string) (row workspace.Workspace, ok bool) {
+	rows, err := h.pool.Query(context.Background(), `SELECT `+store.WorkspaceColumns+` FROM workspaces WHERE id = $1`, wsID)
+	if err != nil {
+		h.t.Errorf("read workspace before %s: %v", what, err)
+		return row, false
+	}
+	ws, err := collect(rows)
+	if err != nil || len(ws) != 1 {
+		h.t.Errorf("read workspace before %s: %v", what, err)
+		return row, false
+	}
+	row = ws[0]
+	if row.DeletedAt != nil {
+		return row, false
+	}
+	if home := workspace.LocateHome(row, h.backend.volumeState(wsID)); !home.Archived() {
+		h.t.Errorf("%s for %s with the home %s (archive key %q, restore marker %q, op %s)",
+			what, wsID, home, deref(row.ArchiveKey), deref(row.RestoreMarker), row.Operation)
+		return row, false
+	}
+	return row, true
 }
 
 func (h *harness) now() time.Time {
@@ -569,55 +588,79 @@ func TestLatePassSeesFinishedStart(t *testing.T) {
 	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
 }
 
-// TestNodeDownKeepsRestoredHome: a workspace restored from its archive
-// has since changed its home. Its node goes down for a while (the volume
-// exists but is unavailable, the container is lost). When the node is
-// back, the home must be the one the user left, not the older archive.
-func TestNodeDownKeepsRestoredHome(t *testing.T) {
-	h := newHarness(t)
-	c := h.controller()
-	w := h.create("dev")
-	h.converge(c)
-	h.backend.writeHome(w.ID, "v1")
-	h.archiveThenRestore(c, w.ID)
-	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
-	h.backend.writeHome(w.ID, "v2")
-
-	h.backend.nodeDown(w.ID, true)
-	for range 5 {
-		h.tick(c, 1)
-		h.advance(time.Minute)
+// eachHome runs test on a running workspace whose volume holds its home,
+// in the two ways a home comes to be there: made there, or restored from
+// the workspace's archive. Either way the volume is then the only copy of
+// the home as it is.
+func eachHome(t *testing.T, test func(t *testing.T, h *harness, c *WorkspaceController, id string)) {
+	for _, restored := range []bool{false, true} {
+		name := "never archived"
+		if restored {
+			name = "restored"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			c := h.controller()
+			w := h.create("dev")
+			h.converge(c)
+			h.backend.writeHome(w.ID, "v1")
+			if restored {
+				h.archiveThenRestore(c, w.ID)
+			}
+			h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
+			test(t, h, c, w.ID)
+		})
 	}
-	h.backend.nodeDown(w.ID, false)
-	h.converge(c)
-	if home, _ := h.backend.home(w.ID); home != "v2" {
-		t.Fatalf("home after the node came back = %q, want the user's %q", home, "v2")
-	}
-	h.expect(w.ID, workspace.PhaseRunning, "volume", "container")
 }
 
-// TestNodeLostWithRestoredHomeIsDataLoss: the node never comes back and
-// its volume is removed. The newer home is gone: that is DataLost for an
-// operator to judge, not a silent restore of the older archive.
-func TestNodeLostWithRestoredHomeIsDataLoss(t *testing.T) {
-	h := newHarness(t)
-	c := h.controller()
-	w := h.create("dev")
-	h.converge(c)
-	h.archiveThenRestore(c, w.ID)
-	h.backend.nodeDown(w.ID, true)
-	h.tick(c, 2)
-	h.backend.mu.Lock()
-	delete(h.backend.volumes, w.ID)
-	h.backend.mu.Unlock()
-	h.tick(c, 2)
-	got := h.row(w.ID)
-	if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonDataLost {
-		t.Fatalf("phase %s op %s reason %s", got.Phase, got.Operation, deref(got.ErrorReason))
-	}
-	if n := h.backend.count("SubmitRestore"); n != 1 {
-		t.Fatalf("%d restores submitted, want only the wake's", n)
-	}
+// TestNodeDownKeepsHome: a workspace's home has changed since its archive
+// was made (if any). Its node goes down for longer than any operation's
+// timeout (the volume exists but is unavailable, the container is lost).
+// When the node is back, the home must be the one the user left, not the
+// older archive, and the workspace no ERROR: waiting is not a failure.
+// Before, a never-archived home claimed PROVISIONING and timed out.
+func TestNodeDownKeepsHome(t *testing.T) {
+	eachHome(t, func(t *testing.T, h *harness, c *WorkspaceController, id string) {
+		h.backend.writeHome(id, "v2")
+		h.backend.nodeDown(id, true)
+		for range 5 {
+			h.tick(c, 1)
+			h.advance(time.Minute)
+		}
+		if got := h.row(id); got.Operation != workspace.OpNone || got.ErrorReason != nil {
+			t.Fatalf("while the node is away: op %s error %s (%s)", got.Operation, deref(got.ErrorReason), deref(got.ErrorMessage))
+		}
+		h.backend.nodeDown(id, false)
+		h.converge(c)
+		if home, _ := h.backend.home(id); home != "v2" {
+			t.Fatalf("home after the node came back = %q, want the user's %q", home, "v2")
+		}
+		h.expect(id, workspace.PhaseRunning, "volume", "container")
+	})
+}
+
+// TestNodeLostIsDataLoss: the node never comes back and its volume is
+// removed. The newer home is gone: that is DataLost for an operator to
+// judge, not a silent restore of the older archive or a new empty volume.
+// Before, a never-archived home got the new empty volume.
+func TestNodeLostIsDataLoss(t *testing.T) {
+	eachHome(t, func(t *testing.T, h *harness, c *WorkspaceController, id string) {
+		restores, volumes := h.backend.count("SubmitRestore"), h.backend.count("ProvisionVolume")
+		h.backend.nodeDown(id, true)
+		h.tick(c, 2)
+		h.backend.loseNode(id)
+		h.tick(c, 2)
+		got := h.row(id)
+		if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonDataLost {
+			t.Fatalf("phase %s op %s reason %s", got.Phase, got.Operation, deref(got.ErrorReason))
+		}
+		if n := h.backend.count("SubmitRestore") - restores; n != 0 {
+			t.Errorf("%d restores submitted after the node was lost", n)
+		}
+		if n := h.backend.count("ProvisionVolume") - volumes; n != 0 {
+			t.Errorf("%d volumes provisioned after the node was lost", n)
+		}
+	})
 }
 
 // TestCommittedArchiveOutlastsDeadline: the archive is uploaded, verified

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/workspace"
 )
 
 // fakeBackend models volumes, workspace containers and archive/restore
@@ -377,6 +378,27 @@ func (b *fakeBackend) nodeDown(wsID string, down bool) {
 	if down {
 		delete(b.conts, wsID)
 	}
+}
+
+// volumeState is the state of a workspace's volume as an observation
+// would report it now. The caller holds b.mu.
+func (b *fakeBackend) volumeState(wsID string) workspace.VolumeState {
+	switch v := b.volumes[wsID]; {
+	case v == nil:
+		return workspace.VolumeAbsent
+	case v.ready && !v.unavailable:
+		return workspace.VolumeReady
+	}
+	return workspace.VolumeUnready
+}
+
+// loseNode removes a workspace's volume and container for good: the node
+// they were on is gone.
+func (b *fakeBackend) loseNode(wsID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.volumes, wsID)
+	delete(b.conts, wsID)
 }
 
 // writeHome puts data on a workspace's volume (the user's files).

@@ -67,7 +67,7 @@ type ArchiveCheck struct {
 // needsArchiveCheck names the archive object the plan for w needs to see,
 // or returns "".
 func needsArchiveCheck(w workspace.Workspace, obs Observed) string {
-	if w.OpID == nil || committed(w) {
+	if w.OpID == nil || workspace.ArchiveCommitted(w) {
 		return ""
 	}
 	key := archive.Key(w.ID, *w.OpID)
@@ -104,7 +104,7 @@ func plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time
 	if w.Phase == workspace.PhaseDeleted {
 		return Action{Next: w}
 	}
-	p := planner{w: w, obs: obs, check: check, now: now, cfg: cfg}
+	p := planner{w: w, obs: obs, check: check, now: now, cfg: cfg, home: locateHome(w, obs)}
 	p.next = w
 	p.next.Conditions = observeConditions(w, obs, now)
 	if reason, msg := p.broken(); reason != "" {
@@ -123,8 +123,24 @@ type planner struct {
 	check ArchiveCheck
 	now   time.Time
 	cfg   Config
-	// finishArchive: the claimed ARCHIVING completes a committed archive.
-	finishArchive bool
+	// home is where the stored row and this observation put the home.
+	// Every rule that may delete, overwrite or replace a home reads it.
+	home workspace.Home
+}
+
+// locateHome says where the observation puts the home of the stored row w.
+func locateHome(w workspace.Workspace, obs Observed) workspace.Home {
+	return workspace.LocateHome(w, observedVolume(obs))
+}
+
+func observedVolume(obs Observed) workspace.VolumeState {
+	switch {
+	case obs.VolumeReady:
+		return workspace.VolumeReady
+	case obs.VolumeExists:
+		return workspace.VolumeUnready
+	}
+	return workspace.VolumeAbsent
 }
 
 // broken finds what must stop the workspace at once: a container without
@@ -139,23 +155,10 @@ func (p *planner) broken() (reason, message string) {
 		}
 		return r, "a container is running without the workspace volume"
 	}
-	if !p.obs.VolumeExists && !workspace.ErrorFinal(p.w) && (workspace.VolumeHoldsHome(p.w) || heldHome(p.w)) {
+	if p.home == workspace.HomeLost && !workspace.ErrorFinal(p.w) {
 		return workspace.ReasonDataLost, "the home volume disappeared"
 	}
 	return "", ""
-}
-
-// heldHome reports a stored observation of a restored home whose volume
-// was present but not ready (its node down): still the home, though
-// VolumeHoldsHome no longer says so.
-func heldHome(w workspace.Workspace) bool {
-	c := w.Conditions[workspace.CondVolumeReady]
-	return c.Status == workspace.ConditionFalse && c.Reason == workspace.ReasonVolumeCreating && restored(w)
-}
-
-// restored reports whether a restore from w's current archive completed.
-func restored(w workspace.Workspace) bool {
-	return w.ArchiveKey != nil && w.RestoreMarker != nil && *w.RestoreMarker == *w.ArchiveKey
 }
 
 // settle derives phase and the derived conditions of next and returns the
@@ -195,8 +198,8 @@ func (p *planner) claim(op workspace.Operation, steps ...Step) Action {
 	case workspace.OpArchiving, workspace.OpCreateEmptyArchive:
 		// A retry reuses the op id of an archive not yet committed, so
 		// the data mover finds and skips a finished upload; finishing a
-		// committed archive keeps its op id too.
-		if p.w.OpID == nil || (committed(p.w) && !p.finishArchive) {
+		// committed archive (the home in both) keeps its op id too.
+		if p.w.OpID == nil || (workspace.ArchiveCommitted(p.w) && p.home != workspace.HomeInBoth) {
 			id := p.cfg.NewOpID()
 			n.OpID = &id
 		}
@@ -256,10 +259,11 @@ func (p *planner) idle() Action {
 	if w.DeletedAt != nil {
 		return p.claim(workspace.OpDeleting, p.deletingSteps()...)
 	}
-	if p.restoredHomeUnavailable() {
-		// The phase reads ARCHIVED, but the volume holds a home newer than
-		// the archive: a restore would overwrite it, and the cleanup of a
-		// failed restore would delete it. Wait for the volume.
+	if p.home == workspace.HomeUnknown {
+		// The volume holds, or may hold, a home no archive has: a
+		// restore would overwrite it, the cleanup of a failed restore
+		// would delete it, and PROVISIONING or an empty archive would
+		// put another home in its place. Wait for the volume.
 		return p.settle(p.purgeStale()...)
 	}
 	phase := workspace.DerivePhase(p.next)
@@ -272,12 +276,11 @@ func (p *planner) idle() Action {
 		return p.stepUp(phase)
 	case workspace.Level(phase) > workspace.Level(target):
 		return p.stepDown(phase)
-	case phase == workspace.PhaseArchived && p.obs.VolumeExists && !p.obs.ContainerLive && committed(w):
+	case p.home == workspace.HomeInBoth && !p.obs.ContainerLive:
 		// An archive was committed but its volume outlived the operation
 		// (it timed out deleting it): finish that archiving.
-		p.finishArchive = true
 		return p.claim(workspace.OpArchiving, StepDeleteVolume)
-	case phase == workspace.PhaseArchived && p.obs.VolumeExists && !p.obs.ContainerLive && !restoreRunning(p.obs):
+	case p.home == workspace.HomeInArchive && p.obs.VolumeExists && !p.obs.ContainerLive && !restoreRunning(p.obs):
 		// A volume left by a restore that failed or was given up: it never
 		// held the home (the archive is the only copy), and nobody will
 		// finish it now that the workspace is to stay archived.
@@ -286,22 +289,10 @@ func (p *planner) idle() Action {
 	return p.settle(p.purgeStale()...)
 }
 
-// restoredHomeUnavailable reports a volume that exists but is not ready
-// (Nomad says so of every volume on a node that is down) after a restore
-// from the current archive completed on it: it still holds the home.
-func (p *planner) restoredHomeUnavailable() bool {
-	return p.obs.VolumeExists && !p.obs.VolumeReady && restored(p.w)
-}
-
 func (p *planner) stepUp(phase workspace.Phase) Action {
 	switch phase {
 	case workspace.PhasePending:
 		if p.w.DesiredState == workspace.DesiredArchived {
-			if p.obs.VolumeExists {
-				// A volume that is not ready may hold a home (its node is
-				// down): an empty archive must not take its place.
-				return p.settle(p.purgeStale()...)
-			}
 			return p.claim(workspace.OpCreateEmptyArchive, StepCreateEmptyArchive)
 		}
 		return p.claim(workspace.OpProvisioning, p.provisionSteps()...)
@@ -348,7 +339,8 @@ func (p *planner) inFlight() Action {
 	if a.Next.Operation == workspace.OpNone || limit <= 0 || w.OpStartedAt == nil || p.now.Sub(*w.OpStartedAt) <= limit {
 		return a
 	}
-	if w.Operation == workspace.OpArchiving && committed(p.next) {
+	// Judged on the row this pass writes: an archive it commits counts.
+	if w.Operation == workspace.OpArchiving && locateHome(a.Next, p.obs).Archived() {
 		return p.complete(a.Steps...)
 	}
 	return p.fail(workspace.ReasonTimeout, string(w.Operation)+" did not finish in time", true)
@@ -382,8 +374,10 @@ func (p *planner) operation() Action {
 	return p.settle()
 }
 
+// provisionSteps makes the volume of a new home; a new volume never takes
+// the place of a home that may be lost.
 func (p *planner) provisionSteps() []Step {
-	if p.obs.VolumeExists {
+	if p.obs.VolumeExists || p.home != workspace.HomeNowhere {
 		return nil
 	}
 	return []Step{StepProvisionVolume}
@@ -422,8 +416,9 @@ func (p *planner) restoreSteps() []Step {
 }
 
 func (p *planner) restoring() Action {
-	if p.w.ArchiveKey == nil {
-		// Nothing to restore from: the idle plan provisions instead.
+	if !p.home.Archived() {
+		// Nothing to restore from (the idle plan provisions instead), or
+		// the volume holds the home already: never restore over it.
 		return p.complete()
 	}
 	job := currentRestoreJob(p.w, p.obs)
@@ -449,11 +444,6 @@ func restoreRunning(obs Observed) bool {
 	return obs.Restore != nil && !terminalJob(obs.Restore)
 }
 
-// committed reports whether the archive of w's op id is its archive_key.
-func committed(w workspace.Workspace) bool {
-	return w.OpID != nil && w.ArchiveKey != nil && *w.ArchiveKey == archive.Key(w.ID, *w.OpID)
-}
-
 // currentArchiveJob is the archive job of the running attempt, if observed.
 func currentArchiveJob(w workspace.Workspace, obs Observed) *JobResult {
 	j := obs.Archive
@@ -465,12 +455,12 @@ func currentArchiveJob(w workspace.Workspace, obs Observed) *JobResult {
 
 // archiving: job -> verified -> archive_key committed -> volume deleted.
 func (p *planner) archiving() Action {
-	if committed(p.w) {
+	if p.home.Archived() {
 		var steps []Step
 		if j := p.obs.Archive; j != nil && terminalJob(j) {
 			steps = append(steps, StepPurgeArchiveJob)
 		}
-		if !p.obs.VolumeExists {
+		if p.home == workspace.HomeInArchive {
 			return p.complete(steps...)
 		}
 		if !p.obs.ContainerLive {

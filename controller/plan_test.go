@@ -107,8 +107,9 @@ func TestPlanIdle(t *testing.T) {
 }
 
 // TestPlanEveryCombination walks phase x desired x operation x archive_key x
-// deleted with observations matching the phase and checks the rules every
-// plan must keep.
+// restore marker x deleted, each with the observation matching the phase,
+// the same with the volume's node away, and with the volume gone, and
+// checks the rules every plan must keep.
 func TestPlanEveryCombination(t *testing.T) {
 	phases := []workspace.Phase{workspace.PhasePending, workspace.PhaseArchived, workspace.PhaseStandby,
 		workspace.PhaseRunning, workspace.PhaseError, workspace.PhaseDeleting, workspace.PhaseDeleted}
@@ -121,33 +122,52 @@ func TestPlanEveryCombination(t *testing.T) {
 		for _, desired := range desireds {
 			for _, op := range ops {
 				for _, hasArchive := range []bool{false, true} {
-					for _, deleted := range []bool{false, true} {
-						obs := observed(phase)
-						w := stored(phase, desired, obs)
-						w.Phase = phase
-						w.Operation = op
-						if op != workspace.OpNone {
-							w.OpStartedAt = ptr(t0.Add(-time.Second))
-							w.OpID = ptr(opOld)
+					for _, restored := range []bool{false, true} {
+						for _, deleted := range []bool{false, true} {
+							for volume, obs := range volumeFates(observed(phase)) {
+								w := stored(phase, desired, observed(phase))
+								w.Phase = phase
+								w.Operation = op
+								if op != workspace.OpNone {
+									w.OpStartedAt = ptr(t0.Add(-time.Second))
+									w.OpID = ptr(opOld)
+								}
+								w.ArchiveKey = nil
+								if hasArchive {
+									w.ArchiveKey = ptr(keyOld)
+								}
+								if restored {
+									w.RestoreMarker = ptr(keyOld)
+								}
+								if deleted {
+									w.DeletedAt = ptr(t0.Add(-time.Minute))
+								}
+								name := fmt.Sprintf("%s/%s/%s/archive=%v/restored=%v/deleted=%v/volume %s",
+									phase, desired, op, hasArchive, restored, deleted, volume)
+								checkPlanRules(t, name, w, obs, Plan(w, obs, ArchiveCheck{}, t0, testCfg))
+								n++
+							}
 						}
-						w.ArchiveKey = nil
-						if hasArchive {
-							w.ArchiveKey = ptr(keyOld)
-						}
-						if deleted {
-							w.DeletedAt = ptr(t0.Add(-time.Minute))
-						}
-						name := fmt.Sprintf("%s/%s/%s/archive=%v/deleted=%v", phase, desired, op, hasArchive, deleted)
-						checkPlanRules(t, name, w, obs, Plan(w, obs, ArchiveCheck{}, t0, testCfg))
-						n++
 					}
 				}
 			}
 		}
 	}
-	if n != 7*4*8*2*2 {
+	if n != 7*4*8*2*2*2*3 {
 		t.Fatalf("walked %d combinations", n)
 	}
+}
+
+// volumeFates returns obs as it is, with the volume's node away (the
+// volume present but not ready, the container lost), and with the volume
+// gone.
+func volumeFates(obs Observed) map[string]Observed {
+	away, gone := obs, obs
+	if obs.VolumeExists {
+		away = Observed{VolumeExists: true}
+	}
+	gone.VolumeExists, gone.VolumeReady = false, false
+	return map[string]Observed{"as observed": obs, "away": away, "gone": gone}
 }
 
 func checkPlanRules(t *testing.T, name string, w workspace.Workspace, obs Observed, a Action) {
@@ -180,13 +200,23 @@ func checkPlanRules(t *testing.T, name string, w workspace.Workspace, obs Observ
 	if w.DeletedAt != nil && w.Operation == workspace.OpNone && next.Operation != workspace.OpDeleting {
 		t.Errorf("%s: deleted workspace claimed %s", name, next.Operation)
 	}
+	// Where the home is, as the pass found it and as the row it writes
+	// says: a volume is deleted or restored over only while a committed
+	// archive holds the home (or the workspace is being deleted), and an
+	// empty archive is made only where there is no home at all.
+	home, homeAfter := locateHome(w, obs), locateHome(next, obs)
 	for _, s := range a.Steps {
-		// Ordering: a volume is deleted only after its archive is
-		// committed, when the workspace is being deleted, or when the
-		// volume never held the home the archive keeps.
-		if s == StepDeleteVolume && next.Operation != workspace.OpDeleting && !committed(next) &&
-			(next.ArchiveKey == nil || workspace.VolumeHoldsHome(next)) {
-			t.Errorf("%s: volume deletion planned without a committed archive", name)
+		if s == StepDeleteVolume && next.Operation != workspace.OpDeleting && (!home.Archived() || !homeAfter.Archived()) {
+			t.Errorf("%s: volume deletion planned with the home %s, then %s", name, home, homeAfter)
+		}
+		if s == StepSubmitRestore && (!home.Archived() || !homeAfter.Archived()) {
+			t.Errorf("%s: restore planned with the home %s, then %s", name, home, homeAfter)
+		}
+		if s == StepCreateEmptyArchive && home != workspace.HomeNowhere {
+			t.Errorf("%s: empty archive planned with the home %s", name, home)
+		}
+		if s == StepProvisionVolume && w.DeletedAt == nil && home != workspace.HomeNowhere && !home.Archived() {
+			t.Errorf("%s: a new volume planned with the home %s", name, home)
 		}
 		if s == StepDeleteVolume && obs.ContainerLive {
 			t.Errorf("%s: volume deletion planned with a live container", name)
@@ -197,6 +227,16 @@ func checkPlanRules(t *testing.T, name string, w workspace.Workspace, obs Observ
 		if s == StepSubmitArchive && (next.OpID == nil || next.Operation != workspace.OpArchiving) {
 			t.Errorf("%s: archive submitted without a committed op id", name)
 		}
+	}
+	live := w.DeletedAt == nil && w.Operation != workspace.OpDeleting
+	// A home nobody can read waits for its volume: no operation starts.
+	if home == workspace.HomeUnknown && live && w.Operation == workspace.OpNone && next.Operation != workspace.OpNone {
+		t.Errorf("%s: claimed %s with the home %s", name, next.Operation, home)
+	}
+	// A home that vanished is recorded as lost, at once and for good.
+	if home == workspace.HomeLost && live && !workspace.ErrorFinal(w) && (next.Phase != workspace.PhaseError ||
+		(deref(next.ErrorReason) != workspace.ReasonDataLost && deref(next.ErrorReason) != workspace.ReasonContainerWithoutVolume)) {
+		t.Errorf("%s: the home %s, yet phase %s reason %s", name, home, next.Phase, deref(next.ErrorReason))
 	}
 	// Planning twice on the planned row is stable (judging is a function).
 	if b := Plan(w, obs, ArchiveCheck{}, t0, testCfg); b.Write != a.Write || !slices.Equal(b.Steps, a.Steps) {
@@ -449,6 +489,10 @@ func TestPlanRules(t *testing.T) {
 			"restored, desired RUNNING":        withDesired(restored, workspace.DesiredRunning),
 			"restored, desired ARCHIVED":       withDesired(restored, workspace.DesiredArchived),
 			"never archived, desired ARCHIVED": fresh,
+			// Before, these claimed PROVISIONING, which timed out into
+			// ERROR while the node was away.
+			"never archived, desired RUNNING": withDesired(fresh, workspace.DesiredRunning),
+			"never archived, desired STANDBY": withDesired(fresh, workspace.DesiredStandby),
 		} {
 			for pass := range 2 {
 				a := Plan(w, unavailable, ArchiveCheck{}, t0.Add(time.Duration(pass)*time.Minute), testCfg)
@@ -459,16 +503,21 @@ func TestPlanRules(t *testing.T) {
 			}
 		}
 	})
-	t.Run("unavailable restored home that vanishes is data loss", func(t *testing.T) {
-		w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
-		w.ArchiveKey, w.RestoreMarker = ptr(keyOld), ptr(keyOld)
-		derive(w.Conditions, &w, t0.Add(-time.Hour))
-		// The node goes down: the pass records the volume as not ready.
-		a := Plan(w, Observed{VolumeExists: true}, ArchiveCheck{}, t0, testCfg)
-		// It never comes back; its volume is gone.
-		b := Plan(a.Next, Observed{}, ArchiveCheck{}, t0.Add(time.Hour), testCfg)
-		if b.Next.Phase != workspace.PhaseError || deref(b.Next.ErrorReason) != workspace.ReasonDataLost {
-			t.Fatalf("phase %s op %s reason %s", b.Next.Phase, b.Next.Operation, deref(b.Next.ErrorReason))
+	t.Run("unavailable home that vanishes is data loss", func(t *testing.T) {
+		restored := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+		restored.ArchiveKey, restored.RestoreMarker = ptr(keyOld), ptr(keyOld)
+		derive(restored.Conditions, &restored, t0.Add(-time.Hour))
+		// Before, a never-archived home lost this way was provisioned
+		// again, empty, without a word.
+		fresh := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+		for name, w := range map[string]workspace.Workspace{"restored": restored, "never archived": fresh} {
+			// The node goes down: the pass records the volume as not ready.
+			a := Plan(w, Observed{VolumeExists: true}, ArchiveCheck{}, t0, testCfg)
+			// It never comes back; its volume is gone.
+			b := Plan(a.Next, Observed{}, ArchiveCheck{}, t0.Add(time.Hour), testCfg)
+			if b.Next.Phase != workspace.PhaseError || deref(b.Next.ErrorReason) != workspace.ReasonDataLost || len(b.Steps) > 0 {
+				t.Errorf("%s: phase %s op %s reason %s steps %v", name, b.Next.Phase, b.Next.Operation, deref(b.Next.ErrorReason), b.Steps)
+			}
 		}
 	})
 	t.Run("home volume vanished", func(t *testing.T) {

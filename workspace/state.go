@@ -46,17 +46,6 @@ func (c Conditions) isTrue(name string) bool {
 	return c[name].Status == ConditionTrue
 }
 
-// VolumeHoldsHome reports whether the observed volume counts as the
-// workspace's home: it is ready, and it was restored from the current
-// archive if there is one (restore marker, DESIGN.md §12). A volume that
-// is present but not restored is not a home, so RESTORING runs (again).
-func VolumeHoldsHome(w Workspace) bool {
-	if !w.Conditions.isTrue(CondVolumeReady) {
-		return false
-	}
-	return w.ArchiveKey == nil || (w.RestoreMarker != nil && *w.RestoreMarker == *w.ArchiveKey)
-}
-
 // InvariantViolated names the broken invariant of a live workspace's last
 // observation, or returns "". A container running without its volume means
 // the home it writes to is not the one we keep.
@@ -64,19 +53,17 @@ func InvariantViolated(w Workspace) string {
 	if w.DeletedAt != nil {
 		return ""
 	}
-	if w.Conditions.isTrue(CondContainerReady) && !w.Conditions.isTrue(CondVolumeReady) &&
-		w.Conditions[CondVolumeReady].Reason != ReasonVolumeCreating {
+	if w.Conditions.isTrue(CondContainerReady) && ObservedVolume(w.Conditions) == VolumeAbsent {
 		return ReasonContainerWithoutVolume
 	}
 	return ""
 }
 
-// ReasonVolumeCreating is the volume_ready reason while the volume object
-// exists but is not usable yet.
-const ReasonVolumeCreating = "Creating"
-
 // DerivePhase computes the phase from the last observation (conditions),
-// the archive key and restore marker, the recorded error and deletion.
+// where that puts the home (LocateHome), the recorded error and deletion.
+// A volume counts only while it holds the home: one that is present but
+// not restored from the current archive leaves the phase ARCHIVED, so
+// RESTORING runs (again).
 func DerivePhase(w Workspace) Phase {
 	switch {
 	case w.Phase == PhaseDeleted:
@@ -88,7 +75,7 @@ func DerivePhase(w Workspace) Phase {
 		// the same write.
 		return PhaseError
 	}
-	home := VolumeHoldsHome(w)
+	home := LocateHome(w, ObservedVolume(w.Conditions)) == HomeInVolume
 	switch {
 	case home && w.Conditions.isTrue(CondContainerReady):
 		return PhaseRunning

@@ -18,6 +18,13 @@ func conds(volume, container bool) Conditions {
 	return c
 }
 
+// away is the observation of a volume whose node is away.
+func away(container bool) Conditions {
+	c := conds(false, container)
+	c[CondVolumeReady] = Condition{Status: ConditionFalse, Reason: ReasonVolumeCreating}
+	return c
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func TestDerivePhase(t *testing.T) {
@@ -37,6 +44,10 @@ func TestDerivePhase(t *testing.T) {
 		{"restored and running", Workspace{Conditions: conds(true, true), ArchiveKey: &key, RestoreMarker: &key}, PhaseRunning},
 		{"stale marker", Workspace{Conditions: conds(true, false), ArchiveKey: &key, RestoreMarker: ptr("old")}, PhaseArchived},
 		{"container without volume", Workspace{Conditions: conds(false, true)}, PhaseError},
+		// A volume whose node is away holds no home the phase can use,
+		// and a container Nomad still counts on that node breaks nothing.
+		{"restored, node away", Workspace{Conditions: away(false), ArchiveKey: &key, RestoreMarker: &key}, PhaseArchived},
+		{"container with its volume away", Workspace{Conditions: away(true)}, PhasePending},
 		{"container without volume, deleted", Workspace{Conditions: conds(false, true), DeletedAt: &now}, PhasePending},
 		{"terminal error", Workspace{Conditions: conds(true, false), ErrorReason: ptr(ReasonTimeout), ErrorCount: 1}, PhaseError},
 		{"retryable error", Workspace{Conditions: conds(true, false), ErrorReason: ptr(ReasonStartFailed), ErrorCount: 2}, PhaseStandby},
