@@ -154,6 +154,7 @@ const (
 	routeGet          = "GET /api/v1/workspaces/{id}"
 	routePatch        = "PATCH /api/v1/workspaces/{id}"
 	routeDelete       = "DELETE /api/v1/workspaces/{id}"
+	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
 	routeEvents       = "GET /api/v1/events"
@@ -166,6 +167,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeLogin: s.login, routeLogout: s.logout, routeSession: s.session,
 		routeList: s.listWorkspaces, routeCreate: s.createWorkspace,
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
+		routeExtend:    s.extendWorkspace,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
 	}

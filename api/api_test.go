@@ -357,6 +357,16 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"bad id", "GET", "/api/v1/workspaces/NOT-AN-ID", nil, nil, 404, "NOT_FOUND"},
 		{"bad id patch", "PATCH", "/api/v1/workspaces/0000", `{"name":"x"}`, nil, 404, "NOT_FOUND"},
 		{"unknown id", "DELETE", "/api/v1/workspaces/01jb3x7k9q2m5n8p4r6s0t1v2w", nil, nil, 404, "NOT_FOUND"},
+		{"timer too short", "PATCH", path, `{"standby_ttl_seconds":30}`, nil, 400, "INVALID_INPUT"},
+		{"timer too long", "PATCH", path, `{"archive_ttl_seconds":99999999}`, nil, 400, "INVALID_INPUT"},
+		{"negative timer", "PATCH", path, `{"standby_ttl_seconds":-60}`, nil, 400, "INVALID_INPUT"},
+		{"timer as text", "PATCH", path, `{"standby_ttl_seconds":"1h"}`, nil, 400, "INVALID_INPUT"},
+		{"rename with a bad timer", "PATCH", path, `{"name":"other","standby_ttl_seconds":1}`, nil, 400, "INVALID_INPUT"},
+		{"extend without hours", "POST", path + "/extend", `{}`, nil, 400, "INVALID_INPUT"},
+		{"extend by nothing", "POST", path + "/extend", `{"hours":0}`, nil, 400, "INVALID_INPUT"},
+		{"extend backwards", "POST", path + "/extend", `{"hours":-2}`, nil, 400, "INVALID_INPUT"},
+		{"extend past the bound", "POST", path + "/extend", `{"hours":9}`, nil, 400, "INVALID_INPUT"},
+		{"extend unknown field", "POST", path + "/extend", `{"hours":1,"until":"x"}`, nil, 400, "INVALID_JSON"},
 		{"method", "PUT", path, `{}`, nil, 405, "METHOD_NOT_ALLOWED"},
 		{"unknown endpoint", "GET", "/api/v1/nothing", nil, nil, 404, "NOT_FOUND"},
 	}
@@ -377,6 +387,92 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	}
 	if n := countWorkspaces(t, env); n != 1 {
 		t.Fatalf("%d workspaces, want 1", n)
+	}
+}
+
+// TestWorkspaceTimers: the API says when a workspace stops and is
+// archived, who last changed its desired state, and lets the owner move its
+// timers and keep it running within the operator's bounds.
+func TestWorkspaceTimers(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	validate(t, c)
+	w := env.CreateWorkspace(alice, "timed")
+	env.SetPhase(w.ID, workspace.PhaseRunning, workspace.OpNone)
+	path := "/api/v1/workspaces/" + w.ID
+	type view struct {
+		StopsAt           *time.Time `json:"stops_at"`
+		ArchivesAt        *time.Time `json:"archives_at"`
+		KeepUntil         *time.Time `json:"keep_until"`
+		StandbyTTLSeconds int64      `json:"standby_ttl_seconds"`
+		ArchiveTTLSeconds int64      `json:"archive_ttl_seconds"`
+		DesiredBy         string     `json:"desired_by"`
+		DesiredAt         *time.Time `json:"desired_at"`
+	}
+	call := func(method, p string, body any, status int) view {
+		t.Helper()
+		res := env.Do(c, method, p, body)
+		if res.StatusCode != status {
+			t.Fatalf("%s %s: %d %s, want %d", method, p, res.StatusCode, res.Body, status)
+		}
+		var v view
+		if status == http.StatusOK {
+			res.Decode(t, &v)
+		}
+		return v
+	}
+	near := func(what string, got *time.Time, want time.Time) {
+		t.Helper()
+		if got == nil || got.Sub(want).Abs() > 5*time.Second {
+			t.Fatalf("%s = %v, want about %v", what, got, want)
+		}
+	}
+	row := env.Workspace(w.ID)
+	since := row.LastAccessAt
+	if row.PhaseChangedAt.After(since) {
+		since = row.PhaseChangedAt
+	}
+
+	v := call("GET", path, nil, http.StatusOK)
+	near("stops_at", v.StopsAt, since.Add(10*time.Minute))
+	near("archives_at", v.ArchivesAt, since.Add(40*time.Minute))
+	if v.StandbyTTLSeconds != 600 || v.ArchiveTTLSeconds != 1800 || v.KeepUntil != nil || v.DesiredBy != "user" || v.DesiredAt != nil {
+		t.Fatalf("new workspace: %+v", v)
+	}
+
+	// Its own timers, then back to the defaults.
+	v = call("PATCH", path, map[string]int64{"standby_ttl_seconds": 3600, "archive_ttl_seconds": 7200}, http.StatusOK)
+	near("stops_at with its own timer", v.StopsAt, since.Add(time.Hour))
+	near("archives_at with its own timer", v.ArchivesAt, since.Add(3*time.Hour))
+	if v.StandbyTTLSeconds != 3600 || v.ArchiveTTLSeconds != 7200 {
+		t.Fatalf("own timers: %+v", v)
+	}
+	v = call("PATCH", path, map[string]int64{"standby_ttl_seconds": 0}, http.StatusOK)
+	if v.StandbyTTLSeconds != 600 || v.ArchiveTTLSeconds != 7200 || env.Workspace(w.ID).StandbyTTL != nil {
+		t.Fatalf("standby timer back to the default: %+v", v)
+	}
+
+	// Keeping it running moves the stop to the time asked for.
+	v = call("POST", path+"/extend", map[string]float64{"hours": 2.5}, http.StatusOK)
+	near("keep_until", v.KeepUntil, time.Now().Add(150*time.Minute))
+	near("stops_at kept running", v.StopsAt, time.Now().Add(150*time.Minute))
+
+	// A stop by the user says so, ends the keep-running, and leaves
+	// nothing to keep running.
+	v = call("PATCH", path, map[string]string{"desired_state": "STANDBY"}, http.StatusOK)
+	near("desired_at", v.DesiredAt, time.Now())
+	if v.DesiredBy != "user" || v.KeepUntil != nil || v.StopsAt != nil || v.ArchivesAt != nil {
+		t.Fatalf("after stop: %+v", v)
+	}
+	if res := env.Do(c, "POST", path+"/extend", map[string]float64{"hours": 1}); res.StatusCode != http.StatusConflict || res.ErrorCode() != "INVALID_STATE" {
+		t.Fatalf("extend a stopped workspace: %d %s", res.StatusCode, res.Body)
+	}
+	env.Exec(`UPDATE workspaces SET phase = 'STANDBY', phase_changed_at = now() WHERE id = $1`, w.ID)
+	v = call("GET", path, nil, http.StatusOK)
+	near("archives_at in standby", v.ArchivesAt, time.Now().Add(2*time.Hour))
+	if v.StopsAt != nil {
+		t.Fatalf("standby workspace has a stop time: %+v", v)
 	}
 }
 
@@ -489,7 +585,7 @@ func TestConcurrentStartsRespectLimit(t *testing.T) {
 	ids := make([]string, n)
 	for i := range n {
 		w := env.CreateWorkspace(alice, fmt.Sprintf("ws-%02d", i))
-		if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby); err != nil {
+		if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 			t.Fatal(err)
 		}
 		ids[i] = w.ID

@@ -204,7 +204,7 @@ func TestEventsAcrossReplicas(t *testing.T) {
 		t.Fatalf("phase change event shows %+v", got)
 	}
 	// Bob's stream saw none of it: his next event is his own change.
-	if _, err := env.Service.SetDesired(context.Background(), bobs.ID, workspace.DesiredStandby); err != nil {
+	if _, err := env.Service.SetDesired(context.Background(), bobs.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	if ev := bobStream.next(t); !strings.HasPrefix(ev.ID, bobs.ID+":") {

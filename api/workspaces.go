@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,10 +18,12 @@ type WorkspaceService interface {
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
 	List(ctx context.Context, f workspace.ListFilter) ([]workspace.Workspace, error)
 	Update(ctx context.Context, id string, req workspace.UpdateRequest) (workspace.Workspace, error)
-	SetDesired(ctx context.Context, id string, desired workspace.DesiredState) (workspace.Workspace, error)
+	SetDesired(ctx context.Context, id string, desired workspace.DesiredState, by workspace.Cause) (workspace.Workspace, error)
 	Delete(ctx context.Context, id string) error
 	Recover(ctx context.Context, id string) (workspace.Workspace, error)
 	Running(ctx context.Context, ownerID string) ([]workspace.Workspace, error)
+	KeepRunning(ctx context.Context, id string, d time.Duration) (workspace.Workspace, error)
+	Timers(w workspace.Workspace) workspace.Timers
 }
 
 // Page sizes of the list endpoints.
@@ -43,20 +46,45 @@ type workspaceView struct {
 	ErrorReason  *string                `json:"error_reason"`
 	ErrorMessage *string                `json:"error_message"`
 	LastAccessAt time.Time              `json:"last_access_at"`
-	URL          string                 `json:"url"`
-	CreatedAt    time.Time              `json:"created_at"`
-	UpdatedAt    time.Time              `json:"updated_at"`
-	Version      int64                  `json:"version"`
+	// The idle timers: when the workspace stops and is archived if left
+	// alone, the timers it uses, and who last set its desired state.
+	StopsAt           *time.Time      `json:"stops_at"`
+	ArchivesAt        *time.Time      `json:"archives_at"`
+	KeepUntil         *time.Time      `json:"keep_until"`
+	StandbyTTLSeconds int64           `json:"standby_ttl_seconds"`
+	ArchiveTTLSeconds int64           `json:"archive_ttl_seconds"`
+	DesiredBy         workspace.Cause `json:"desired_by"`
+	DesiredAt         *time.Time      `json:"desired_at"`
+	URL               string          `json:"url"`
+	CreatedAt         time.Time       `json:"created_at"`
+	UpdatedAt         time.Time       `json:"updated_at"`
+	Version           int64           `json:"version"`
 }
 
 func (s *Server) view(w workspace.Workspace) workspaceView {
-	return workspaceView{
+	t := s.workspaces.Timers(w)
+	v := workspaceView{
 		ID: w.ID, OwnerID: w.OwnerID, Name: w.Name, Description: w.Description, Image: w.Image,
 		Phase: workspace.DisplayPhase(w), DesiredState: w.DesiredState, Operation: w.Operation,
 		Conditions: w.Conditions, ErrorReason: w.ErrorReason, ErrorMessage: w.ErrorMessage,
 		LastAccessAt: w.LastAccessAt.UTC(), URL: s.sites.WorkspaceURL(w.ID),
+		StopsAt: utc(t.StopsAt), ArchivesAt: utc(t.ArchivesAt), DesiredBy: w.DesiredBy, DesiredAt: utc(w.DesiredAt),
+		StandbyTTLSeconds: int64(t.StandbyTTL / time.Second), ArchiveTTLSeconds: int64(t.ArchiveTTL / time.Second),
 		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(), Version: w.Version,
 	}
+	// A keep-running that has passed keeps nothing.
+	if w.KeepUntil != nil && w.KeepUntil.After(time.Now()) {
+		v.KeepUntil = utc(w.KeepUntil)
+	}
+	return v
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 type workspacePage struct {
@@ -74,6 +102,13 @@ type patchRequest struct {
 	Name         *string `json:"name"`
 	Description  *string `json:"description"`
 	DesiredState *string `json:"desired_state"`
+	// The workspace's own idle timers; 0 returns one to the default.
+	StandbyTTLSeconds *int64 `json:"standby_ttl_seconds"`
+	ArchiveTTLSeconds *int64 `json:"archive_ttl_seconds"`
+}
+
+type extendRequest struct {
+	Hours *float64 `json:"hours"`
 }
 
 func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
@@ -225,24 +260,78 @@ func (s *Server) patchWorkspace(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	standby, e := seconds("standby_ttl_seconds", req.StandbyTTLSeconds)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	archive, e := seconds("archive_ttl_seconds", req.ArchiveTTLSeconds)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
 	ws, ok := s.ownedWorkspace(w, r, sess)
 	if !ok {
 		return
 	}
 	var err error
-	if req.Name != nil || req.Description != nil {
-		ws, err = s.workspaces.Update(r.Context(), ws.ID, workspace.UpdateRequest{Name: req.Name, Description: req.Description})
+	if req.Name != nil || req.Description != nil || standby != nil || archive != nil {
+		ws, err = s.workspaces.Update(r.Context(), ws.ID, workspace.UpdateRequest{
+			Name: req.Name, Description: req.Description, StandbyTTL: standby, ArchiveTTL: archive})
 		if err != nil {
 			WriteError(w, serviceError(s.logger, err))
 			return
 		}
 	}
 	if desired != "" {
-		ws, err = s.workspaces.SetDesired(r.Context(), ws.ID, desired)
+		ws, err = s.workspaces.SetDesired(r.Context(), ws.ID, desired, workspace.CauseUser)
 		if err != nil {
 			WriteError(w, serviceError(s.logger, err))
 			return
 		}
+	}
+	writeJSON(w, http.StatusOK, s.view(ws))
+}
+
+// seconds reads an optional timer given in seconds.
+func seconds(field string, n *int64) (*time.Duration, *Error) {
+	if n == nil {
+		return nil, nil
+	}
+	if *n < 0 || *n > int64(math.MaxInt64/time.Second) {
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: field,
+			Message: field + ": must be 0 (the default) or a number of seconds"}
+	}
+	d := time.Duration(*n) * time.Second
+	return &d, nil
+}
+
+// extendWorkspace keeps a running workspace from its idle stop for the
+// hours asked.
+func (s *Server) extendWorkspace(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	var req extendRequest
+	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
+		WriteError(w, e)
+		return
+	}
+	// More hours than a Duration holds are refused by the service's bound.
+	if req.Hours == nil || *req.Hours <= 0 || *req.Hours > float64(math.MaxInt64/time.Hour) {
+		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "hours",
+			Message: "hours: must be a positive number"})
+		return
+	}
+	ws, ok := s.ownedWorkspace(w, r, sess)
+	if !ok {
+		return
+	}
+	ws, err := s.workspaces.KeepRunning(r.Context(), ws.ID, time.Duration(*req.Hours*float64(time.Hour)))
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
 	}
 	writeJSON(w, http.StatusOK, s.view(ws))
 }

@@ -231,6 +231,14 @@ workspace {
 
   # A workspace in standby for this long is archived to S3 and its volume freed.
   archive_ttl = "30m"
+
+  # Owners may set their own workspace's timers, from 1m up to these.
+  max_standby_ttl = "8h"
+  max_archive_ttl = "168h"
+
+  # Owners may keep a running workspace from its idle stop for up to this
+  # long ahead ("extend"); "0s" turns that off.
+  max_extend = "8h"
 }
 
 limits {

@@ -186,6 +186,16 @@ type Workspace struct {
 	// archived.
 	ArchiveTTLHCL string `hcl:"archive_ttl,optional"`
 	ArchiveTTL    time.Duration
+	// MaxStandbyTTL and MaxArchiveTTL bound the timers an owner may set for
+	// their own workspace.
+	MaxStandbyTTLHCL string `hcl:"max_standby_ttl,optional"`
+	MaxStandbyTTL    time.Duration
+	MaxArchiveTTLHCL string `hcl:"max_archive_ttl,optional"`
+	MaxArchiveTTL    time.Duration
+	// MaxExtend is how far ahead an owner may keep a workspace running
+	// past its idle stop; "0s" turns that off.
+	MaxExtendHCL string `hcl:"max_extend,optional"`
+	MaxExtend    time.Duration
 }
 
 // Limits caps how many workspaces may run.

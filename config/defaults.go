@@ -13,6 +13,9 @@ const (
 	defaultCheckInterval    = time.Second
 	defaultStandbyTTL       = 10 * time.Minute
 	defaultArchiveTTL       = 30 * time.Minute
+	defaultMaxStandbyTTL    = 8 * time.Hour
+	defaultMaxArchiveTTL    = 7 * 24 * time.Hour
+	defaultMaxExtend        = 8 * time.Hour
 	defaultIdleInterval     = 15 * time.Second
 	defaultActiveInterval   = 1 * time.Second
 	defaultTTLInterval      = time.Minute
@@ -107,16 +110,22 @@ func defaultWorkspace() *Workspace {
 			"--disable-update-check",
 			PlaceholderHome,
 		},
-		UpstreamAuth:  UpstreamAuthCodeServer,
-		Port:          8080,
-		UID:           1000,
-		GID:           1000,
-		CPU:           500,
-		Memory:        2048,
-		StandbyTTLHCL: durationText(defaultStandbyTTL),
-		StandbyTTL:    defaultStandbyTTL,
-		ArchiveTTLHCL: durationText(defaultArchiveTTL),
-		ArchiveTTL:    defaultArchiveTTL,
+		UpstreamAuth:     UpstreamAuthCodeServer,
+		Port:             8080,
+		UID:              1000,
+		GID:              1000,
+		CPU:              500,
+		Memory:           2048,
+		StandbyTTLHCL:    durationText(defaultStandbyTTL),
+		StandbyTTL:       defaultStandbyTTL,
+		ArchiveTTLHCL:    durationText(defaultArchiveTTL),
+		ArchiveTTL:       defaultArchiveTTL,
+		MaxStandbyTTLHCL: durationText(defaultMaxStandbyTTL),
+		MaxStandbyTTL:    defaultMaxStandbyTTL,
+		MaxArchiveTTLHCL: durationText(defaultMaxArchiveTTL),
+		MaxArchiveTTL:    defaultMaxArchiveTTL,
+		MaxExtendHCL:     durationText(defaultMaxExtend),
+		MaxExtend:        defaultMaxExtend,
 	}
 }
 

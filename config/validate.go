@@ -42,6 +42,9 @@ func (c *Config) durationFields() []durationField {
 	fields := []durationField{
 		{"workspace.standby_ttl", w.StandbyTTLHCL, &w.StandbyTTL},
 		{"workspace.archive_ttl", w.ArchiveTTLHCL, &w.ArchiveTTL},
+		{"workspace.max_standby_ttl", w.MaxStandbyTTLHCL, &w.MaxStandbyTTL},
+		{"workspace.max_archive_ttl", w.MaxArchiveTTLHCL, &w.MaxArchiveTTL},
+		{"workspace.max_extend", w.MaxExtendHCL, &w.MaxExtend},
 		{"coordinator.idle_interval", co.IdleIntervalHCL, &co.IdleInterval},
 		{"coordinator.ttl_interval", co.TTLIntervalHCL, &co.TTLInterval},
 		{"coordinator.active_interval", co.ActiveIntervalHCL, &co.ActiveInterval},
@@ -381,6 +384,15 @@ func (c *Config) checkWorkspace(ch *checker) {
 	}
 	ch.positive("workspace.standby_ttl", w.StandbyTTL)
 	ch.positive("workspace.archive_ttl", w.ArchiveTTL)
+	if w.MaxStandbyTTL < w.StandbyTTL {
+		ch.add("workspace.max_standby_ttl", "must be at least standby_ttl (%s)", w.StandbyTTL)
+	}
+	if w.MaxArchiveTTL < w.ArchiveTTL {
+		ch.add("workspace.max_archive_ttl", "must be at least archive_ttl (%s)", w.ArchiveTTL)
+	}
+	if w.MaxExtend < 0 {
+		ch.add("workspace.max_extend", "must not be negative")
+	}
 }
 
 func checkListen(ch *checker, path, addr string) {

@@ -224,7 +224,7 @@ func (h *harness) row(id string) workspace.Workspace {
 
 func (h *harness) setDesired(id string, d workspace.DesiredState) {
 	h.t.Helper()
-	if _, err := h.svc.SetDesired(context.Background(), id, d); err != nil {
+	if _, err := h.svc.SetDesired(context.Background(), id, d, workspace.CauseUser); err != nil {
 		h.t.Fatalf("set desired %s: %v", d, err)
 	}
 }
@@ -536,7 +536,7 @@ func TestContainerWithoutVolumeThenDelete(t *testing.T) {
 	if got.Phase != workspace.PhaseError || deref(got.ErrorReason) != workspace.ReasonContainerWithoutVolume {
 		t.Fatalf("phase %s reason %s", got.Phase, deref(got.ErrorReason))
 	}
-	if _, err := h.svc.SetDesired(context.Background(), w.ID, workspace.DesiredStandby); !errors.Is(err, workspace.ErrInvalidState) {
+	if _, err := h.svc.SetDesired(context.Background(), w.ID, workspace.DesiredStandby, workspace.CauseUser); !errors.Is(err, workspace.ErrInvalidState) {
 		t.Fatalf("set desired in ERROR: %v", err)
 	}
 	if err := h.svc.Delete(context.Background(), w.ID); err != nil {

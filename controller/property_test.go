@@ -62,7 +62,7 @@ func randomHistory(t *testing.T, rng *rand.Rand, steps int) {
 			// user gets; the history goes on.
 			d := desired[rng.IntN(len(desired))]
 			did = "desire " + string(d)
-			if _, err := h.svc.SetDesired(context.Background(), w.ID, d); errors.Is(err, workspace.ErrInvalidState) {
+			if _, err := h.svc.SetDesired(context.Background(), w.ID, d, workspace.CauseUser); errors.Is(err, workspace.ErrInvalidState) {
 				did += " (refused)"
 			} else if err != nil {
 				t.Fatal(err)

@@ -88,7 +88,7 @@ func (r *TTLRunner) RunOnce(ctx context.Context) (TTLResult, error) {
 		}
 		// The version guard loses to anything that touched the workspace
 		// since it was read (a wake, an operation starting).
-		_, err := r.svc.SetDesiredIfUnchanged(ctx, w.ID, w.Version, desired)
+		_, err := r.svc.SetDesiredIfUnchanged(ctx, w.ID, w.Version, desired, workspace.CauseIdle)
 		switch {
 		case errors.Is(err, workspace.ErrInvalidState), errors.Is(err, workspace.ErrNotFound):
 			r.logger.Debug("ttl skipped changed workspace", "workspace_id", w.ID, "error", err)

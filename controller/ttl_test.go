@@ -39,7 +39,7 @@ func TestTTLRules(t *testing.T) {
 	r.now = func() time.Time { return now }
 
 	ws := map[string]workspace.Workspace{}
-	for _, name := range []string{"idle", "recent", "busy", "active-in-redis", "own-ttl", "standby-old", "standby-new", "error", "deleted", "wants-standby"} {
+	for _, name := range []string{"idle", "recent", "busy", "active-in-redis", "own-ttl", "kept", "kept-past", "standby-old", "standby-new", "error", "deleted", "wants-standby"} {
 		ws[name] = h.create(name)
 	}
 	h.exec(`UPDATE workspaces SET phase = 'RUNNING', last_access_at = now() - interval '1 hour'`)
@@ -48,6 +48,8 @@ func TestTTLRules(t *testing.T) {
 	h.exec(`UPDATE workspaces SET last_access_at = now() - interval '1 minute' WHERE name = 'recent'`)
 	h.exec(`UPDATE workspaces SET operation = 'STOPPING' WHERE name = 'busy'`)
 	h.exec(`UPDATE workspaces SET standby_ttl = interval '2 hours' WHERE name = 'own-ttl'`)
+	h.exec(`UPDATE workspaces SET keep_until = now() + interval '1 hour' WHERE name = 'kept'`)
+	h.exec(`UPDATE workspaces SET keep_until = now() - interval '1 minute' WHERE name = 'kept-past'`)
 	h.exec(`UPDATE workspaces SET phase = 'STANDBY', desired_state = 'STANDBY' WHERE name LIKE 'standby-%'`)
 	h.exec(`UPDATE workspaces SET phase_changed_at = now() - interval '1 hour' WHERE name = 'standby-old'`)
 	h.exec(`UPDATE workspaces SET phase = 'ERROR', error_reason = 'Timeout', error_count = 1 WHERE name = 'error'`)
@@ -66,6 +68,7 @@ func TestTTLRules(t *testing.T) {
 	want := map[string]workspace.DesiredState{
 		"idle": workspace.DesiredStandby, "recent": workspace.DesiredRunning, "busy": workspace.DesiredRunning,
 		"active-in-redis": workspace.DesiredRunning, "own-ttl": workspace.DesiredRunning,
+		"kept": workspace.DesiredRunning, "kept-past": workspace.DesiredStandby,
 		"standby-old": workspace.DesiredArchived, "standby-new": workspace.DesiredStandby,
 		"error": workspace.DesiredRunning, "deleted": workspace.DesiredDeleted, "wants-standby": workspace.DesiredStandby,
 	}
@@ -74,7 +77,16 @@ func TestTTLRules(t *testing.T) {
 			t.Errorf("%s: desired %s, want %s", name, got, d)
 		}
 	}
-	if len(res.Standby) != 1 || len(res.Archived) != 1 || res.Flushed != 1 {
+	// The idle stop says it was the idle stop, and ends the keep-running.
+	for _, name := range []string{"idle", "kept-past", "standby-old"} {
+		if w := h.row(ws[name].ID); w.DesiredBy != workspace.CauseIdle || w.DesiredAt == nil || w.KeepUntil != nil {
+			t.Errorf("%s: desired by %q at %v, keep until %v; want idle, a time, none", name, w.DesiredBy, w.DesiredAt, w.KeepUntil)
+		}
+	}
+	if w := h.row(ws["recent"].ID); w.DesiredBy != workspace.CauseUser || w.DesiredAt != nil {
+		t.Errorf("untouched workspace: desired by %q at %v", w.DesiredBy, w.DesiredAt)
+	}
+	if len(res.Standby) != 2 || len(res.Archived) != 1 || res.Flushed != 1 {
 		t.Errorf("result %+v", res)
 	}
 	if n, _ := rdb.ZCard(ctx, ActivityKey).Result(); n != 0 {
@@ -132,7 +144,7 @@ func TestTTLSkipsWorkspaceWokenMeanwhile(t *testing.T) {
 	}
 	// A proxy wake (or any change) lands between the read and the write.
 	h.exec(`UPDATE workspaces SET last_access_at = now() WHERE id = $1`, w.ID)
-	if _, err := h.svc.SetDesiredIfUnchanged(ctx, w.ID, idle[0].Version, workspace.DesiredStandby); err == nil {
+	if _, err := h.svc.SetDesiredIfUnchanged(ctx, w.ID, idle[0].Version, workspace.DesiredStandby, workspace.CauseUser); err == nil {
 		t.Fatalf("TTL stopped a workspace touched after it was judged idle")
 	}
 	if got := h.row(w.ID).DesiredState; got != workspace.DesiredRunning {

@@ -69,6 +69,17 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 		return err
 	})
 	b.step("wait for RUNNING", func(ctx context.Context) error { return b.waitPhase(ctx, id, "RUNNING", 3*time.Minute) })
+	b.step("keep running", func(ctx context.Context) error {
+		// The card tells when an unused workspace stops; keeping it running
+		// moves that to two hours from now.
+		if err := b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.querySelector(".timers").textContent.startsWith("Stops in ")`); err != nil {
+			return err
+		}
+		if err := b.clickAction(ctx, id, "extend"); err != nil {
+			return err
+		}
+		return b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.querySelector(".timers").textContent.startsWith("Kept running for 2 h")`)
+	})
 	t.Logf("create to RUNNING in the dashboard: %s", time.Since(created).Round(time.Millisecond))
 
 	home := filepath.Join(srv.dataDir, "volumes", "ws-"+id+"-home")
@@ -108,7 +119,11 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 		if !disabled {
 			return errors.New("stop button still enabled right after stopping")
 		}
-		return b.waitPhase(ctx, id, "STANDBY", 2*time.Minute)
+		if err := b.waitPhase(ctx, id, "STANDBY", 2*time.Minute); err != nil {
+			return err
+		}
+		// The card says why it stopped and when it will be archived.
+		return b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.querySelector(".timers").textContent.startsWith("Stopped by you · archived in ")`)
 	})
 
 	woke := time.Now()
@@ -329,7 +344,7 @@ func (b *browser) clickAction(ctx context.Context, id, action string) error {
 	took := map[string]string{
 		"start": `c.dataset.desired === "RUNNING"`, "restore": `c.dataset.desired === "RUNNING"`,
 		"stop": `c.dataset.desired === "STANDBY"`, "archive": `c.dataset.desired === "ARCHIVED"`,
-		"delete": `false`,
+		"delete": `false`, "extend": `c.querySelector(".timers").textContent.startsWith("Kept running")`,
 	}[action]
 	state := fmt.Sprintf(`(c => !c ? "taken" : (%s) ? "taken" : !document.getElementById("toast").hidden ? "error" : "")(%s)`, took, cardSelector(id))
 	var answer string

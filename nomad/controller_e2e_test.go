@@ -48,13 +48,13 @@ func TestE2EControllerLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby); err != nil {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	h.tickUntil(w.ID, "STANDBY", settled(workspace.PhaseStandby))
 	assertObserved(t, backend, w.ID, func(o controller.Observed) bool { return !o.ContainerLive && o.VolumeReady })
 
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived); err != nil {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	w = h.tickUntil(w.ID, "ARCHIVED", settled(workspace.PhaseArchived))
@@ -68,7 +68,7 @@ func TestE2EControllerLifecycle(t *testing.T) {
 	}
 	assertObserved(t, backend, w.ID, func(o controller.Observed) bool { return !o.VolumeExists && !o.ContainerLive })
 
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning); err != nil {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	h.tickUntil(w.ID, "RUNNING after restore", settled(workspace.PhaseRunning))
@@ -207,14 +207,14 @@ func BenchmarkControllerWakeToReady(b *testing.B) {
 	var samples []time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		if _, err := h.svc.SetDesired(ctx, w.ID, workspace.DesiredStandby); err != nil {
+		if _, err := h.svc.SetDesired(ctx, w.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 			b.Fatal(err)
 		}
 		h.tickUntil(w.ID, "STANDBY", settled(workspace.PhaseStandby))
 		b.StartTimer()
 
 		start := time.Now()
-		if _, err := h.svc.SetDesired(ctx, w.ID, workspace.DesiredRunning); err != nil {
+		if _, err := h.svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser); err != nil {
 			b.Fatal(err)
 		}
 		h.tickUntil(w.ID, "RUNNING", settled(workspace.PhaseRunning))

@@ -44,7 +44,7 @@ type Authenticator interface {
 // Workspaces is the part of the workspace service layer the proxy uses.
 type Workspaces interface {
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
-	SetDesired(ctx context.Context, id string, desired workspace.DesiredState) (workspace.Workspace, error)
+	SetDesired(ctx context.Context, id string, desired workspace.DesiredState, by workspace.Cause) (workspace.Workspace, error)
 	Running(ctx context.Context, ownerID string) ([]workspace.Workspace, error)
 }
 
@@ -425,7 +425,7 @@ func (p *Proxy) startingPage(ws workspace.Workspace) page {
 // wake asks for the workspace to run. It answers the request itself and
 // returns false when the wake could not be recorded.
 func (p *Proxy) wake(w *responseRecorder, r *http.Request, ws workspace.Workspace) bool {
-	_, err := p.workspaces.SetDesired(r.Context(), ws.ID, workspace.DesiredRunning)
+	_, err := p.workspaces.SetDesired(r.Context(), ws.ID, workspace.DesiredRunning, workspace.CauseUser)
 	switch {
 	case err == nil:
 		p.metrics.wakes.WithLabelValues("started").Inc()

@@ -359,7 +359,7 @@ func TestProxyAutoWake(t *testing.T) {
 	alice := env.CreateUser("alice", false)
 	addr := startUpstream(t)
 	w := env.CreateWorkspace(alice, "sleepy")
-	if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby); err != nil {
+	if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
@@ -397,7 +397,7 @@ func TestProxyLimitPage(t *testing.T) {
 	env := apitest.New(t, apitest.Config{MaxRunningPerUser: 1})
 	alice := env.CreateUser("alice", false)
 	sleepy := env.CreateWorkspace(alice, "sleepy")
-	if _, err := env.Service.SetDesired(context.Background(), sleepy.ID, workspace.DesiredStandby); err != nil {
+	if _, err := env.Service.SetDesired(context.Background(), sleepy.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	env.SetPhase(sleepy.ID, workspace.PhaseStandby, workspace.OpNone)
@@ -423,12 +423,12 @@ func TestProxyStatusPages(t *testing.T) {
 	ctx := context.Background()
 
 	archived := env.CreateWorkspace(alice, "archived")
-	if _, err := env.Service.SetDesired(ctx, archived.ID, workspace.DesiredArchived); err != nil {
+	if _, err := env.Service.SetDesired(ctx, archived.ID, workspace.DesiredArchived, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	env.SetPhase(archived.ID, workspace.PhaseArchived, workspace.OpNone)
 	pending := env.CreateWorkspace(alice, "pending")
-	if _, err := env.Service.SetDesired(ctx, pending.ID, workspace.DesiredStandby); err != nil {
+	if _, err := env.Service.SetDesired(ctx, pending.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	failed := env.CreateWorkspace(alice, "failed")

@@ -18,7 +18,7 @@ import (
 const WorkspaceColumns = `id, owner_id, name, description, image, desired_state, phase, operation,
 	op_id, op_started_at, op_attempt, conditions, archive_key, restore_marker, run_id, error_reason,
 	error_message, error_count, next_attempt_at, observed_at, phase_changed_at, last_access_at,
-	standby_ttl, archive_ttl, version, created_at, updated_at, deleted_at`
+	standby_ttl, archive_ttl, desired_by, desired_at, keep_until, version, created_at, updated_at, deleted_at`
 
 func collectOne[T any](rows pgx.Rows, err error) (T, error) {
 	var zero T
@@ -123,19 +123,49 @@ func UpdateWorkspaceMeta[T any](ctx context.Context, q Querier, id string, name,
 		WHERE id = $1 AND deleted_at IS NULL RETURNING `+WorkspaceColumns, id, name, description))
 }
 
+// TTLChange sets one of a workspace's own timers: Set false leaves it,
+// Value nil returns it to the operator's default.
+type TTLChange struct {
+	Set   bool
+	Value *time.Duration
+}
+
+// SetWorkspaceTTLs changes the idle timers of a live workspace.
+func SetWorkspaceTTLs[T any](ctx context.Context, q Querier, id string, standby, archive TTLChange) (T, error) {
+	return collectOne[T](q.Query(ctx, `UPDATE workspaces
+		SET standby_ttl = CASE WHEN $2 THEN $3::interval ELSE standby_ttl END,
+		    archive_ttl = CASE WHEN $4 THEN $5::interval ELSE archive_ttl END
+		WHERE id = $1 AND deleted_at IS NULL RETURNING `+WorkspaceColumns,
+		id, standby.Set, standby.Value, archive.Set, archive.Value))
+}
+
+// KeepRunning keeps a live workspace that is wanted running from the idle
+// stop until now + d. No such workspace is ErrConflict.
+func KeepRunning[T any](ctx context.Context, q Querier, id string, d time.Duration) (T, error) {
+	row, err := collectOne[T](q.Query(ctx, `UPDATE workspaces SET keep_until = now() + $2::interval
+		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'RUNNING'
+		RETURNING `+WorkspaceColumns, id, d))
+	if errors.Is(err, ErrNotFound) {
+		return row, ErrConflict
+	}
+	return row, err
+}
+
 // SetDesiredState sets desired_state of a live workspace without an
 // operation in flight; waking (RUNNING) also resets last_access_at. A new
 // desired state is a new request: like a deletion it does not wait out the
 // backoff of a failure on the way to the old one, so next_attempt_at is
 // cleared (error_count stays, so repeated failures still end in ERROR).
 // version > 0 additionally requires the row to be unchanged since it was
-// read. No matching row is ErrConflict.
-func SetDesiredState[T any](ctx context.Context, q Querier, id, desired string, version int64) (T, error) {
+// read. by records who asked; a request other than RUNNING also ends any
+// keep-running the owner asked for. No matching row is ErrConflict.
+func SetDesiredState[T any](ctx context.Context, q Querier, id, desired string, version int64, by string) (T, error) {
 	row, err := collectOne[T](q.Query(ctx, `UPDATE workspaces
-		SET desired_state = $2, next_attempt_at = NULL,
-		    last_access_at = CASE WHEN $2 = 'RUNNING' THEN now() ELSE last_access_at END
+		SET desired_state = $2, next_attempt_at = NULL, desired_by = $4, desired_at = now(),
+		    last_access_at = CASE WHEN $2 = 'RUNNING' THEN now() ELSE last_access_at END,
+		    keep_until = CASE WHEN $2 = 'RUNNING' THEN keep_until END
 		WHERE id = $1 AND deleted_at IS NULL AND operation = 'NONE' AND ($3 = 0 OR version = $3)
-		RETURNING `+WorkspaceColumns, id, desired, version))
+		RETURNING `+WorkspaceColumns, id, desired, version, by))
 	if errors.Is(err, ErrNotFound) {
 		return row, ErrConflict
 	}
@@ -186,13 +216,15 @@ func TouchLastAccess(ctx context.Context, q Querier, ids []string, at []time.Tim
 // STANDBY) past the archive TTL since phase_changed_at. A wake sets
 // last_access_at when it is asked for, but a restore and start may take
 // longer than the TTL: idleness counts from when the workspace could first
-// be used. Per-workspace TTLs override the defaults.
+// be used. Per-workspace TTLs override the defaults, and a running
+// workspace its owner keeps running (keep_until) waits for that time.
 func ListIdleWorkspaces[T any](ctx context.Context, q Querier, now time.Time, standbyTTL, archiveTTL time.Duration) ([]T, error) {
 	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
 		WHERE deleted_at IS NULL AND operation = 'NONE' AND (
 		      (phase = 'RUNNING' AND desired_state = 'RUNNING'
 		       AND last_access_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval)
-		       AND phase_changed_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval))
+		       AND phase_changed_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval)
+		       AND (keep_until IS NULL OR keep_until < $1::timestamptz))
 		   OR (phase = 'STANDBY' AND desired_state = 'STANDBY'
 		       AND phase_changed_at < $1::timestamptz - COALESCE(archive_ttl, $3::interval)))
 		ORDER BY id`, now, standbyTTL, archiveTTL))

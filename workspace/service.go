@@ -77,6 +77,8 @@ type Options struct {
 	// AllowedImages are the images a request may name; DefaultImage is
 	// always allowed.
 	AllowedImages []string
+	// Policy holds the idle timers and their bounds.
+	Policy Policy
 }
 
 // Service is the only writer of desired_state, deleted_at and
@@ -107,6 +109,10 @@ type CreateRequest struct {
 type UpdateRequest struct {
 	Name        *string
 	Description *string
+	// StandbyTTL and ArchiveTTL set the workspace's own idle timers within
+	// the operator's Policy; zero returns one to the default.
+	StandbyTTL *time.Duration
+	ArchiveTTL *time.Duration
 }
 
 // ListFilter selects and pages workspaces, ordered by id.
@@ -273,7 +279,8 @@ func (s *Service) Running(ctx context.Context, ownerID string) ([]Workspace, err
 	return ws, nil
 }
 
-// Update changes name and description; allowed in every state.
+// Update changes name, description and the workspace's own idle timers;
+// allowed in every state. Every field is checked before anything changes.
 func (s *Service) Update(ctx context.Context, id string, req UpdateRequest) (Workspace, error) {
 	if req.Name != nil {
 		if err := validateName(*req.Name); err != nil {
@@ -285,7 +292,24 @@ func (s *Service) Update(ctx context.Context, id string, req UpdateRequest) (Wor
 			return Workspace{}, err
 		}
 	}
-	w, err := store.UpdateWorkspaceMeta[Workspace](ctx, s.pool, id, req.Name, req.Description)
+	standby, err := s.ttlChange("standby_ttl", req.StandbyTTL, s.opts.Policy.StandbyTTL, s.opts.Policy.MaxStandbyTTL)
+	if err != nil {
+		return Workspace{}, err
+	}
+	archive, err := s.ttlChange("archive_ttl", req.ArchiveTTL, s.opts.Policy.ArchiveTTL, s.opts.Policy.MaxArchiveTTL)
+	if err != nil {
+		return Workspace{}, err
+	}
+	var w Workspace
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		w, err = store.UpdateWorkspaceMeta[Workspace](ctx, tx, id, req.Name, req.Description)
+		if err != nil || (!standby.Set && !archive.Set) {
+			return err
+		}
+		w, err = store.SetWorkspaceTTLs[Workspace](ctx, tx, id, standby, archive)
+		return err
+	})
 	switch {
 	case store.IsUniqueViolation(err, "workspaces_owner_name_idx"):
 		return Workspace{}, fmt.Errorf("%w: %q", ErrNameTaken, *req.Name)
@@ -295,26 +319,69 @@ func (s *Service) Update(ctx context.Context, id string, req UpdateRequest) (Wor
 	return w, nil
 }
 
+// ttlChange checks a requested timer against the operator's bounds. Zero
+// returns the timer to the default, which is always allowed.
+func (s *Service) ttlChange(field string, d *time.Duration, def, limit time.Duration) (store.TTLChange, error) {
+	switch {
+	case d == nil:
+		return store.TTLChange{}, nil
+	case *d == 0 || *d == def:
+		return store.TTLChange{Set: true}, nil
+	case *d < MinTTL || *d > limit:
+		return store.TTLChange{}, &InputError{Field: field, Message: fmt.Sprintf("must be between %s and %s", MinTTL, limit)}
+	}
+	return store.TTLChange{Set: true, Value: d}, nil
+}
+
+// KeepRunning keeps a workspace its owner wants running from the idle
+// stop for d from now (at most the operator's MaxExtend); stopping it
+// ends that. A workspace not wanted running is ErrInvalidState.
+func (s *Service) KeepRunning(ctx context.Context, id string, d time.Duration) (Workspace, error) {
+	limit := s.opts.Policy.MaxExtend
+	if limit <= 0 {
+		return Workspace{}, &InputError{Field: "hours", Message: "keeping a workspace running is turned off on this server"}
+	}
+	if d <= 0 || d > limit {
+		return Workspace{}, &InputError{Field: "hours", Message: fmt.Sprintf("must be more than 0 and at most %g", limit.Hours())}
+	}
+	w, err := store.KeepRunning[Workspace](ctx, s.pool, id, d)
+	if errors.Is(err, store.ErrConflict) {
+		if _, gerr := store.GetLiveWorkspace[Workspace](ctx, s.pool, id); gerr != nil {
+			return Workspace{}, fmt.Errorf("keep workspace running: %w", notFound(id, gerr))
+		}
+		return Workspace{}, fmt.Errorf("%w: only a workspace that is running or starting can be kept running", ErrInvalidState)
+	}
+	if err != nil {
+		return Workspace{}, fmt.Errorf("keep workspace running: %w", err)
+	}
+	s.logger.Debug("workspace kept running", "workspace_id", id, "until", w.KeepUntil)
+	return w, nil
+}
+
+// Timers is when the idle rules will act on w.
+func (s *Service) Timers(w Workspace) Timers { return TimersOf(w, s.opts.Policy) }
+
 // SetDesired asks for another steady state (RUNNING, STANDBY, ARCHIVED;
 // deletion is Delete). Asking for the current desired state is a no-op and
 // succeeds even while an operation runs, so a repeated wake is harmless.
 // Otherwise: ERROR or an operation in flight is ErrInvalidState; RUNNING is
 // checked against the limits and resets last_access_at.
-func (s *Service) SetDesired(ctx context.Context, id string, desired DesiredState) (Workspace, error) {
-	return s.setDesired(ctx, id, desired, 0)
+// by is recorded as the reason of the change.
+func (s *Service) SetDesired(ctx context.Context, id string, desired DesiredState, by Cause) (Workspace, error) {
+	return s.setDesired(ctx, id, desired, 0, by)
 }
 
 // SetDesiredIfUnchanged is SetDesired that also fails with ErrInvalidState
 // when the workspace is no longer at version: a policy (the TTL runner)
 // decides on a row it read and must not act on a newer one.
-func (s *Service) SetDesiredIfUnchanged(ctx context.Context, id string, version int64, desired DesiredState) (Workspace, error) {
+func (s *Service) SetDesiredIfUnchanged(ctx context.Context, id string, version int64, desired DesiredState, by Cause) (Workspace, error) {
 	if version <= 0 {
 		return Workspace{}, &InputError{Field: "version", Message: "must be positive"}
 	}
-	return s.setDesired(ctx, id, desired, version)
+	return s.setDesired(ctx, id, desired, version, by)
 }
 
-func (s *Service) setDesired(ctx context.Context, id string, desired DesiredState, version int64) (Workspace, error) {
+func (s *Service) setDesired(ctx context.Context, id string, desired DesiredState, version int64, by Cause) (Workspace, error) {
 	switch desired {
 	case DesiredRunning, DesiredStandby, DesiredArchived:
 	default:
@@ -343,7 +410,7 @@ func (s *Service) setDesired(ctx context.Context, id string, desired DesiredStat
 				return err
 			}
 		}
-		w, err = store.SetDesiredState[Workspace](ctx, tx, id, string(desired), cur.Version)
+		w, err = store.SetDesiredState[Workspace](ctx, tx, id, string(desired), cur.Version, string(by))
 		if errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("%w: workspace changed meanwhile", ErrInvalidState)
 		}

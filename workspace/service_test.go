@@ -163,7 +163,7 @@ func TestDeletedIsNotFound(t *testing.T) {
 	if err := svc.Delete(ctx, w.ID); !errors.Is(err, workspace.ErrNotFound) {
 		t.Errorf("delete twice: %v", err)
 	}
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby); !errors.Is(err, workspace.ErrNotFound) {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby, workspace.CauseUser); !errors.Is(err, workspace.ErrNotFound) {
 		t.Errorf("set desired of deleted: %v", err)
 	}
 	if ws, err := svc.List(ctx, workspace.ListFilter{}); err != nil || len(ws) != 0 {
@@ -228,22 +228,22 @@ func TestSetDesiredRules(t *testing.T) {
 	ctx := context.Background()
 	w := mustCreate(t, svc, addUser(t, pool, "alice"), "dev")
 
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredDeleted); !errors.Is(err, workspace.ErrInvalidInput) {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredDeleted, workspace.CauseUser); !errors.Is(err, workspace.ErrInvalidInput) {
 		t.Errorf("desired DELETED: %v", err)
 	}
 	exec(t, pool, `UPDATE workspaces SET operation = 'STARTING' WHERE id = $1`, w.ID)
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby); !errors.Is(err, workspace.ErrInvalidState) {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby, workspace.CauseUser); !errors.Is(err, workspace.ErrInvalidState) {
 		t.Errorf("change while operation in flight: %v", err)
 	}
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning); err != nil {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser); err != nil {
 		t.Errorf("same desired while operation in flight: %v", err)
 	}
 	exec(t, pool, `UPDATE workspaces SET operation = 'NONE', phase = 'ERROR', error_reason = 'Timeout', error_count = 1 WHERE id = $1`, w.ID)
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby); !errors.Is(err, workspace.ErrInvalidState) {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby, workspace.CauseUser); !errors.Is(err, workspace.ErrInvalidState) {
 		t.Errorf("change in ERROR: %v", err)
 	}
 	exec(t, pool, `UPDATE workspaces SET phase = 'STANDBY', error_reason = NULL, error_count = 0 WHERE id = $1`, w.ID)
-	got, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived)
+	got, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived, workspace.CauseUser)
 	if err != nil || got.DesiredState != workspace.DesiredArchived {
 		t.Fatalf("set ARCHIVED = %s, %v", got.DesiredState, err)
 	}
@@ -256,11 +256,11 @@ func TestWakingResetsLastAccess(t *testing.T) {
 	w := mustCreate(t, svc, addUser(t, pool, "alice"), "dev")
 	old := time.Now().Add(-24 * time.Hour).UTC().Truncate(time.Second)
 	exec(t, pool, `UPDATE workspaces SET desired_state = 'STANDBY', last_access_at = $2 WHERE id = $1`, w.ID, old)
-	got, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived)
+	got, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived, workspace.CauseUser)
 	if err != nil || !got.LastAccessAt.Equal(old) {
 		t.Fatalf("non-waking change moved last_access_at to %v (%v)", got.LastAccessAt, err)
 	}
-	got, err = svc.SetDesired(ctx, w.ID, workspace.DesiredRunning)
+	got, err = svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser)
 	if err != nil || !got.LastAccessAt.After(old) {
 		t.Fatalf("waking left last_access_at at %v (%v)", got.LastAccessAt, err)
 	}
@@ -276,11 +276,11 @@ func TestSetDesiredClearsBackoff(t *testing.T) {
 	w := mustCreate(t, svc, addUser(t, pool, "alice"), "dev")
 	exec(t, pool, `UPDATE workspaces SET phase = 'ARCHIVED', desired_state = 'ARCHIVED',
 		error_reason = 'RestoreFailed', error_count = 2, next_attempt_at = now() + interval '5 minutes' WHERE id = $1`, w.ID)
-	same, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived)
+	same, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived, workspace.CauseUser)
 	if err != nil || same.NextAttemptAt == nil {
 		t.Fatalf("unchanged desired state dropped the backoff: %v, %v", same.NextAttemptAt, err)
 	}
-	got, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning)
+	got, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,11 +295,11 @@ func TestSetDesiredIfUnchanged(t *testing.T) {
 	ctx := context.Background()
 	w := mustCreate(t, svc, addUser(t, pool, "alice"), "dev")
 	exec(t, pool, `UPDATE workspaces SET description = 'touched' WHERE id = $1`, w.ID)
-	if _, err := svc.SetDesiredIfUnchanged(ctx, w.ID, w.Version, workspace.DesiredStandby); !errors.Is(err, workspace.ErrInvalidState) {
+	if _, err := svc.SetDesiredIfUnchanged(ctx, w.ID, w.Version, workspace.DesiredStandby, workspace.CauseUser); !errors.Is(err, workspace.ErrInvalidState) {
 		t.Fatalf("stale version: %v", err)
 	}
 	cur, _ := svc.Get(ctx, w.ID)
-	if _, err := svc.SetDesiredIfUnchanged(ctx, w.ID, cur.Version, workspace.DesiredStandby); err != nil {
+	if _, err := svc.SetDesiredIfUnchanged(ctx, w.ID, cur.Version, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 		t.Fatalf("current version: %v", err)
 	}
 }
@@ -326,20 +326,20 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("running of alice = %d, %v", len(running), err)
 	}
 	// Stopping one frees a slot; waking it again is limited like creating.
-	if _, err := svc.SetDesired(ctx, a1.ID, workspace.DesiredStandby); err != nil {
+	if _, err := svc.SetDesired(ctx, a1.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
 		t.Fatal(err)
 	}
 	b2, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: bob, Name: "b2"})
 	if err != nil {
 		t.Fatalf("create after a slot freed: %v", err)
 	}
-	if _, err := svc.SetDesired(ctx, a1.ID, workspace.DesiredRunning); !errors.Is(err, workspace.ErrLimitExceeded) {
+	if _, err := svc.SetDesired(ctx, a1.ID, workspace.DesiredRunning, workspace.CauseUser); !errors.Is(err, workspace.ErrLimitExceeded) {
 		t.Fatalf("wake over the global limit: %v", err)
 	}
 	if err := svc.Delete(ctx, b2.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.SetDesired(ctx, a1.ID, workspace.DesiredRunning); err != nil {
+	if _, err := svc.SetDesired(ctx, a1.ID, workspace.DesiredRunning, workspace.CauseUser); err != nil {
 		t.Fatalf("wake after a deletion freed a slot: %v", err)
 	}
 }
@@ -375,7 +375,7 @@ func TestConcurrentWakesNeverExceedLimits(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, w := range ws {
 			wg.Go(func() {
-				_, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning)
+				_, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -447,7 +447,7 @@ func TestRecover(t *testing.T) {
 	if got.Phase != workspace.PhaseStandby {
 		t.Errorf("phase after recover = %s, want STANDBY from the observed volume", got.Phase)
 	}
-	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived); err != nil {
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredArchived, workspace.CauseUser); err != nil {
 		t.Errorf("set desired after recover: %v", err)
 	}
 }

@@ -28,6 +28,16 @@ const (
 	DesiredDeleted  DesiredState = "DELETED"
 )
 
+// Cause is who set a workspace's desired state.
+type Cause string
+
+const (
+	// CauseUser: the owner, through the API or by opening the workspace.
+	CauseUser Cause = "user"
+	// CauseIdle: the TTL runner, after the workspace went unused.
+	CauseIdle Cause = "idle"
+)
+
 // Operation is the single in-flight transition of a workspace.
 type Operation string
 
@@ -126,10 +136,17 @@ type Workspace struct {
 	LastAccessAt   time.Time      `db:"last_access_at"`
 	StandbyTTL     *time.Duration `db:"standby_ttl"`
 	ArchiveTTL     *time.Duration `db:"archive_ttl"`
-	Version        int64          `db:"version"`
-	CreatedAt      time.Time      `db:"created_at"`
-	UpdatedAt      time.Time      `db:"updated_at"`
-	DeletedAt      *time.Time     `db:"deleted_at"`
+	// DesiredBy and DesiredAt tell who last set the desired state, and
+	// when: why a workspace stopped or was archived.
+	DesiredBy Cause      `db:"desired_by"`
+	DesiredAt *time.Time `db:"desired_at"`
+	// KeepUntil: the owner asked to keep the workspace running until then;
+	// it is not stopped for idleness before.
+	KeepUntil *time.Time `db:"keep_until"`
+	Version   int64      `db:"version"`
+	CreatedAt time.Time  `db:"created_at"`
+	UpdatedAt time.Time  `db:"updated_at"`
+	DeletedAt *time.Time `db:"deleted_at"`
 }
 
 // MarshalJSON keeps the conditions map non-nil in JSON.

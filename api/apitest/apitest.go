@@ -107,7 +107,7 @@ func New(t testing.TB, cfg Config) *Env {
 	}
 	svc := workspace.NewService(hclog.NewNullLogger(), pool, workspace.Options{
 		MaxRunningPerUser: cfg.MaxRunningPerUser, MaxRunningGlobal: cfg.MaxRunningGlobal,
-		DefaultImage: Images[0], AllowedImages: Images,
+		DefaultImage: Images[0], AllowedImages: Images, Policy: Policy,
 	})
 	e := &Env{t: t, DBURL: dbURL, Pool: pool, Redis: rdb, Service: svc, Upstreams: &Upstreams{addrs: map[string]string{}}}
 	// The listener exists before the server so the public URL is known.
@@ -319,6 +319,13 @@ func (e *Env) CreateWorkspace(u User, name string) workspace.Workspace {
 		e.t.Fatalf("create workspace %s: %v", name, err)
 	}
 	return w
+}
+
+// Policy is the idle policy of every test server: the defaults of a
+// configuration file that sets none.
+var Policy = workspace.Policy{
+	StandbyTTL: 10 * time.Minute, ArchiveTTL: 30 * time.Minute,
+	MaxStandbyTTL: 8 * time.Hour, MaxArchiveTTL: 7 * 24 * time.Hour, MaxExtend: 8 * time.Hour,
 }
 
 // Upstreams resolves workspaces to addresses a test registers.

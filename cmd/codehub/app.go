@@ -113,6 +113,13 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		MaxRunningGlobal:  cfg.Limits.MaxRunningGlobal,
 		DefaultImage:      cfg.Workspace.Image,
 		AllowedImages:     cfg.Workspace.AllowedImages,
+		Policy: workspace.Policy{
+			StandbyTTL:    cfg.Workspace.StandbyTTL,
+			ArchiveTTL:    cfg.Workspace.ArchiveTTL,
+			MaxStandbyTTL: cfg.Workspace.MaxStandbyTTL,
+			MaxArchiveTTL: cfg.Workspace.MaxArchiveTTL,
+			MaxExtend:     cfg.Workspace.MaxExtend,
+		},
 	})
 	if err := bootstrapAdmin(ctx, logger, cfg, d); err != nil {
 		a.close()

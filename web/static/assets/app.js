@@ -77,6 +77,7 @@ function actionsFor(ws, pending) {
     open: { show: p === "RUNNING" || p === "STANDBY" || comingUp.has(p), enabled: true },
     start: { show: p === "STANDBY" || p === "PENDING", enabled: idle && ws.desired_state !== "RUNNING" },
     stop: { show: p === "RUNNING" || p === "STOPPING", enabled: idle && ws.desired_state === "RUNNING" },
+    extend: { show: p === "RUNNING" && ws.desired_state === "RUNNING", enabled: !pending },
     archive: { show: p === "STANDBY" || p === "RUNNING" || p === "ARCHIVING", enabled: idle && ws.desired_state !== "ARCHIVED" },
     restore: { show: p === "ARCHIVED", enabled: idle && ws.desired_state === "ARCHIVED" },
     del: { show: p !== "DELETING", enabled: !pending && (ws.operation === "NONE" || p === "ERROR") },
@@ -111,6 +112,55 @@ function relTime(iso) {
   return new Date(t).toLocaleDateString();
 }
 
+// inTime says how far ahead an instant is, as a person would.
+function inTime(iso) {
+  const s = Math.round((Date.parse(iso) - Date.now()) / 1000);
+  if (s < 60) return "in under a minute";
+  if (s < 3600) return `in ${Math.round(s / 60)} min`;
+  if (s < 86400) return `in ${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+  return `on ${new Date(Date.parse(iso)).toLocaleString()}`;
+}
+
+function duration(seconds) {
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+  if (seconds % 60 === 0) return `${seconds / 60} min`;
+  return `${seconds} s`;
+}
+
+// timers is the card's line about idle stops: what happened last and what
+// happens next if nobody uses the workspace. The title holds the exact times.
+function timers(ws) {
+  const said = [];
+  const exact = [];
+  if ((ws.phase === "STANDBY" || ws.phase === "ARCHIVED") && ws.desired_at) {
+    const what = ws.phase === "ARCHIVED" ? "Archived" : "Stopped";
+    if (ws.desired_by === "idle") {
+      said.push(ws.phase === "ARCHIVED"
+        ? `${what} after ${duration(ws.archive_ttl_seconds)} stopped`
+        : `${what} after ${duration(ws.standby_ttl_seconds)} unused`);
+    } else {
+      said.push(`${what} by you`);
+    }
+    exact.push(`${what} ${new Date(Date.parse(ws.desired_at)).toLocaleString()}`);
+  }
+  if (ws.keep_until) {
+    said.push(`kept running ${inTime(ws.keep_until).replace(/^in /, "for ")}`);
+  }
+  if (ws.stops_at) {
+    said.push(`stops ${inTime(ws.stops_at)} if unused`);
+    exact.push(`Stops ${new Date(Date.parse(ws.stops_at)).toLocaleString()}`);
+  } else if (ws.archives_at) {
+    said.push(`archived ${inTime(ws.archives_at)} if not started`);
+  }
+  if (ws.archives_at) exact.push(`Archived ${new Date(Date.parse(ws.archives_at)).toLocaleString()} if left alone`);
+  const text = said.join(" · ");
+  return { text: text.charAt(0).toUpperCase() + text.slice(1), title: exact.join("\n") };
+}
+
+function keepRunning(id) {
+  return withPending(id, () => api("POST", `/api/v1/workspaces/${id}/extend`, { hours: 2 }));
+}
+
 function elapsed(since) {
   const s = Math.round((Date.now() - since) / 1000);
   return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m ${s % 60}s`;
@@ -124,6 +174,7 @@ function card(id) {
   el.querySelector(".act-start").addEventListener("click", () => setDesired(id, "RUNNING"));
   el.querySelector(".act-restore").addEventListener("click", () => setDesired(id, "RUNNING"));
   el.querySelector(".act-stop").addEventListener("click", () => setDesired(id, "STANDBY"));
+  el.querySelector(".act-extend").addEventListener("click", () => keepRunning(id));
   el.querySelector(".act-archive").addEventListener("click", () => setDesired(id, "ARCHIVED"));
   el.querySelector(".act-delete").addEventListener("click", () => remove(id));
   el.querySelector(".act-recover").addEventListener("click", () => recover(id));
@@ -197,11 +248,17 @@ function renderCard(ws) {
   setButton(open, acts.open);
   setButton(el.querySelector(".act-start"), acts.start);
   setButton(el.querySelector(".act-stop"), acts.stop);
+  setButton(el.querySelector(".act-extend"), acts.extend);
   setButton(el.querySelector(".act-archive"), acts.archive);
   setButton(el.querySelector(".act-restore"), acts.restore);
   setButton(el.querySelector(".act-delete"), acts.del);
 
   el.querySelector(".meta").textContent = `Created ${relTime(ws.created_at)} · last used ${relTime(ws.last_access_at)}`;
+  const t = timers(ws);
+  const timersEl = el.querySelector(".timers");
+  timersEl.hidden = !t.text;
+  timersEl.textContent = t.text;
+  timersEl.title = t.title;
   return el;
 }
 
