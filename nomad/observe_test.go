@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -62,10 +63,10 @@ func observeFixture(f *fakeNomad) {
 		// Stopped job whose task is still being killed: live, not ready.
 		{ID: "a-stopping", JobID: "ws-" + wsStopping, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "stop", DeploymentStatus: healthy(true)},
 		// An older attempt of the archive job must not shadow the current one.
-		{ID: "a-archive-old", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 5, ClientStatus: "complete"},
-		{ID: "a-archive", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 12, ClientStatus: "failed"},
+		{ID: "a-archive-old", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 5, ClientStatus: "complete", DesiredStatus: "run"},
+		{ID: "a-archive", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 12, ClientStatus: "failed", DesiredStatus: "run"},
 		{ID: "a-pull", JobID: "ws-" + wsPull, CreateIndex: 11, ClientStatus: "pending", DesiredStatus: "run"},
-		{ID: "a-restore", JobID: "ws-" + wsRestore + "-restore", CreateIndex: 11, ClientStatus: "complete"},
+		{ID: "a-restore", JobID: "ws-" + wsRestore + "-restore", CreateIndex: 11, ClientStatus: "complete", DesiredStatus: "run"},
 		// A live allocation of a purged workspace job still counts.
 		{ID: "a-orphan", JobID: "ws-" + wsRestore, CreateIndex: 3, ClientStatus: "running", DesiredStatus: "stop"},
 	}
@@ -279,32 +280,40 @@ func TestDescribePlacement(t *testing.T) {
 	}
 }
 
-func TestParseNames(t *testing.T) {
-	id := "01jb3x7k9q2m5n8p4r6s0t1v2w"
-	cases := []struct {
-		job  string
-		ws   string
-		kind controller.JobKind
-		ok   bool
+// How the newest allocation of a batch job ended.
+func TestBatchRun(t *testing.T) {
+	events := func(evs ...*api.TaskEvent) map[string]*api.TaskState {
+		return map[string]*api.TaskState{"archive": {State: "dead", Events: evs}}
+	}
+	started := &api.TaskEvent{Type: api.TaskStarted, Time: 1}
+	exit := func(code int) *api.TaskEvent {
+		return &api.TaskEvent{Type: api.TaskTerminated, ExitCode: code, Time: 3}
+	}
+	alloc := func(client, desired string, states map[string]*api.TaskState) []*api.AllocationListStub {
+		return []*api.AllocationListStub{{ID: "a", ClientStatus: client, DesiredStatus: desired, TaskStates: states}}
+	}
+	codes := map[string]archive.Code{"a": archive.CodeDiskFull}
+	for _, tc := range []struct {
+		name    string
+		stopped bool
+		allocs  []*api.AllocationListStub
+		want    controller.RunState
+		code    int
 	}{
-		{"ws-" + id, id, controller.JobWorkspace, true},
-		{"ws-" + id + "-archive", id, controller.JobArchive, true},
-		{"ws-" + id + "-restore", id, controller.JobRestore, true},
-		{"ws-" + id + "-other", "", "", false},
-		{"ws-short", "", "", false},
-		{"web", "", "", false},
-	}
-	for _, tc := range cases {
-		ws, kind, ok := parseJobID(tc.job)
-		if ws != tc.ws || kind != tc.kind || ok != tc.ok {
-			t.Errorf("parseJobID(%q) = %q, %q, %v", tc.job, ws, kind, ok)
-		}
-	}
-	if ws, ok := parseVolumeName(volumeName(id)); !ok || ws != id {
-		t.Errorf("parseVolumeName round trip = %q, %v", ws, ok)
-	}
-	if _, ok := parseVolumeName("ws-short-home"); ok {
-		t.Error("parseVolumeName accepted a short id")
+		{"not placed yet", false, nil, controller.RunPending, 0},
+		{"pending", false, alloc("pending", "run", nil), controller.RunPending, 0},
+		{"running", false, alloc("running", "run", nil), controller.RunLive, 0},
+		{"complete", false, alloc("complete", "run", nil), controller.RunExited, 0},
+		{"failed", false, alloc("failed", "run", events(started, exit(1))), controller.RunExited, 1},
+		{"failed before it started", false, alloc("failed", "run", events()), controller.RunEnded, 0},
+		{"lost", false, alloc("lost", "stop", nil), controller.RunEnded, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := batchRun(&api.JobListStub{Stop: tc.stopped}, tc.allocs, codes, "")
+			if run.State != tc.want || run.ExitCode != tc.code {
+				t.Fatalf("batchRun = %+v, want state %d exit %d", run, tc.want, tc.code)
+			}
+		})
 	}
 }
 
