@@ -416,12 +416,25 @@ func (b *Backend) deregister(ctx context.Context, id string, purge bool) error {
 }
 
 // StopJob stops a batch job without purging it; PurgeJob forgets it once
-// its allocations are terminal.
+// its allocations are terminal. A job that finished is left alone: Nomad
+// records a stop as a new registration, after which the finished
+// allocation would count as an earlier attempt's and its result be lost.
 func (b *Backend) StopJob(ctx context.Context, wsID string, kind controller.JobKind) error {
 	if kind == controller.JobWorkspace {
 		return fmt.Errorf("stop job of %s: %q is not a batch job kind", wsID, kind)
 	}
-	return b.deregister(ctx, controller.JobName(wsID, kind), false)
+	id := controller.JobName(wsID, kind)
+	job, _, err := b.client.Jobs().Info(id, b.query(ctx))
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return classify("read job "+id, err)
+	}
+	if job.Status != nil && *job.Status == jobStatusDead {
+		return nil
+	}
+	return b.deregister(ctx, id, false)
 }
 
 // PurgeJob forgets a job and its variable (S3 keys or upstream token). A

@@ -331,6 +331,29 @@ func TestStopWorkspaceDoesNotPurge(t *testing.T) {
 	}
 }
 
+// Stopping a finished batch job would make Nomad count its allocation as
+// an earlier attempt's, and its result would be lost.
+func TestStopJobLeavesAFinishedJob(t *testing.T) {
+	id := controller.JobName(testWS, controller.JobArchive)
+	for _, tc := range []struct {
+		status string
+		stops  int
+	}{{"dead", 0}, {"running", 1}, {"pending", 1}} {
+		t.Run(tc.status, func(t *testing.T) {
+			f := newFakeNomad(t)
+			f.json("GET /v1/job/"+id, &api.Job{ID: &id, Status: &tc.status})
+			f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+			if err := newTestBackend(t, f, testOptions()).StopJob(t.Context(), testWS, controller.JobArchive); err != nil {
+				t.Fatal(err)
+			}
+			calls := f.calls("DELETE /v1/job/" + id)
+			if len(calls) != tc.stops || (tc.stops > 0 && calls[0].Query.Get("purge") == "true") {
+				t.Fatalf("stop calls = %+v, want %d without purge", calls, tc.stops)
+			}
+		})
+	}
+}
+
 func TestPurgeJob(t *testing.T) {
 	t.Run("refuses while an allocation is live", func(t *testing.T) {
 		f := newFakeNomad(t)

@@ -277,7 +277,7 @@ func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]
 		}
 		_, kind, _ := controller.ParseJobName(id)
 		if kind != controller.JobWorkspace {
-			if s := list[0].ClientStatus; s == api.AllocClientStatusFailed || s == api.AllocClientStatusLost {
+			if batchEnded(list[0]) {
 				out = append(out, list[0])
 			}
 			continue
@@ -293,6 +293,19 @@ func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
 	return out
+}
+
+// batchEnded reports a batch allocation whose task events tell how its run
+// ended: one that failed or was lost, and one Nomad stopped, which it
+// reports as complete even when the task had not finished.
+func batchEnded(a *api.AllocationListStub) bool {
+	switch a.ClientStatus {
+	case api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	case api.AllocClientStatusComplete:
+		return a.DesiredStatus != api.AllocDesiredStatusRun
+	}
+	return false
 }
 
 // readTaskStates fills in the task states of allocs, from the cache for
@@ -596,8 +609,15 @@ func jobResult(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[s
 }
 
 // batchRun is what the newest allocation of a batch job says of its run.
+// Nomad reports an allocation it stopped as complete, whatever its task
+// did: only one whose task exited before any kill ran to its end.
 func batchRun(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[string]archive.Code, placement string) controller.JobRun {
 	if len(allocs) == 0 {
+		// Nomad records a stop as a new registration: the allocations
+		// of the attempt it stopped count as older.
+		if j.Stop {
+			return controller.JobRun{State: controller.RunEnded, Message: "job stopped before it finished"}
+		}
 		return controller.JobRun{State: controller.RunPending, Message: placement}
 	}
 	a := allocs[0]
@@ -605,7 +625,13 @@ func batchRun(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[st
 	case api.AllocClientStatusRunning:
 		return controller.JobRun{State: controller.RunLive}
 	case api.AllocClientStatusComplete:
-		return controller.JobRun{State: controller.RunExited}
+		if a.DesiredStatus == api.AllocDesiredStatusRun {
+			return controller.JobRun{State: controller.RunExited}
+		}
+		if code, ok := exitBeforeKill(a); ok {
+			return controller.JobRun{State: controller.RunExited, ExitCode: code}
+		}
+		return controller.JobRun{State: controller.RunEnded, Message: "job stopped before it finished"}
 	case api.AllocClientStatusFailed, api.AllocClientStatusLost:
 		run := controller.JobRun{State: controller.RunEnded, Code: codes[a.ID], Message: failureMessage(a)}
 		if code, ok := exitBeforeKill(a); ok {

@@ -23,6 +23,7 @@ const (
 	wsPull     = "01eeeeeeeeeeeeeeeeeeeeeeee"
 	wsUnplaced = "01ffffffffffffffffffffffff"
 	wsRestore  = "01gggggggggggggggggggggggg"
+	wsStopped  = "01hhhhhhhhhhhhhhhhhhhhhhhh"
 )
 
 func managedMeta(wsID string, extra ...string) map[string]string {
@@ -47,6 +48,8 @@ func observeFixture(f *fakeNomad) {
 			JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"workspace": {Queued: 1}}}},
 		{ID: "ws-" + wsRestore + "-restore", Type: "batch", Status: "dead", JobModifyIndex: 10,
 			Meta: managedMeta(wsRestore, MetaOpID, "01rrrrrrrrrrrrrrrrrrrrrrrr", MetaArchiveKey, "archives/r", MetaAttempt, "1")},
+		{ID: "ws-" + wsStopped + "-archive", Type: "batch", Status: "dead", Stop: true, JobModifyIndex: 10,
+			Meta: managedMeta(wsStopped, MetaOpID, "01opopopopopopopopopopopop", MetaArchiveKey, "archives/s", MetaAttempt, "1")},
 		// Not codehub's: no mark, or a foreign name.
 		{ID: "ws-" + wsReady + "-other", Meta: managedMeta(wsReady)},
 		{ID: "ws-01zzzzzzzzzzzzzzzzzzzzzzzz", Meta: map[string]string{}},
@@ -67,6 +70,8 @@ func observeFixture(f *fakeNomad) {
 		{ID: "a-archive", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 12, ClientStatus: "failed", DesiredStatus: "run"},
 		{ID: "a-pull", JobID: "ws-" + wsPull, CreateIndex: 11, ClientStatus: "pending", DesiredStatus: "run"},
 		{ID: "a-restore", JobID: "ws-" + wsRestore + "-restore", CreateIndex: 11, ClientStatus: "complete", DesiredStatus: "run"},
+		// Nomad reports a batch allocation it stopped as complete.
+		{ID: "a-stopped", JobID: "ws-" + wsStopped + "-archive", CreateIndex: 11, ClientStatus: "complete", DesiredStatus: "stop"},
 		// A live allocation of a purged workspace job still counts.
 		{ID: "a-orphan", JobID: "ws-" + wsRestore, CreateIndex: 3, ClientStatus: "running", DesiredStatus: "stop"},
 	}
@@ -81,6 +86,14 @@ func observeFixture(f *fakeNomad) {
 	}}}
 	// Listed without task states; the ones that explain a state are read.
 	f.json("GET /v1/allocation/a-archive", &api.Allocation{ID: "a-archive", ClientStatus: "failed", TaskStates: terminated(1)})
+	f.json("GET /v1/allocation/a-stopped", &api.Allocation{ID: "a-stopped", ClientStatus: "complete", TaskStates: map[string]*api.TaskState{
+		"archive": {State: "dead", Events: []*api.TaskEvent{
+			{Type: api.TaskStarted, Time: 1},
+			{Type: api.TaskKilling, Time: 2},
+			{Type: api.TaskTerminated, ExitCode: 1, Time: 3},
+			{Type: api.TaskKilled, Time: 4},
+		}},
+	}})
 	f.json("GET /v1/allocation/a-pull", &api.Allocation{ID: "a-pull", ClientStatus: "pending", TaskStates: map[string]*api.TaskState{
 		"workspace": {State: "pending", Events: []*api.TaskEvent{
 			{Type: api.TaskReceived},
@@ -126,6 +139,10 @@ func TestObserve(t *testing.T) {
 			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/k", Attempt: 2,
 			Status: controller.JobFailed, ExitCode: 1, ErrorCode: "DISK_FULL", Message: "task archive exited with code 1",
 		}},
+		wsStopped: {Archive: &controller.JobResult{
+			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/s", Attempt: 1,
+			Status: controller.JobFailed, ExitCode: -1, ErrorCode: "UNKNOWN", Message: "job stopped before it finished",
+		}},
 		wsPull: {ContainerLive: true, Failure: &controller.Failure{
 			Reason: workspace.ReasonImagePullFailed, Terminal: true,
 			Message: "Failed to pull `codercom/code-server:nope`: manifest unknown",
@@ -153,6 +170,7 @@ func TestObserve(t *testing.T) {
 	wantRoutes := []string{
 		"GET /v1/allocation/a-archive",
 		"GET /v1/allocation/a-pull",
+		"GET /v1/allocation/a-stopped",
 		"GET /v1/allocations",
 		"GET /v1/client/allocation/a-starting/checks",
 		"GET /v1/client/fs/logs/a-archive",
@@ -280,12 +298,15 @@ func TestDescribePlacement(t *testing.T) {
 	}
 }
 
-// How the newest allocation of a batch job ended.
+// Nomad reports a batch allocation it stopped as complete, even when its
+// task was killed half way; only a task that exited before the kill
+// finished.
 func TestBatchRun(t *testing.T) {
 	events := func(evs ...*api.TaskEvent) map[string]*api.TaskState {
 		return map[string]*api.TaskState{"archive": {State: "dead", Events: evs}}
 	}
 	started := &api.TaskEvent{Type: api.TaskStarted, Time: 1}
+	killing := &api.TaskEvent{Type: api.TaskKilling, Time: 2}
 	exit := func(code int) *api.TaskEvent {
 		return &api.TaskEvent{Type: api.TaskTerminated, ExitCode: code, Time: 3}
 	}
@@ -301,9 +322,13 @@ func TestBatchRun(t *testing.T) {
 		code    int
 	}{
 		{"not placed yet", false, nil, controller.RunPending, 0},
+		{"stopped: its allocations count as older", true, nil, controller.RunEnded, 0},
 		{"pending", false, alloc("pending", "run", nil), controller.RunPending, 0},
 		{"running", false, alloc("running", "run", nil), controller.RunLive, 0},
 		{"complete", false, alloc("complete", "run", nil), controller.RunExited, 0},
+		{"stopped while it ran", true, alloc("complete", "stop", events(started, killing, exit(1))), controller.RunEnded, 0},
+		{"stopped after it exited", true, alloc("complete", "stop", events(started, exit(0))), controller.RunExited, 0},
+		{"stopped, events unknown", true, alloc("complete", "stop", nil), controller.RunEnded, 0},
 		{"failed", false, alloc("failed", "run", events(started, exit(1))), controller.RunExited, 1},
 		{"failed before it started", false, alloc("failed", "run", events()), controller.RunEnded, 0},
 		{"lost", false, alloc("lost", "stop", nil), controller.RunEnded, 0},
