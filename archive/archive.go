@@ -72,6 +72,12 @@ func parseMeta(b []byte) (Meta, error) {
 	return m, nil
 }
 
+// URL is the ARCHIVE_URL a job gets for the object at key in bucket,
+// s3://bucket/key, which ParseURL reads back.
+func URL(bucket, key string) string {
+	return (&url.URL{Scheme: "s3", Host: bucket, Path: "/" + key}).String()
+}
+
 // ParseURL splits an archive URL of the form s3://bucket/key.
 func ParseURL(raw string) (bucket, key string, err error) {
 	u, err := url.Parse(raw)

@@ -50,6 +50,10 @@ func ParseFields(line string) ([][2]string, error) {
 	return out, nil
 }
 
+// ResultTail is how much of the end of a job's output a backend reads for
+// its result: the result line is the last line the job prints.
+const ResultTail = 64 << 10
+
 // ResultCode returns the CODEHUB_ERROR of the last "RESULT=FAIL" line a job
 // printed, or CodeUnknown without one. Lines that are not the job's own
 // key/value lines are passed over; maxLine bounds one line.

@@ -136,6 +136,16 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// What URL writes, ParseURL reads back, whatever the key holds.
+func TestURLRoundTrip(t *testing.T) {
+	for _, key := range []string{Key("01jb3x7k9q2m5n8p4r6s0t1v2w", "01jb3x8a0000000000000000aa"), "k", "a b/ü?#%41"} {
+		bucket, got, err := ParseURL(URL("codehub", key))
+		if err != nil || bucket != "codehub" || got != key {
+			t.Errorf("ParseURL(URL(%q)) = %q, %q, %v", key, bucket, got, err)
+		}
+	}
+}
+
 func TestParseMeta(t *testing.T) {
 	sum := strings.Repeat("ab", 32)
 	good := fmt.Sprintf(`{"sha256":%q,"size":42,"format":"tar+zstd","created_at":"2026-11-25T23:00:00Z"}`, sum)

@@ -6,11 +6,18 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/codehub-io/codehub/archive"
 )
 
 // Backend is what the controller needs from the infrastructure that runs
 // workspaces (Nomad in production, local processes on one machine).
 // Actuators submit and return at once; completion is judged from Observe.
+// Every actuator may be called again with the same arguments: the repeat
+// returns nil and changes nothing, and stopping, purging or deleting what
+// is gone already succeeds. Once a workspace's volume is deleted and its
+// jobs purged, Observe reports nothing of it. Names and job results follow
+// protocol.go; internal/backendtest holds every backend to this contract.
 type Backend interface {
 	// Observe returns the observed state of every workspace the backend
 	// knows, in a number of backend calls that does not grow with the
@@ -20,19 +27,26 @@ type Backend interface {
 	// DeleteVolume deletes the workspace's volume that Observe reported as
 	// volumeID, and nothing else: a volume of the same name created since
 	// (a newer leader's restore) is not the one the caller judged. It
-	// returns ErrVolumeInUse while the volume is still claimed.
+	// returns ErrVolumeInUse while the volume is still claimed, and nil
+	// once the volume is gone.
 	DeleteVolume(ctx context.Context, wsID, volumeID string) error
+	// StartWorkspace returns ErrNoVolume when the workspace has no volume.
 	StartWorkspace(ctx context.Context, spec WorkspaceSpec) error
 	// StopWorkspace stops the workspace without forgetting it: the container
 	// counts as gone only once Observe reports no live allocation.
 	StopWorkspace(ctx context.Context, wsID string) error
+	// SubmitArchive and SubmitRestore start the attempt unless it was
+	// started already, and return ErrNoVolume when the workspace has no
+	// volume.
 	SubmitArchive(ctx context.Context, job JobSpec) error
 	SubmitRestore(ctx context.Context, job JobSpec) error
 	// StopJob ends a running archive or restore job without forgetting it:
-	// it counts as ended only once Observe reports its result terminal.
+	// it counts as ended only once Observe reports its result terminal,
+	// which is JobFailed unless it had finished (JobRun.Result).
 	StopJob(ctx context.Context, wsID string, kind JobKind) error
 	// PurgeJob forgets a terminal archive/restore job or a stopped workspace
-	// job once its result is recorded. It refuses while the job still runs.
+	// job once its result is recorded. It returns ErrJobLive while the job
+	// may still run (RefusePurge).
 	PurgeJob(ctx context.Context, wsID string, kind JobKind) error
 }
 
@@ -111,8 +125,9 @@ type JobResult struct {
 	Attempt    int
 	Status     JobStatus
 	ExitCode   int
-	// ErrorCode is the CODEHUB_ERROR the job printed on failure.
-	ErrorCode string
+	// ErrorCode is the CODEHUB_ERROR the job printed on failure, UNKNOWN
+	// when it printed none.
+	ErrorCode archive.Code
 	Message   string
 }
 

@@ -153,7 +153,7 @@ func (j *fakeJob) result() *JobResult {
 	case j.stage == 1:
 		r.Status = JobRunning
 	case j.stage >= 2 && j.failed != "":
-		r.Status, r.ExitCode, r.ErrorCode = JobFailed, 1, j.failed
+		r.Status, r.ExitCode, r.ErrorCode = JobFailed, 1, archive.Code(j.failed)
 	case j.stage >= 2:
 		r.Status = JobSucceeded
 	}

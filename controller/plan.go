@@ -571,7 +571,7 @@ func terminalJob(j *JobResult) bool {
 func jobMessage(j *JobResult) string {
 	msg := "exit code " + strconv.Itoa(j.ExitCode)
 	if j.ErrorCode != "" {
-		msg += ", " + j.ErrorCode
+		msg += ", " + string(j.ErrorCode)
 	}
 	if j.Message != "" {
 		msg += ": " + j.Message
@@ -579,8 +579,8 @@ func jobMessage(j *JobResult) string {
 	return msg
 }
 
-func archiveFailureReason(code string) string {
-	switch archive.Code(code) {
+func archiveFailureReason(code archive.Code) string {
+	switch code {
 	case archive.CodeS3Access:
 		return workspace.ReasonUnreachable
 	case archive.CodeChecksumMismatch:
@@ -589,8 +589,8 @@ func archiveFailureReason(code string) string {
 	return workspace.ReasonArchiveFailed
 }
 
-func restoreFailureReason(code string) string {
-	switch archive.Code(code) {
+func restoreFailureReason(code archive.Code) string {
+	switch code {
 	case archive.CodeS3Access:
 		return workspace.ReasonUnreachable
 	case archive.CodeArchiveNotFound, archive.CodeMetaNotFound:

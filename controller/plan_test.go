@@ -262,12 +262,12 @@ func TestPlanInFlight(t *testing.T) {
 	volume := Observed{VolumeExists: true, VolumeReady: true}
 	live := Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true}
 	running := Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true}
-	restoreJob := func(status JobStatus, code string) Observed {
+	restoreJob := func(status JobStatus, code archive.Code) Observed {
 		o := volume
 		o.Restore = &JobResult{ArchiveKey: keyOld, Attempt: 2, Status: status, ErrorCode: code}
 		return o
 	}
-	archiveJob := func(status JobStatus, code string) Observed {
+	archiveJob := func(status JobStatus, code archive.Code) Observed {
 		o := volume
 		o.Archive = &JobResult{OpID: opOld, ArchiveKey: keyOld, Attempt: 2, Status: status, ErrorCode: code}
 		return o

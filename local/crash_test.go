@@ -267,7 +267,7 @@ func TestDeletionFinishesWhatACrashLeftInTheTrash(t *testing.T) {
 	ctx := context.Background()
 	const other = "01jb3x7k9q2m5n8p4r6s0t1v2x"
 	b := newTestBackend(t, t.TempDir())
-	left := filepath.Join(trashDir(b.opts.DataDir), volumeName(other)+"-123", "home", "node_modules")
+	left := filepath.Join(trashDir(b.opts.DataDir), controller.VolumeName(other)+"-123", "home", "node_modules")
 	if err := os.MkdirAll(left, 0o700); err != nil {
 		t.Fatal(err)
 	}

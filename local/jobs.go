@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,7 +60,7 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 	}
 	if found {
 		if err := b.kill(prev.Process); err != nil {
-			return fmt.Errorf("replace %s: %w", batchName(wsID, kind), err)
+			return fmt.Errorf("replace %s: %w", controller.JobName(wsID, kind), err)
 		}
 	}
 	// Second guard behind the controller's: the job must not read or write
@@ -74,8 +73,8 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}
 	home := b.HomeDir(wsID)
-	if _, err := os.Stat(home); err != nil {
-		return fmt.Errorf("%s job of %s: home: %w", kind, wsID, err)
+	if err := homeExists(home); err != nil {
+		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}
 	if err := b.lockHome(home); err != nil {
 		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
@@ -106,7 +105,7 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 		_ = b.kill(id)
 		return fmt.Errorf("%s job of %s: record process: %w", kind, wsID, err)
 	}
-	b.logger.Info("started job", "job", batchName(wsID, kind), "op_id", job.OpID, "attempt", job.Attempt, "pid", id.PID)
+	b.logger.Info("started job", "job", controller.JobName(wsID, kind), "op_id", job.OpID, "attempt", job.Attempt, "pid", id.PID)
 	return nil
 }
 
@@ -134,7 +133,7 @@ func (b *Backend) jobLaunch(kind controller.JobKind, dir, home, key string) laun
 		args:    []string{"job", string(kind), flag, home},
 		env: childEnv(
 			"HOME="+dir,
-			"ARCHIVE_URL="+archiveURL(s3.Bucket, key),
+			"ARCHIVE_URL="+archive.URL(s3.Bucket, key),
 			"S3_ENDPOINT="+s3.Endpoint,
 			"S3_REGION="+s3.Region,
 			"S3_USE_SSL="+strconv.FormatBool(s3.UseSSL),
@@ -145,11 +144,6 @@ func (b *Backend) jobLaunch(kind controller.JobKind, dir, home, key string) laun
 		logPath:  filepath.Join(dir, logFile),
 		exitPath: filepath.Join(dir, exitFile),
 	}
-}
-
-// archiveURL is the ARCHIVE_URL a job gets: s3://bucket/key.
-func archiveURL(bucket, key string) string {
-	return (&url.URL{Scheme: "s3", Host: bucket, Path: "/" + key}).String()
 }
 
 // StopJob kills a running archive or restore job and keeps its record:
@@ -203,7 +197,7 @@ func (b *Backend) PurgeJob(_ context.Context, wsID string, kind controller.JobKi
 		return fmt.Errorf("purge %s: unknown job kind %q", wsID, kind)
 	}
 	if b.alive(proc) {
-		return fmt.Errorf("refusing to purge %s: process %d is alive", filepath.Base(dir), proc.PID)
+		return controller.RefusePurge(filepath.Base(dir), fmt.Sprintf("process %d is alive", proc.PID))
 	}
 	// Without the record nothing could find what the launch left running.
 	if err := b.kill(proc); err != nil {
@@ -213,15 +207,4 @@ func (b *Backend) PurgeJob(_ context.Context, wsID string, kind controller.JobKi
 		return fmt.Errorf("purge %s: %w", filepath.Base(dir), err)
 	}
 	return nil
-}
-
-// errorCode returns the CODEHUB_ERROR a job printed last in its log.
-func errorCode(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return string(archive.CodeUnknown)
-	}
-	defer f.Close()
-	code, _ := archive.ResultCode(f, 1<<20)
-	return string(code)
 }

@@ -122,7 +122,7 @@ func TestArchiveAndRestoreWithCodehubJob(t *testing.T) {
 	o = waitFor(t, b, "failed restore", func(o controller.Observed) bool {
 		return o.Restore != nil && o.Restore.Attempt == 2 && (o.Restore.Status == controller.JobFailed || o.Restore.Status == controller.JobSucceeded)
 	})
-	if o.Restore.Status != controller.JobFailed || o.Restore.ExitCode == 0 || o.Restore.ErrorCode != string(archive.CodeArchiveNotFound) {
+	if o.Restore.Status != controller.JobFailed || o.Restore.ExitCode == 0 || o.Restore.ErrorCode != archive.CodeArchiveNotFound {
 		t.Fatalf("restore of a missing archive = %+v, want failed with %s", o.Restore, archive.CodeArchiveNotFound)
 	}
 }

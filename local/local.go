@@ -20,6 +20,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -67,6 +68,21 @@ type Options struct {
 	// Empty runs them as codehub's own user. Archive and restore jobs
 	// always run as codehub's user: they hold the S3 keys.
 	User string
+}
+
+// errNotLocal is returned when the configuration selects another backend.
+var errNotLocal = errors.New(`configuration has no backend "local" block`)
+
+// OptionsFromConfig maps codehub's configuration onto backend options.
+// workspace.command and args are for Nomad's exec and raw_exec drivers; on
+// one machine the workspace program is code-server. UpstreamToken is the
+// caller's to set.
+func OptionsFromConfig(cfg *config.Config) (Options, error) {
+	if cfg.Backend == nil || cfg.Backend.Local == nil {
+		return Options{}, errNotLocal
+	}
+	l := cfg.Backend.Local
+	return Options{DataDir: l.DataDir, CodeServer: l.CodeServer, User: l.User, S3: *cfg.S3}, nil
 }
 
 // Backend is the single-machine backend. It is safe for concurrent use.
@@ -224,56 +240,10 @@ func lookPath(name string) (string, error) {
 	return abs, nil
 }
 
-// Names derived from the workspace id (DESIGN.md §7).
-func volumeName(wsID string) string { return "ws-" + wsID + "-home" }
-func jobName(wsID string) string    { return "ws-" + wsID }
-
-func batchName(wsID string, kind controller.JobKind) string {
-	return "ws-" + wsID + "-" + string(kind)
-}
-
-// workspaceIDLen is the length of a lowercase ULID.
-const workspaceIDLen = 26
-
-// parseName splits a state entry name into workspace id and what it names.
-func parseName(name string) (wsID string, kind string, ok bool) {
-	rest, found := strings.CutPrefix(name, "ws-")
-	if !found || len(rest) < workspaceIDLen {
-		return "", "", false
-	}
-	wsID, suffix := rest[:workspaceIDLen], rest[workspaceIDLen:]
-	if !validID(wsID) {
-		return "", "", false
-	}
-	switch suffix {
-	case "":
-		return wsID, string(controller.JobWorkspace), true
-	case "-home":
-		return wsID, "volume", true
-	case "-archive":
-		return wsID, string(controller.JobArchive), true
-	case "-restore":
-		return wsID, string(controller.JobRestore), true
-	}
-	return "", "", false
-}
-
-// validID accepts lowercase Crockford base32 of ULID length, so an id can
-// never walk out of the data dir.
-func validID(id string) bool {
-	if len(id) != workspaceIDLen {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') || c == 'i' || c == 'l' || c == 'o' || c == 'u' {
-			return false
-		}
-	}
-	return true
-}
-
+// checkID refuses an id that is not a workspace's, so no path made from one
+// can leave the data dir.
 func checkID(wsID string) error {
-	if !validID(wsID) {
+	if !controller.ValidWorkspaceID(wsID) {
 		return fmt.Errorf("invalid workspace id %q", wsID)
 	}
 	return nil
@@ -287,13 +257,26 @@ func trashDir(dataDir string) string   { return filepath.Join(dataDir, "trash") 
 
 // HomeDir is the home directory (the volume) of a workspace.
 func (b *Backend) HomeDir(wsID string) string {
-	return filepath.Join(volumesDir(b.opts.DataDir), volumeName(wsID))
+	return filepath.Join(volumesDir(b.opts.DataDir), controller.VolumeName(wsID))
+}
+
+// homeExists is what a start or a job checks first: a home that is not
+// there is controller.ErrNoVolume.
+func homeExists(home string) error {
+	_, err := os.Stat(home)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", controller.ErrNoVolume, err)
+	}
+	if err != nil {
+		return fmt.Errorf("home: %w", err)
+	}
+	return nil
 }
 
 func (b *Backend) workspaceDir(wsID string) string {
-	return filepath.Join(runDir(b.opts.DataDir), jobName(wsID))
+	return filepath.Join(runDir(b.opts.DataDir), controller.JobName(wsID, controller.JobWorkspace))
 }
 
 func (b *Backend) batchDir(wsID string, kind controller.JobKind) string {
-	return filepath.Join(jobsDir(b.opts.DataDir), batchName(wsID, kind))
+	return filepath.Join(jobsDir(b.opts.DataDir), controller.JobName(wsID, kind))
 }

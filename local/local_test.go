@@ -204,8 +204,8 @@ func TestWorkspaceThatExitsIsAFailure(t *testing.T) {
 func TestStartWithoutHomeFails(t *testing.T) {
 	b := newTestBackend(t, t.TempDir())
 	err := b.StartWorkspace(context.Background(), controller.WorkspaceSpec{WorkspaceID: testID})
-	if !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("StartWorkspace without a home = %v, want a not-exist error", err)
+	if !errors.Is(err, controller.ErrNoVolume) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("StartWorkspace without a home = %v, want ErrNoVolume, a not-exist error", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/codehub-io/codehub/archive"
@@ -28,12 +29,13 @@ type seenWorkspace struct {
 
 // seenJob is what one observation read about an archive or restore job.
 type seenJob struct {
-	record    jobRecord
-	live      bool
-	exited    bool
-	exitCode  int
-	errorCode string
-	output    string
+	record   jobRecord
+	live     bool
+	exited   bool
+	exitCode int
+	// code is the CODEHUB_ERROR of the job's last result line.
+	code   archive.Code
+	output string
 }
 
 // listing is the raw result of reading the data dir.
@@ -67,7 +69,7 @@ func (b *Backend) list() (listing, error) {
 		return l, err
 	}
 	for _, name := range vols {
-		if wsID, kind, ok := parseName(name); ok && kind == "volume" {
+		if wsID, ok := controller.ParseVolumeName(name); ok {
 			l.volumes[wsID] = true
 		}
 	}
@@ -76,8 +78,8 @@ func (b *Backend) list() (listing, error) {
 		return l, err
 	}
 	for _, name := range runs {
-		wsID, kind, ok := parseName(name)
-		if !ok || kind != string(controller.JobWorkspace) {
+		wsID, kind, ok := controller.ParseJobName(name)
+		if !ok || kind != controller.JobWorkspace {
 			continue
 		}
 		if w, found, err := b.readWorkspace(wsID); err != nil {
@@ -91,18 +93,18 @@ func (b *Backend) list() (listing, error) {
 		return l, err
 	}
 	for _, name := range jobs {
-		wsID, kind, ok := parseName(name)
-		if !ok || (kind != string(controller.JobArchive) && kind != string(controller.JobRestore)) {
+		wsID, kind, ok := controller.ParseJobName(name)
+		if !ok || kind == controller.JobWorkspace {
 			continue
 		}
-		j, found, err := b.readJob(wsID, controller.JobKind(kind))
+		j, found, err := b.readJob(wsID, kind)
 		if err != nil {
 			return l, err
 		}
 		if !found {
 			continue
 		}
-		if kind == string(controller.JobArchive) {
+		if kind == controller.JobArchive {
 			l.archives[wsID] = j
 		} else {
 			l.restores[wsID] = j
@@ -136,7 +138,7 @@ func (b *Backend) readWorkspace(wsID string) (seenWorkspace, bool, error) {
 	w.live = b.alive(w.state.Process)
 	if !w.live {
 		w.exitCode, w.exited = readExit(filepath.Join(dir, exitFile))
-		w.output = logTail(filepath.Join(dir, logFile))
+		w.output = logTail(filepath.Join(dir, logFile), 4*controller.OutputBytes)
 	}
 	return w, true, nil
 }
@@ -154,8 +156,9 @@ func (b *Backend) readJob(wsID string, kind controller.JobKind) (seenJob, bool, 
 	}
 	j.exitCode, j.exited = readExit(filepath.Join(dir, exitFile))
 	if j.exited && j.exitCode != 0 {
-		j.errorCode = errorCode(filepath.Join(dir, logFile))
-		j.output = logTail(filepath.Join(dir, logFile))
+		// One read serves both: the result line is the last the job prints.
+		j.output = logTail(filepath.Join(dir, logFile), archive.ResultTail)
+		j.code, _ = archive.ResultCode(strings.NewReader(j.output), archive.ResultTail)
 	}
 	return j, true, nil
 }
@@ -233,29 +236,22 @@ func workspaceFailure(w seenWorkspace) *controller.Failure {
 
 // jobResult reports the attempt a job record describes.
 func jobResult(j seenJob) *controller.JobResult {
-	r := &controller.JobResult{
-		OpID:       j.record.OpID,
-		ArchiveKey: j.record.ArchiveKey,
-		Attempt:    j.record.Attempt,
-	}
+	spec := controller.JobSpec{OpID: j.record.OpID, ArchiveKey: j.record.ArchiveKey, Attempt: j.record.Attempt}
+	return jobRun(j).Result(spec)
+}
+
+// jobRun is what a job record and the files of its process say of its run.
+func jobRun(j seenJob) controller.JobRun {
 	switch {
 	case j.live:
-		r.Status = controller.JobRunning
-	case j.exited && j.exitCode == 0:
-		r.Status = controller.JobSucceeded
+		return controller.JobRun{State: controller.RunLive}
 	case j.exited:
-		r.Status = controller.JobFailed
-		r.ExitCode = j.exitCode
-		r.ErrorCode = j.errorCode
-		r.Message = controller.WithOutput(fmt.Sprintf("job exited with code %d", j.exitCode), j.output)
+		return controller.JobRun{State: controller.RunExited, ExitCode: j.exitCode, Code: j.code, Output: j.output}
 	case j.record.Process.PID == 0:
 		// Recorded, then codehub stopped before the process was.
-		r.Status = controller.JobPending
-	default:
-		r.Status = controller.JobFailed
-		r.ExitCode = -1
-		r.ErrorCode = string(archive.CodeUnknown)
-		r.Message = "job process ended without recording its exit status"
+		return controller.JobRun{State: controller.RunPending}
 	}
-	return r
+	// Killed with its launcher (StopJob, a reboot) before it could record
+	// how it ended.
+	return controller.JobRun{State: controller.RunEnded, Message: "job process ended without recording its exit status"}
 }

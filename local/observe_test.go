@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/archive"
@@ -67,7 +68,7 @@ func TestAssemble(t *testing.T) {
 			name: "jobs of two workspaces",
 			l: listing{
 				archives: map[string]seenJob{a: {record: rec, live: true}},
-				restores: map[string]seenJob{b: {record: rec, exited: true, exitCode: 1, errorCode: "ARCHIVE_NOT_FOUND", output: "RESULT=FAIL"}},
+				restores: map[string]seenJob{b: {record: rec, exited: true, exitCode: 1, code: "ARCHIVE_NOT_FOUND", output: "RESULT=FAIL"}},
 			},
 			want: map[string]controller.Observed{
 				a: {Archive: &controller.JobResult{OpID: "op1", ArchiveKey: "archives/k", Attempt: 2, Status: controller.JobRunning}},
@@ -95,12 +96,12 @@ func TestJobResult(t *testing.T) {
 	}{
 		{"running", seenJob{record: rec, live: true}, controller.JobResult{Status: controller.JobRunning}},
 		{"succeeded", seenJob{record: rec, exited: true}, controller.JobResult{Status: controller.JobSucceeded}},
-		{"failed with code", seenJob{record: rec, exited: true, exitCode: 1, errorCode: "DISK_FULL"},
+		{"failed with code", seenJob{record: rec, exited: true, exitCode: 1, code: "DISK_FULL"},
 			controller.JobResult{Status: controller.JobFailed, ExitCode: 1, ErrorCode: "DISK_FULL", Message: "job exited with code 1"}},
 		{"recorded, never started", seenJob{record: jobRecord{OpID: "op", ArchiveKey: "k", Attempt: 1}},
 			controller.JobResult{Status: controller.JobPending}},
 		{"killed before recording", seenJob{record: rec},
-			controller.JobResult{Status: controller.JobFailed, ExitCode: -1, ErrorCode: string(archive.CodeUnknown),
+			controller.JobResult{Status: controller.JobFailed, ExitCode: -1, ErrorCode: archive.CodeUnknown,
 				Message: "job process ended without recording its exit status"}},
 	}
 	for _, tt := range tests {
@@ -113,23 +114,30 @@ func TestJobResult(t *testing.T) {
 	}
 }
 
-func TestErrorCode(t *testing.T) {
-	tests := []struct{ name, log, want string }{
-		{"last result line wins", "RESULT=FAIL CODEHUB_ERROR=S3_ACCESS_ERROR\nretrying\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL DETAIL=\"no space\"\n", "DISK_FULL"},
-		{"no result line", "panic: boom\n", string(archive.CodeUnknown)},
-		{"empty code", "RESULT=FAIL CODEHUB_ERROR=\n", string(archive.CodeUnknown)},
-		{"success line ignored", "RESULT=OK\n", string(archive.CodeUnknown)},
+// The result line is the last a job prints, after any amount of output.
+func TestReadJobFindsTheLastResultLine(t *testing.T) {
+	b := newTestBackend(t, t.TempDir())
+	dir := b.batchDir(testID, controller.JobArchive)
+	noise := strings.Repeat("STEP=upload BYTES=1\n", 2*archive.ResultTail/20)
+	files := map[string]string{
+		jobFile:  `{"op_id":"op","archive_key":"k","attempt":1}`,
+		exitFile: "1\n",
+		logFile:  "RESULT=FAIL CODEHUB_ERROR=S3_ACCESS_ERROR\n" + noise + "RESULT=FAIL CODEHUB_ERROR=DISK_FULL DETAIL=\"no space\"\n",
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "log")
-			if err := os.WriteFile(path, []byte(tt.log), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if got := errorCode(path); got != tt.want {
-				t.Fatalf("errorCode = %q, want %q", got, tt.want)
-			}
-		})
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, found, err := b.readJob(testID, controller.JobArchive)
+	if err != nil || !found {
+		t.Fatalf("readJob = %v, %v", found, err)
+	}
+	if j.code != archive.CodeDiskFull || !strings.HasSuffix(j.output, "DETAIL=\"no space\"\n") {
+		t.Fatalf("readJob code = %q, output ending %q", j.code, j.output[max(0, len(j.output)-60):])
 	}
 }
 
@@ -155,28 +163,5 @@ func TestCollectTree(t *testing.T) {
 	want := []int{11, 12, 13}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("collectTree = %v, want %v", got, want)
-	}
-}
-
-func TestParseName(t *testing.T) {
-	const id = "01jb3x7k9q2m5n8p4r6s0t1v2w"
-	tests := []struct {
-		name, wantID, wantKind string
-		ok                     bool
-	}{
-		{"ws-" + id, id, "workspace", true},
-		{"ws-" + id + "-home", id, "volume", true},
-		{"ws-" + id + "-archive", id, "archive", true},
-		{"ws-" + id + "-restore", id, "restore", true},
-		{"ws-" + id + "-other", "", "", false},
-		{".new-123", "", "", false},
-		{"ws-01JB3X7K9Q2M5N8P4R6S0T1V2W", "", "", false},
-		{"ws-01jb3x7k9q2m5n8p4r6s0t1v2u", "", "", false},
-	}
-	for _, tt := range tests {
-		gotID, gotKind, ok := parseName(tt.name)
-		if gotID != tt.wantID || gotKind != tt.wantKind || ok != tt.ok {
-			t.Errorf("parseName(%q) = %q, %q, %v; want %q, %q, %v", tt.name, gotID, gotKind, ok, tt.wantID, tt.wantKind, tt.ok)
-		}
 	}
 }

@@ -16,8 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/codehub-io/codehub/controller"
 )
 
 var execLookPath = exec.LookPath
@@ -368,17 +366,15 @@ func (b *Backend) readRecord(path string, v any) (bool, error) {
 	return found, err
 }
 
-// logTail returns the end of a log, as much as a failure message carries
-// and a little more (controller.WithOutput keeps what fits), or "".
-func logTail(path string) string {
+// logTail returns up to size bytes of the end of a log, or "".
+func logTail(path string, size int64) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	const tail = 4 * controller.OutputBytes
-	if st, err := f.Stat(); err == nil && st.Size() > tail {
-		_, _ = f.Seek(-tail, io.SeekEnd)
+	if st, err := f.Stat(); err == nil && st.Size() > size {
+		_, _ = f.Seek(-size, io.SeekEnd)
 	}
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(f)

@@ -75,7 +75,7 @@ func (b *Backend) DeleteVolume(_ context.Context, wsID, _ string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if user := b.liveUser(wsID); user != "" {
-		return fmt.Errorf("%w: %s used by its %s", controller.ErrVolumeInUse, volumeName(wsID), user)
+		return fmt.Errorf("%w: %s used by its %s", controller.ErrVolumeInUse, controller.VolumeName(wsID), user)
 	}
 	if err := b.endLeftovers(wsID); err != nil {
 		return fmt.Errorf("delete home of %s: %w", wsID, err)
@@ -83,7 +83,7 @@ func (b *Backend) DeleteVolume(_ context.Context, wsID, _ string) error {
 	home := b.HomeDir(wsID)
 	// Renaming is atomic: the volume is gone at once even if removing a big
 	// tree takes a while or fails half way.
-	trash, err := os.MkdirTemp(trashDir(b.opts.DataDir), volumeName(wsID)+"-")
+	trash, err := os.MkdirTemp(trashDir(b.opts.DataDir), controller.VolumeName(wsID)+"-")
 	if err != nil {
 		return fmt.Errorf("delete home of %s: %w", wsID, err)
 	}
@@ -168,8 +168,8 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 		// proxy no longer sends: it is replaced below.
 	}
 	home := b.HomeDir(wsID)
-	if _, err := os.Stat(home); err != nil {
-		return fmt.Errorf("start %s: home: %w", wsID, err)
+	if err := homeExists(home); err != nil {
+		return fmt.Errorf("start %s: %w", wsID, err)
 	}
 	// The program ended, but what it left running would lose its record.
 	if found {
@@ -373,7 +373,7 @@ func (b *Backend) StopAll(ctx context.Context) error {
 	}
 	var errs []error
 	for _, name := range runs {
-		if wsID, kind, ok := parseName(name); ok && kind == string(controller.JobWorkspace) {
+		if wsID, kind, ok := controller.ParseJobName(name); ok && kind == controller.JobWorkspace {
 			errs = append(errs, b.StopWorkspace(ctx, wsID))
 		}
 	}
@@ -382,11 +382,9 @@ func (b *Backend) StopAll(ctx context.Context) error {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, name := range jobs {
-		wsID, kind, ok := parseName(name)
-		if !ok || (kind != string(controller.JobArchive) && kind != string(controller.JobRestore)) {
-			continue
+		if wsID, kind, ok := controller.ParseJobName(name); ok && kind != controller.JobWorkspace {
+			errs = append(errs, b.stopJob(wsID, kind))
 		}
-		errs = append(errs, b.stopJob(wsID, controller.JobKind(kind)))
 	}
 	return errors.Join(errs...)
 }
@@ -400,7 +398,7 @@ func (b *Backend) stopJob(wsID string, kind controller.JobKind) error {
 		return err
 	}
 	if err := b.kill(rec.Process); err != nil {
-		return fmt.Errorf("stop %s: %w", batchName(wsID, kind), err)
+		return fmt.Errorf("stop %s: %w", controller.JobName(wsID, kind), err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/workspace"
@@ -18,13 +19,13 @@ import (
 // findVolume returns the home volume of wsID, or nil when there is none.
 func (b *Backend) findVolume(ctx context.Context, wsID string) (*api.HostVolumeStub, error) {
 	q := b.query(ctx)
-	q.Prefix = volumeName(wsID)
+	q.Prefix = controller.VolumeName(wsID)
 	vols, _, err := b.client.HostVolumes().List(nil, q)
 	if err != nil {
 		return nil, classify("list host volumes", err)
 	}
 	for _, v := range vols {
-		if v.Name == volumeName(wsID) {
+		if v.Name == controller.VolumeName(wsID) {
 			return v, nil
 		}
 	}
@@ -40,7 +41,7 @@ func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpe
 	}
 	vol := &api.HostVolume{
 		Namespace: b.opts.Namespace,
-		Name:      volumeName(spec.WorkspaceID),
+		Name:      controller.VolumeName(spec.WorkspaceID),
 		PluginID:  b.opts.VolumePlugin,
 		NodePool:  b.opts.NodePool,
 		// The workspace writes; the archive job only reads.
@@ -100,8 +101,8 @@ func (b *Backend) DeleteVolume(ctx context.Context, wsID, volumeID string) error
 	if err != nil {
 		return classify("read host volume "+volumeID, err)
 	}
-	if vol.Name != volumeName(wsID) {
-		return fmt.Errorf("refusing to delete host volume %s: it is %q, not %s", volumeID, vol.Name, volumeName(wsID))
+	if vol.Name != controller.VolumeName(wsID) {
+		return fmt.Errorf("refusing to delete host volume %s: it is %q, not %s", volumeID, vol.Name, controller.VolumeName(wsID))
 	}
 	if len(vol.Allocations) > 0 {
 		return fmt.Errorf("%w: %s claimed by %d allocation(s)", controller.ErrVolumeInUse, vol.Name, len(vol.Allocations))
@@ -122,7 +123,7 @@ func (b *Backend) hostPath(ctx context.Context, wsID string) (string, error) {
 		return "", err
 	}
 	if stub == nil {
-		return "", fmt.Errorf("home volume %s does not exist", volumeName(wsID))
+		return "", noVolume(wsID)
 	}
 	vol, _, err := b.client.HostVolumes().Get(stub.ID, b.query(ctx))
 	if err != nil {
@@ -132,6 +133,27 @@ func (b *Backend) hostPath(ctx context.Context, wsID string) (string, error) {
 		return "", fmt.Errorf("home volume %s has no host path yet (state %s)", vol.Name, vol.State)
 	}
 	return vol.HostPath, nil
+}
+
+// noVolume reports that the home volume of wsID does not exist.
+func noVolume(wsID string) error {
+	return fmt.Errorf("%w: %s does not exist", controller.ErrNoVolume, controller.VolumeName(wsID))
+}
+
+// volumeHome is HomeDir for a job that uses the volume: under every driver
+// the volume must exist, or Nomad would keep a job it can never place.
+func (b *Backend) volumeHome(ctx context.Context, wsID string) (string, error) {
+	if b.opts.Driver == DriverRawExec {
+		return b.hostPath(ctx, wsID)
+	}
+	stub, err := b.findVolume(ctx, wsID)
+	if err != nil {
+		return "", err
+	}
+	if stub == nil {
+		return "", noVolume(wsID)
+	}
+	return b.opts.Workspace.HomeDir, nil
 }
 
 // HomeDir is the home directory as the workspace's tasks see it: the mount
@@ -151,7 +173,7 @@ var errNoTokens = errors.New("nomad: workspace upstream auth is on but the backe
 // Registering the spec that is already running is skipped, and so is the
 // variable write.
 func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceSpec) error {
-	home, err := b.HomeDir(ctx, spec.WorkspaceID)
+	home, err := b.volumeHome(ctx, spec.WorkspaceID)
 	if err != nil {
 		return err
 	}
@@ -187,7 +209,7 @@ func (b *Backend) SubmitRestore(ctx context.Context, job controller.JobSpec) err
 }
 
 func (b *Backend) submitBatch(ctx context.Context, kind controller.JobKind, job controller.JobSpec) error {
-	home, err := b.HomeDir(ctx, job.WorkspaceID)
+	home, err := b.volumeHome(ctx, job.WorkspaceID)
 	if err != nil {
 		return err
 	}
@@ -195,7 +217,7 @@ func (b *Backend) submitBatch(ctx context.Context, kind controller.JobKind, job 
 	if err != nil {
 		return err
 	}
-	return b.register(ctx, batchJobID(job.WorkspaceID, kind), hcl, api.VariableItems{
+	return b.register(ctx, controller.JobName(job.WorkspaceID, kind), hcl, api.VariableItems{
 		"access_key": b.opts.S3.AccessKey.Reveal(),
 		"secret_key": b.opts.S3.SecretKey.Reveal(),
 	})
@@ -356,10 +378,8 @@ func (b *Backend) purgeIdle(ctx context.Context, id string) (bool, error) {
 	if err != nil && !isNotFound(err) {
 		return false, classify("list allocations of "+id, err)
 	}
-	for _, a := range allocs {
-		if !clientTerminal(a.ClientStatus) {
-			return false, nil
-		}
+	if len(liveAllocs(allocs)) > 0 {
+		return false, nil
 	}
 	if err := b.deregister(ctx, id, true); err != nil {
 		return false, err
@@ -369,6 +389,17 @@ func (b *Backend) purgeIdle(ctx context.Context, id string) (bool, error) {
 	}
 	b.logger.Debug("purged idle job before registering it again", "job_id", id)
 	return true, nil
+}
+
+// liveAllocs describes the allocations that may still run.
+func liveAllocs(allocs []*api.AllocationListStub) []string {
+	var live []string
+	for _, a := range allocs {
+		if !clientTerminal(a.ClientStatus) {
+			live = append(live, fmt.Sprintf("allocation %s is %s", a.ID, a.ClientStatus))
+		}
+	}
+	return live
 }
 
 // deregister stops job id, purging it when purge is set; a job that is
@@ -385,27 +416,38 @@ func (b *Backend) deregister(ctx context.Context, id string, purge bool) error {
 }
 
 // StopJob stops a batch job without purging it; PurgeJob forgets it once
-// its allocations are terminal.
+// its allocations are terminal. A job that finished is left alone: Nomad
+// records a stop as a new registration, after which the finished
+// allocation would count as an earlier attempt's and its result be lost.
 func (b *Backend) StopJob(ctx context.Context, wsID string, kind controller.JobKind) error {
 	if kind == controller.JobWorkspace {
 		return fmt.Errorf("stop job of %s: %q is not a batch job kind", wsID, kind)
 	}
-	return b.deregister(ctx, batchJobID(wsID, kind), false)
+	id := controller.JobName(wsID, kind)
+	job, _, err := b.client.Jobs().Info(id, b.query(ctx))
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return classify("read job "+id, err)
+	}
+	if job.Status != nil && *job.Status == jobStatusDead {
+		return nil
+	}
+	return b.deregister(ctx, id, false)
 }
 
 // PurgeJob forgets a job and its variable (S3 keys or upstream token). A
 // workspace job is only purged once none of its allocations is live: a
 // purged job would hide a running container.
 func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.JobKind) error {
-	id := batchJobID(wsID, kind)
+	id := controller.JobName(wsID, kind)
 	allocs, _, err := b.client.Jobs().Allocations(id, true, b.query(ctx))
 	if err != nil && !isNotFound(err) {
 		return classify("list allocations of "+id, err)
 	}
-	for _, a := range allocs {
-		if !clientTerminal(a.ClientStatus) {
-			return fmt.Errorf("refusing to purge %s: allocation %s is %s", id, a.ID, a.ClientStatus)
-		}
+	if err := controller.RefusePurge(id, liveAllocs(allocs)...); err != nil {
+		return err
 	}
 	if err := b.deregister(ctx, id, true); err != nil {
 		return err
@@ -460,12 +502,12 @@ func containerPort(w WorkspaceOptions) int {
 
 // RenderBatch returns the HCL of an archive or restore job attempt.
 func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, home string) (string, error) {
-	id := batchJobID(job.WorkspaceID, kind)
+	id := controller.JobName(job.WorkspaceID, kind)
 	v := b.commonValues(job.WorkspaceID, id, home)
 	v.OpID = job.OpID
 	v.ArchiveKey = job.ArchiveKey
 	v.Attempt = job.Attempt
-	v.ArchiveURL = archiveURL(b.opts.S3.Bucket, job.ArchiveKey)
+	v.ArchiveURL = archive.URL(b.opts.S3.Bucket, job.ArchiveKey)
 	v.JobImage = b.opts.JobImage
 	v.NetworkMode = b.opts.Workspace.NetworkMode
 	v.UID, v.GID = b.opts.Workspace.UID, b.opts.Workspace.GID
@@ -497,7 +539,7 @@ func (b *Backend) commonValues(wsID, id, home string) jobspecs.Values {
 		NodePool:    b.opts.NodePool,
 		Datacenters: b.opts.Datacenters,
 		Driver:      b.opts.Driver,
-		VolumeName:  volumeName(wsID),
+		VolumeName:  controller.VolumeName(wsID),
 		HomeDir:     home,
 	}
 }

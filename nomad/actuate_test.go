@@ -18,9 +18,9 @@ const testWS = "01jb3x7k9q2m5n8p4r6s0t1v2w"
 
 // volumeFixture serves one ready volume for testWS with the given claims.
 func volumeFixture(f *fakeNomad, claims []*api.AllocationListStub) {
-	f.json("GET /v1/volumes", []*api.HostVolumeStub{{ID: "vol-1", Name: volumeName(testWS), State: api.HostVolumeStateReady}})
+	f.json("GET /v1/volumes", []*api.HostVolumeStub{{ID: "vol-1", Name: controller.VolumeName(testWS), State: api.HostVolumeStateReady}})
 	f.json("GET /v1/volume/host/vol-1", &api.HostVolume{
-		ID: "vol-1", Name: volumeName(testWS), State: api.HostVolumeStateReady,
+		ID: "vol-1", Name: controller.VolumeName(testWS), State: api.HostVolumeStateReady,
 		HostPath: "/var/nomad/host_volumes/vol-1", Allocations: claims,
 	})
 }
@@ -63,7 +63,7 @@ func TestProvisionVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := req.Volume
-	if v.Name != volumeName(testWS) || v.PluginID != "mkdir" || v.NodePool != "default" || v.Namespace != "default" {
+	if v.Name != controller.VolumeName(testWS) || v.PluginID != "mkdir" || v.NodePool != "default" || v.Namespace != "default" {
 		t.Errorf("volume = %+v", v)
 	}
 	if v.Parameters["uid"] != "1000" || v.Parameters["gid"] != "1001" {
@@ -353,12 +353,35 @@ func TestStopWorkspaceDoesNotPurge(t *testing.T) {
 	}
 }
 
+// Stopping a finished batch job would make Nomad count its allocation as
+// an earlier attempt's, and its result would be lost.
+func TestStopJobLeavesAFinishedJob(t *testing.T) {
+	id := controller.JobName(testWS, controller.JobArchive)
+	for _, tc := range []struct {
+		status string
+		stops  int
+	}{{"dead", 0}, {"running", 1}, {"pending", 1}} {
+		t.Run(tc.status, func(t *testing.T) {
+			f := newFakeNomad(t)
+			f.json("GET /v1/job/"+id, &api.Job{ID: &id, Status: &tc.status})
+			f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+			if err := newTestBackend(t, f, testOptions()).StopJob(t.Context(), testWS, controller.JobArchive); err != nil {
+				t.Fatal(err)
+			}
+			calls := f.calls("DELETE /v1/job/" + id)
+			if len(calls) != tc.stops || (tc.stops > 0 && calls[0].Query.Get("purge") == "true") {
+				t.Fatalf("stop calls = %+v, want %d without purge", calls, tc.stops)
+			}
+		})
+	}
+}
+
 func TestPurgeJob(t *testing.T) {
 	t.Run("refuses while an allocation is live", func(t *testing.T) {
 		f := newFakeNomad(t)
 		f.json("GET /v1/job/ws-"+testWS+"/allocations", []*api.AllocationListStub{{ID: "a1", ClientStatus: "complete"}, {ID: "a2", ClientStatus: "running"}})
-		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobWorkspace); err == nil {
-			t.Fatal("purge of a job with a running allocation succeeded")
+		if err := newTestBackend(t, f, testOptions()).PurgeJob(t.Context(), testWS, controller.JobWorkspace); !errors.Is(err, controller.ErrJobLive) {
+			t.Fatalf("purge of a job with a running allocation = %v, want ErrJobLive", err)
 		}
 		if n := len(f.calls("DELETE /v1/job/ws-" + testWS)); n != 0 {
 			t.Fatalf("%d deregister calls", n)
@@ -379,7 +402,7 @@ func TestPurgeJob(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeNomad(t)
-			id := batchJobID(testWS, tc.kind)
+			id := controller.JobName(testWS, tc.kind)
 			f.json("GET /v1/job/"+id+"/allocations", tc.allocs)
 			f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
 			if tc.variable {

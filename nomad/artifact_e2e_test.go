@@ -111,7 +111,7 @@ func TestE2EArtifactDownload(t *testing.T) {
 			t.Fatalf("archive object %s: %v", k, err)
 		}
 	}
-	if alloc := onlyAlloc(t, a, batchJobID(src, controller.JobArchive)); !hasEvent(alloc, api.TaskDownloadingArtifacts) {
+	if alloc := onlyAlloc(t, a, controller.JobName(src, controller.JobArchive)); !hasEvent(alloc, api.TaskDownloadingArtifacts) {
 		t.Fatal("the archive job ran without downloading its artifact")
 	}
 
@@ -156,7 +156,7 @@ func TestE2EArtifactChecksumMismatch(t *testing.T) {
 	if o.Archive.Status != controller.JobFailed {
 		t.Fatalf("archive with a wrong artifact checksum = %+v, want failed", o.Archive)
 	}
-	if o.Archive.ErrorCode != string(archive.CodeUnknown) {
+	if o.Archive.ErrorCode != archive.CodeUnknown {
 		t.Fatalf("error code = %q, want %s: the job never ran to print one", o.Archive.ErrorCode, archive.CodeUnknown)
 	}
 	if !strings.Contains(o.Archive.Message, "artifact") {
@@ -167,7 +167,7 @@ func TestE2EArtifactChecksumMismatch(t *testing.T) {
 	}
 
 	// What Nomad itself reports for the allocation.
-	alloc := onlyAlloc(t, a, batchJobID(wsID, controller.JobArchive))
+	alloc := onlyAlloc(t, a, controller.JobName(wsID, controller.JobArchive))
 	for name, ts := range alloc.TaskStates {
 		for _, ev := range ts.Events {
 			t.Logf("task %s event %q: %s", name, ev.Type, ev.DisplayMessage)

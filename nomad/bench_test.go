@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/controller"
 )
 
 // benchFixture serves n running, healthy workspaces with volumes and
@@ -27,7 +29,7 @@ func benchFixture(f *fakeNomad, n int) {
 			f.json("GET /v1/client/allocation/"+a.ID+"/checks", api.AllocCheckStatuses{"c": {Status: "success"}})
 		}
 		allocs = append(allocs, a)
-		vols = append(vols, &api.HostVolumeStub{ID: fmt.Sprintf("vol-%d", i), Name: volumeName(wsID), State: api.HostVolumeStateReady})
+		vols = append(vols, &api.HostVolumeStub{ID: fmt.Sprintf("vol-%d", i), Name: controller.VolumeName(wsID), State: api.HostVolumeStateReady})
 		svcs = append(svcs, &api.ServiceRegistrationStub{ServiceName: serviceName(wsID)})
 	}
 	f.json("GET /v1/jobs", jobs)

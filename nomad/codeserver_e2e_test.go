@@ -50,7 +50,8 @@ func TestE2ECodeServerUpstreamAuth(t *testing.T) {
 		upstreamToken: func(string, string) string { return token },
 	})
 	ctx := t.Context()
-	const wsID = "01jb3x7k9q2m5n8p4r6s0tcode"
+	// Workspace ids are lower-case ULIDs: no i, l, o or u.
+	const wsID = "01jb3x7k9q2m5n8p4r6s0tcsrv"
 
 	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/backendtest"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/jobspecs"
@@ -52,7 +53,8 @@ type e2eConfig struct {
 
 // e2eBackend builds the backend the way `codehub server` does: the settings
 // are written as an HCL configuration file, which config.Load reads and
-// validates and OptionsFromConfig maps, over a real agent.
+// validates (backendtest.LoadConfig) and OptionsFromConfig maps, over a
+// real agent.
 func e2eBackend(t testing.TB, a *nomadtest.Agent, bins string, c e2eConfig) *Backend {
 	t.Helper()
 	if c.driver == "" {
@@ -90,20 +92,7 @@ func e2eBackend(t testing.TB, a *nomadtest.Agent, bins string, c e2eConfig) *Bac
 	if c.upstreamToken != nil {
 		auth = config.UpstreamAuthCodeServer
 	}
-	hclText := fmt.Sprintf(`public_url = %q
-database {
-  url = "postgres://codehub@127.0.0.1:5432/codehub"
-}
-redis {
-  url = "redis://127.0.0.1:6379/0"
-}
-s3 {
-  endpoint   = %q
-  bucket     = %q
-  region     = %q
-  access_key = %q
-  secret_key = %q
-}
+	cfg := backendtest.LoadConfig(t, c.s3, fmt.Sprintf(`public_url = %q
 backend "nomad" {
   address      = %q
   driver       = %q
@@ -119,17 +108,8 @@ workspace {
   cpu           = %d
   memory        = %d
 }
-`, c.publicURL, c.s3.Endpoint, c.s3.Bucket, c.s3.Region, c.s3.AccessKey, c.s3.SecretKey,
-		a.Addr, c.driver, hclStrings(c.datacenters), c.codehubPath,
-		c.command, hclStrings(c.args), auth, c.uid, c.gid, c.cpu, c.memory)
-	path := filepath.Join(t.TempDir(), "codehub.hcl")
-	if err := os.WriteFile(path, []byte(hclText), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatalf("load test configuration: %v\n%s", err, hclText)
-	}
+`, c.publicURL, a.Addr, c.driver, hclStrings(c.datacenters), c.codehubPath,
+		c.command, hclStrings(c.args), auth, c.uid, c.gid, c.cpu, c.memory))
 	opts, err := OptionsFromConfig(cfg, c.artifactChecksum)
 	if err != nil {
 		t.Fatal(err)

@@ -189,7 +189,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 	}
 	o := observeUntil(t, b, wsID, "archive finished", func(o controller.Observed) bool { return finished(o.Archive) })
 	if o.Archive.Status != controller.JobSucceeded || o.Archive.OpID != opID || o.Archive.ArchiveKey != key {
-		logTaskEvents(t, a, batchJobID(wsID, controller.JobArchive))
+		logTaskEvents(t, a, controller.JobName(wsID, controller.JobArchive))
 		t.Fatalf("archive result = %+v", o.Archive)
 	}
 	for _, k := range []string{key, key + ".meta"} {
@@ -197,7 +197,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 			t.Fatalf("archive object %s: %v", k, err)
 		}
 	}
-	if !hasEvent(onlyAlloc(t, a, batchJobID(wsID, controller.JobArchive)), api.TaskDownloadingArtifacts) {
+	if !hasEvent(onlyAlloc(t, a, controller.JobName(wsID, controller.JobArchive)), api.TaskDownloadingArtifacts) {
 		t.Fatal("the archive job ran without downloading its artifact")
 	}
 	if err := b.PurgeJob(ctx, wsID, controller.JobArchive); err != nil {
@@ -219,7 +219,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 	}
 	o = observeUntil(t, b, wsID, "restore finished", func(o controller.Observed) bool { return finished(o.Restore) })
 	if o.Restore.Status != controller.JobSucceeded {
-		logTaskEvents(t, a, batchJobID(wsID, controller.JobRestore))
+		logTaskEvents(t, a, controller.JobName(wsID, controller.JobRestore))
 		t.Fatalf("restore result = %+v", o.Restore)
 	}
 	if err := b.PurgeJob(ctx, wsID, controller.JobRestore); err != nil {

@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -132,57 +130,11 @@ func (o Options) withDefaults() Options {
 // workspaceHome is where docker and exec tasks see the home volume.
 const workspaceHome = "/home/coder"
 
-// Names derived from the workspace id (DESIGN.md §7).
-func jobID(wsID string) string         { return "ws-" + wsID }
-func volumeName(wsID string) string    { return "ws-" + wsID + "-home" }
-func serviceName(wsID string) string   { return "ws-" + wsID }
+// Names of a workspace's Nomad objects: its job and service, both
+// controller.JobName's ws-{id}, and the variable only that job reads.
+func jobID(wsID string) string         { return controller.JobName(wsID, controller.JobWorkspace) }
+func serviceName(wsID string) string   { return jobID(wsID) }
 func variablePath(jobID string) string { return "nomad/jobs/" + jobID }
-
-func batchJobID(wsID string, kind controller.JobKind) string {
-	if kind == controller.JobWorkspace {
-		return jobID(wsID)
-	}
-	return "ws-" + wsID + "-" + string(kind)
-}
-
-// workspaceIDLen is the length of a lowercase ULID.
-const workspaceIDLen = 26
-
-// parseJobID splits a codehub job id into workspace id and kind.
-func parseJobID(id string) (wsID string, kind controller.JobKind, ok bool) {
-	rest, found := strings.CutPrefix(id, "ws-")
-	if !found || len(rest) < workspaceIDLen {
-		return "", "", false
-	}
-	wsID, suffix := rest[:workspaceIDLen], rest[workspaceIDLen:]
-	switch suffix {
-	case "":
-		return wsID, controller.JobWorkspace, true
-	case "-archive":
-		return wsID, controller.JobArchive, true
-	case "-restore":
-		return wsID, controller.JobRestore, true
-	}
-	return "", "", false
-}
-
-// parseVolumeName returns the workspace id of a home volume name.
-func parseVolumeName(name string) (string, bool) {
-	rest, found := strings.CutPrefix(name, "ws-")
-	if !found {
-		return "", false
-	}
-	wsID, found := strings.CutSuffix(rest, "-home")
-	if !found || len(wsID) != workspaceIDLen {
-		return "", false
-	}
-	return wsID, true
-}
-
-// archiveURL is the ARCHIVE_URL the batch job gets.
-func archiveURL(bucket, key string) string {
-	return (&url.URL{Scheme: "s3", Host: bucket, Path: "/" + key}).String()
-}
 
 // classify turns an API error into a controller.Failure: transport errors
 // and 5xx answers mean Nomad could not be reached or answer (retried);

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -39,7 +40,7 @@ type listing struct {
 	// outputs holds the end of the stderr of failed workspace allocations.
 	outputs map[string]string
 	// errorCodes holds CODEHUB_ERROR of failed batch allocations.
-	errorCodes map[string]string
+	errorCodes map[string]archive.Code
 	// placement describes why a job's allocation cannot be placed.
 	placement map[string]string
 }
@@ -67,7 +68,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		return controller.Snapshot{}, err
 	}
 
-	l.errorCodes = make(map[string]string)
+	l.errorCodes = make(map[string]archive.Code)
 	for _, a := range failedBatchAllocs(byID, current) {
 		code, err := b.errorCode(ctx, a)
 		if err != nil {
@@ -139,7 +140,7 @@ func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListSt
 // registeredBy reports whether the server holds a registration of the
 // workspace's service made by allocation a of its own job.
 func (b *Backend) registeredBy(ctx context.Context, a *api.AllocationListStub) bool {
-	wsID, _, _ := parseJobID(a.JobID)
+	wsID, _, _ := controller.ParseJobName(a.JobID)
 	regs, _, err := b.client.Services().Get(serviceName(wsID), b.query(ctx))
 	if err != nil {
 		b.logger.Debug("read service registrations", "alloc_id", a.ID, "error", err)
@@ -156,7 +157,7 @@ func (b *Backend) registeredBy(ctx context.Context, a *api.AllocationListStub) b
 func (b *Backend) list(ctx context.Context) (listing, error) {
 	var l listing
 	q := b.query(ctx)
-	q.Prefix = "ws-"
+	q.Prefix = controller.NamePrefix
 	jobs, _, err := b.client.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, q)
 	if err != nil {
 		return l, classify("list jobs", err)
@@ -164,7 +165,7 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 	l.jobs = jobs
 
 	q = b.query(ctx)
-	q.Filter = `JobID matches "^ws-"`
+	q.Filter = `JobID matches "^` + controller.NamePrefix + `"`
 	// Task states (events) are most of a listing's bytes and matter only
 	// for the few allocations that are starting or failed: those are read
 	// one by one (readTaskStates).
@@ -176,7 +177,7 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 	l.allocs = allocs
 
 	q = b.query(ctx)
-	q.Prefix = "ws-"
+	q.Prefix = controller.NamePrefix
 	vols, _, err := b.client.HostVolumes().List(nil, q)
 	if err != nil {
 		return l, classify("list host volumes", err)
@@ -193,7 +194,7 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 	l.services = make(map[string]bool)
 	for _, ns := range services {
 		for _, s := range ns.Services {
-			if strings.HasPrefix(s.ServiceName, "ws-") {
+			if strings.HasPrefix(s.ServiceName, controller.NamePrefix) {
 				l.services[s.ServiceName] = true
 			}
 		}
@@ -208,7 +209,7 @@ func managedJobs(jobs []*api.JobListStub) map[string]*api.JobListStub {
 		if j.Meta[MetaManaged] != "true" {
 			continue
 		}
-		if _, _, ok := parseJobID(j.ID); !ok {
+		if _, _, ok := controller.ParseJobName(j.ID); !ok {
 			continue
 		}
 		out[j.ID] = j
@@ -242,7 +243,7 @@ func isCurrent(j *api.JobListStub, a *api.AllocationListStub) bool {
 	if a.CreateIndex >= j.JobModifyIndex {
 		return true
 	}
-	_, kind, _ := parseJobID(j.ID)
+	_, kind, _ := controller.ParseJobName(j.ID)
 	return kind == controller.JobWorkspace && a.DesiredStatus == api.AllocDesiredStatusRun && !clientTerminal(a.ClientStatus)
 }
 
@@ -251,7 +252,7 @@ func isCurrent(j *api.JobListStub, a *api.AllocationListStub) bool {
 func allocsNeedingChecks(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
 	var out []*api.AllocationListStub
 	for id, list := range current {
-		if _, kind, _ := parseJobID(id); kind != controller.JobWorkspace || jobs[id].Stop {
+		if _, kind, _ := controller.ParseJobName(id); kind != controller.JobWorkspace || jobs[id].Stop {
 			continue
 		}
 		for _, a := range list {
@@ -274,9 +275,9 @@ func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]
 		if len(list) == 0 {
 			continue
 		}
-		_, kind, _ := parseJobID(id)
+		_, kind, _ := controller.ParseJobName(id)
 		if kind != controller.JobWorkspace {
-			if s := list[0].ClientStatus; s == api.AllocClientStatusFailed || s == api.AllocClientStatusLost {
+			if batchEnded(list[0]) {
 				out = append(out, list[0])
 			}
 			continue
@@ -292,6 +293,19 @@ func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
 	return out
+}
+
+// batchEnded reports a batch allocation whose task events tell how its run
+// ended: one that failed or was lost, and one Nomad stopped, which it
+// reports as complete even when the task had not finished.
+func batchEnded(a *api.AllocationListStub) bool {
+	switch a.ClientStatus {
+	case api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	case api.AllocClientStatusComplete:
+		return a.DesiredStatus != api.AllocDesiredStatusRun
+	}
+	return false
 }
 
 // readTaskStates fills in the task states of allocs, from the cache for
@@ -321,7 +335,7 @@ func (b *Backend) readTaskStates(ctx context.Context, allocs []*api.AllocationLi
 func failedBatchAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
 	var out []*api.AllocationListStub
 	for id, list := range current {
-		if _, kind, _ := parseJobID(id); kind == controller.JobWorkspace || len(list) == 0 {
+		if _, kind, _ := controller.ParseJobName(id); kind == controller.JobWorkspace || len(list) == 0 {
 			continue
 		}
 		if list[0].ClientStatus == api.AllocClientStatusFailed {
@@ -337,7 +351,7 @@ func failedBatchAllocs(jobs map[string]*api.JobListStub, current map[string][]*a
 func failedWorkspaceAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
 	var out []*api.AllocationListStub
 	for id, list := range current {
-		if _, kind, _ := parseJobID(id); kind != controller.JobWorkspace || jobs[id].Stop || len(list) == 0 {
+		if _, kind, _ := controller.ParseJobName(id); kind != controller.JobWorkspace || jobs[id].Stop || len(list) == 0 {
 			continue
 		}
 		if list[0].ClientStatus == api.AllocClientStatusFailed {
@@ -433,7 +447,7 @@ func assemble(l listing) controller.Snapshot {
 	get := func(wsID string) controller.Observed { return snap.Workspaces[wsID] }
 
 	for _, v := range l.volumes {
-		wsID, ok := parseVolumeName(v.Name)
+		wsID, ok := controller.ParseVolumeName(v.Name)
 		if !ok {
 			continue
 		}
@@ -447,7 +461,7 @@ func assemble(l listing) controller.Snapshot {
 	// Liveness looks at every allocation named like a workspace job, even
 	// of a job that is gone: a purged job must not hide a running task.
 	for _, a := range l.allocs {
-		wsID, kind, ok := parseJobID(a.JobID)
+		wsID, kind, ok := controller.ParseJobName(a.JobID)
 		if !ok || kind != controller.JobWorkspace || clientTerminal(a.ClientStatus) {
 			continue
 		}
@@ -459,7 +473,7 @@ func assemble(l listing) controller.Snapshot {
 	jobs := managedJobs(l.jobs)
 	current := currentAllocs(jobs, l.allocs)
 	for id, j := range jobs {
-		wsID, kind, _ := parseJobID(id)
+		wsID, kind, _ := controller.ParseJobName(id)
 		o := get(wsID)
 		switch kind {
 		case controller.JobWorkspace:
@@ -588,43 +602,63 @@ func sortedTaskNames(states map[string]*api.TaskState) []string {
 }
 
 // jobResult reports the current attempt of a batch job.
-func jobResult(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[string]string, placement string) *controller.JobResult {
+func jobResult(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[string]archive.Code, placement string) *controller.JobResult {
 	attempt, _ := strconv.Atoi(j.Meta[MetaAttempt])
-	r := &controller.JobResult{
-		OpID:       j.Meta[MetaOpID],
-		ArchiveKey: j.Meta[MetaArchiveKey],
-		Attempt:    attempt,
-		Status:     controller.JobPending,
-	}
-	if len(allocs) == 0 {
-		r.Message = placement
-		return r
-	}
-	a := allocs[0]
-	r.ExitCode = exitCode(a)
-	switch a.ClientStatus {
-	case api.AllocClientStatusComplete:
-		r.Status = controller.JobSucceeded
-	case api.AllocClientStatusFailed, api.AllocClientStatusLost:
-		r.Status = controller.JobFailed
-		r.ErrorCode = codes[a.ID]
-		r.Message = failureMessage(a)
-	case api.AllocClientStatusRunning:
-		r.Status = controller.JobRunning
-	}
-	return r
+	spec := controller.JobSpec{OpID: j.Meta[MetaOpID], ArchiveKey: j.Meta[MetaArchiveKey], Attempt: attempt}
+	return batchRun(j, allocs, codes, placement).Result(spec)
 }
 
-// exitCode is the exit code of the last Terminated event of any task.
-func exitCode(a *api.AllocationListStub) int {
-	var code int
+// batchRun is what the newest allocation of a batch job says of its run.
+// Nomad reports an allocation it stopped as complete, whatever its task
+// did: only one whose task exited before any kill ran to its end.
+func batchRun(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[string]archive.Code, placement string) controller.JobRun {
+	if len(allocs) == 0 {
+		// Nomad records a stop as a new registration: the allocations
+		// of the attempt it stopped count as older.
+		if j.Stop {
+			return controller.JobRun{State: controller.RunEnded, Message: "job stopped before it finished"}
+		}
+		return controller.JobRun{State: controller.RunPending, Message: placement}
+	}
+	a := allocs[0]
+	switch a.ClientStatus {
+	case api.AllocClientStatusRunning:
+		return controller.JobRun{State: controller.RunLive}
+	case api.AllocClientStatusComplete:
+		if a.DesiredStatus == api.AllocDesiredStatusRun {
+			return controller.JobRun{State: controller.RunExited}
+		}
+		if code, ok := exitBeforeKill(a); ok {
+			return controller.JobRun{State: controller.RunExited, ExitCode: code}
+		}
+		return controller.JobRun{State: controller.RunEnded, Message: "job stopped before it finished"}
+	case api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		run := controller.JobRun{State: controller.RunEnded, Code: codes[a.ID], Message: failureMessage(a)}
+		if code, ok := exitBeforeKill(a); ok {
+			run.State, run.ExitCode = controller.RunExited, code
+		}
+		return run
+	}
+	return controller.JobRun{State: controller.RunPending}
+}
+
+// exitBeforeKill returns the exit code of the last task that terminated by
+// itself, before Nomad began to kill it; ok is false when none did or the
+// task states are unknown.
+func exitBeforeKill(a *api.AllocationListStub) (code int, ok bool) {
 	var at int64
 	for _, ts := range a.TaskStates {
+		if ts == nil {
+			continue
+		}
 		for _, ev := range ts.Events {
+			if ev.Type == api.TaskKilling {
+				break
+			}
 			if ev.Type == api.TaskTerminated && ev.Time >= at {
-				code, at = ev.ExitCode, ev.Time
+				code, at, ok = ev.ExitCode, ev.Time, true
 			}
 		}
 	}
-	return code
+	return code, ok
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -22,6 +23,7 @@ const (
 	wsPull     = "01eeeeeeeeeeeeeeeeeeeeeeee"
 	wsUnplaced = "01ffffffffffffffffffffffff"
 	wsRestore  = "01gggggggggggggggggggggggg"
+	wsStopped  = "01hhhhhhhhhhhhhhhhhhhhhhhh"
 )
 
 func managedMeta(wsID string, extra ...string) map[string]string {
@@ -46,6 +48,8 @@ func observeFixture(f *fakeNomad) {
 			JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"workspace": {Queued: 1}}}},
 		{ID: "ws-" + wsRestore + "-restore", Type: "batch", Status: "dead", JobModifyIndex: 10,
 			Meta: managedMeta(wsRestore, MetaOpID, "01rrrrrrrrrrrrrrrrrrrrrrrr", MetaArchiveKey, "archives/r", MetaAttempt, "1")},
+		{ID: "ws-" + wsStopped + "-archive", Type: "batch", Status: "dead", Stop: true, JobModifyIndex: 10,
+			Meta: managedMeta(wsStopped, MetaOpID, "01opopopopopopopopopopopop", MetaArchiveKey, "archives/s", MetaAttempt, "1")},
 		// Not codehub's: no mark, or a foreign name.
 		{ID: "ws-" + wsReady + "-other", Meta: managedMeta(wsReady)},
 		{ID: "ws-01zzzzzzzzzzzzzzzzzzzzzzzz", Meta: map[string]string{}},
@@ -62,10 +66,12 @@ func observeFixture(f *fakeNomad) {
 		// Stopped job whose task is still being killed: live, not ready.
 		{ID: "a-stopping", JobID: "ws-" + wsStopping, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "stop", DeploymentStatus: healthy(true)},
 		// An older attempt of the archive job must not shadow the current one.
-		{ID: "a-archive-old", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 5, ClientStatus: "complete"},
-		{ID: "a-archive", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 12, ClientStatus: "failed"},
+		{ID: "a-archive-old", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 5, ClientStatus: "complete", DesiredStatus: "run"},
+		{ID: "a-archive", JobID: "ws-" + wsArchive + "-archive", CreateIndex: 12, ClientStatus: "failed", DesiredStatus: "run"},
 		{ID: "a-pull", JobID: "ws-" + wsPull, CreateIndex: 11, ClientStatus: "pending", DesiredStatus: "run"},
-		{ID: "a-restore", JobID: "ws-" + wsRestore + "-restore", CreateIndex: 11, ClientStatus: "complete"},
+		{ID: "a-restore", JobID: "ws-" + wsRestore + "-restore", CreateIndex: 11, ClientStatus: "complete", DesiredStatus: "run"},
+		// Nomad reports a batch allocation it stopped as complete.
+		{ID: "a-stopped", JobID: "ws-" + wsStopped + "-archive", CreateIndex: 11, ClientStatus: "complete", DesiredStatus: "stop"},
 		// A live allocation of a purged workspace job still counts.
 		{ID: "a-orphan", JobID: "ws-" + wsRestore, CreateIndex: 3, ClientStatus: "running", DesiredStatus: "stop"},
 	}
@@ -80,6 +86,14 @@ func observeFixture(f *fakeNomad) {
 	}}}
 	// Listed without task states; the ones that explain a state are read.
 	f.json("GET /v1/allocation/a-archive", &api.Allocation{ID: "a-archive", ClientStatus: "failed", TaskStates: terminated(1)})
+	f.json("GET /v1/allocation/a-stopped", &api.Allocation{ID: "a-stopped", ClientStatus: "complete", TaskStates: map[string]*api.TaskState{
+		"archive": {State: "dead", Events: []*api.TaskEvent{
+			{Type: api.TaskStarted, Time: 1},
+			{Type: api.TaskKilling, Time: 2},
+			{Type: api.TaskTerminated, ExitCode: 1, Time: 3},
+			{Type: api.TaskKilled, Time: 4},
+		}},
+	}})
 	f.json("GET /v1/allocation/a-pull", &api.Allocation{ID: "a-pull", ClientStatus: "pending", TaskStates: map[string]*api.TaskState{
 		"workspace": {State: "pending", Events: []*api.TaskEvent{
 			{Type: api.TaskReceived},
@@ -125,6 +139,10 @@ func TestObserve(t *testing.T) {
 			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/k", Attempt: 2,
 			Status: controller.JobFailed, ExitCode: 1, ErrorCode: "DISK_FULL", Message: "task archive exited with code 1",
 		}},
+		wsStopped: {Archive: &controller.JobResult{
+			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/s", Attempt: 1,
+			Status: controller.JobFailed, ExitCode: -1, ErrorCode: "UNKNOWN", Message: "job stopped before it finished",
+		}},
 		wsPull: {ContainerLive: true, Failure: &controller.Failure{
 			Reason: workspace.ReasonImagePullFailed, Terminal: true,
 			Message: "Failed to pull `codercom/code-server:nope`: manifest unknown",
@@ -152,6 +170,7 @@ func TestObserve(t *testing.T) {
 	wantRoutes := []string{
 		"GET /v1/allocation/a-archive",
 		"GET /v1/allocation/a-pull",
+		"GET /v1/allocation/a-stopped",
 		"GET /v1/allocations",
 		"GET /v1/client/allocation/a-starting/checks",
 		"GET /v1/client/fs/logs/a-archive",
@@ -279,32 +298,47 @@ func TestDescribePlacement(t *testing.T) {
 	}
 }
 
-func TestParseNames(t *testing.T) {
-	id := "01jb3x7k9q2m5n8p4r6s0t1v2w"
-	cases := []struct {
-		job  string
-		ws   string
-		kind controller.JobKind
-		ok   bool
+// Nomad reports a batch allocation it stopped as complete, even when its
+// task was killed half way; only a task that exited before the kill
+// finished.
+func TestBatchRun(t *testing.T) {
+	events := func(evs ...*api.TaskEvent) map[string]*api.TaskState {
+		return map[string]*api.TaskState{"archive": {State: "dead", Events: evs}}
+	}
+	started := &api.TaskEvent{Type: api.TaskStarted, Time: 1}
+	killing := &api.TaskEvent{Type: api.TaskKilling, Time: 2}
+	exit := func(code int) *api.TaskEvent {
+		return &api.TaskEvent{Type: api.TaskTerminated, ExitCode: code, Time: 3}
+	}
+	alloc := func(client, desired string, states map[string]*api.TaskState) []*api.AllocationListStub {
+		return []*api.AllocationListStub{{ID: "a", ClientStatus: client, DesiredStatus: desired, TaskStates: states}}
+	}
+	codes := map[string]archive.Code{"a": archive.CodeDiskFull}
+	for _, tc := range []struct {
+		name    string
+		stopped bool
+		allocs  []*api.AllocationListStub
+		want    controller.RunState
+		code    int
 	}{
-		{"ws-" + id, id, controller.JobWorkspace, true},
-		{"ws-" + id + "-archive", id, controller.JobArchive, true},
-		{"ws-" + id + "-restore", id, controller.JobRestore, true},
-		{"ws-" + id + "-other", "", "", false},
-		{"ws-short", "", "", false},
-		{"web", "", "", false},
-	}
-	for _, tc := range cases {
-		ws, kind, ok := parseJobID(tc.job)
-		if ws != tc.ws || kind != tc.kind || ok != tc.ok {
-			t.Errorf("parseJobID(%q) = %q, %q, %v", tc.job, ws, kind, ok)
-		}
-	}
-	if ws, ok := parseVolumeName(volumeName(id)); !ok || ws != id {
-		t.Errorf("parseVolumeName round trip = %q, %v", ws, ok)
-	}
-	if _, ok := parseVolumeName("ws-short-home"); ok {
-		t.Error("parseVolumeName accepted a short id")
+		{"not placed yet", false, nil, controller.RunPending, 0},
+		{"stopped: its allocations count as older", true, nil, controller.RunEnded, 0},
+		{"pending", false, alloc("pending", "run", nil), controller.RunPending, 0},
+		{"running", false, alloc("running", "run", nil), controller.RunLive, 0},
+		{"complete", false, alloc("complete", "run", nil), controller.RunExited, 0},
+		{"stopped while it ran", true, alloc("complete", "stop", events(started, killing, exit(1))), controller.RunEnded, 0},
+		{"stopped after it exited", true, alloc("complete", "stop", events(started, exit(0))), controller.RunExited, 0},
+		{"stopped, events unknown", true, alloc("complete", "stop", nil), controller.RunEnded, 0},
+		{"failed", false, alloc("failed", "run", events(started, exit(1))), controller.RunExited, 1},
+		{"failed before it started", false, alloc("failed", "run", events()), controller.RunEnded, 0},
+		{"lost", false, alloc("lost", "stop", nil), controller.RunEnded, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := batchRun(&api.JobListStub{Stop: tc.stopped}, tc.allocs, codes, "")
+			if run.State != tc.want || run.ExitCode != tc.code {
+				t.Fatalf("batchRun = %+v, want state %d exit %d", run, tc.want, tc.code)
+			}
+		})
 	}
 }
 

@@ -12,17 +12,13 @@ import (
 	"github.com/codehub-io/codehub/controller"
 )
 
-// logTail is how much of a failed job's stdout is read: the result line is
-// the last one the job prints.
-const logTail = 64 << 10
-
 // allocCache remembers what never changes once an allocation is
 // client-terminal: its task states and, for failed batch jobs, the
 // CODEHUB_ERROR from its log, and for failed workspaces the end of their
 // stderr. Each is read once, until the job is purged.
 type allocCache struct {
 	states  perAlloc[map[string]*api.TaskState]
-	codes   perAlloc[string]
+	codes   perAlloc[archive.Code]
 	outputs perAlloc[string]
 }
 
@@ -64,14 +60,14 @@ func (p *perAlloc[T]) forget(allocID string) {
 
 // errorCode reads the tail of a failed batch allocation's stdout and returns
 // the code of its last result line.
-func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (string, error) {
+func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (archive.Code, error) {
 	if code, ok := b.allocs.codes.get(a.ID); ok {
 		return code, nil
 	}
 	// Nomad answers 404 for the logs of a task that never started.
 	if neverStarted(a) {
-		b.allocs.codes.put(a.ID, string(archive.CodeUnknown))
-		return string(archive.CodeUnknown), nil
+		b.allocs.codes.put(a.ID, archive.CodeUnknown)
+		return archive.CodeUnknown, nil
 	}
 	q := b.query(ctx)
 	q.Params = map[string]string{
@@ -79,19 +75,19 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (str
 		"type":   "stdout",
 		"plain":  "true",
 		"origin": "end",
-		"offset": "65536",
+		"offset": strconv.Itoa(archive.ResultTail),
 	}
 	body, err := b.client.Raw().Response("/v1/client/fs/logs/"+a.ID, q)
 	if err != nil {
 		return "", classify("read logs of "+a.ID, err)
 	}
 	defer body.Close()
-	code, err := archive.ResultCode(io.LimitReader(body, logTail), logTail)
+	code, err := archive.ResultCode(io.LimitReader(body, archive.ResultTail), archive.ResultTail)
 	if err != nil {
 		return "", err
 	}
-	b.allocs.codes.put(a.ID, string(code))
-	return string(code), nil
+	b.allocs.codes.put(a.ID, code)
+	return code, nil
 }
 
 // failedOutput returns the end of what a failed workspace allocation's task
@@ -151,6 +147,6 @@ func taskName(a *api.AllocationListStub) string {
 	for name := range a.TaskStates {
 		return name
 	}
-	_, kind, _ := parseJobID(a.JobID)
+	_, kind, _ := controller.ParseJobName(a.JobID)
 	return string(kind)
 }

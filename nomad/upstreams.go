@@ -374,7 +374,7 @@ func (r *ConsulResolver) sleep(d time.Duration) bool {
 // sorted by address; the service address wins over the node address, as in
 // Consul's DNS.
 func (r *ConsulResolver) consulInstances(entries []*consulapi.ServiceEntry, name string) []consulInstance {
-	wsID := strings.TrimPrefix(name, "ws-")
+	wsID := strings.TrimPrefix(name, controller.NamePrefix)
 	var out []consulInstance
 	for _, e := range entries {
 		if e.Service == nil {

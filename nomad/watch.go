@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/controller"
 )
 
 // topicHostVolume is Nomad's event topic for host volumes (>= 1.10), which
@@ -80,11 +82,11 @@ func (b *Backend) stream(ctx context.Context, index uint64, wake func()) (uint64
 func relevant(events []api.Event) bool {
 	for _, ev := range events {
 		// Volume keys are ids; there are few volume events, so all count.
-		if ev.Topic == topicHostVolume || strings.HasPrefix(ev.Key, "ws-") {
+		if ev.Topic == topicHostVolume || strings.HasPrefix(ev.Key, controller.NamePrefix) {
 			return true
 		}
 		for _, k := range ev.FilterKeys {
-			if strings.HasPrefix(k, "ws-") {
+			if strings.HasPrefix(k, controller.NamePrefix) {
 				return true
 			}
 		}

@@ -55,16 +55,12 @@ type backendParts struct {
 func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string) (backendParts, error) {
 	switch cfg.Backend.Kind {
 	case config.BackendLocal:
-		// workspace.command and args are for Nomad's exec and raw_exec
-		// drivers; on one machine the workspace program is code-server.
-		l := cfg.Backend.Local
-		b, err := local.New(logger.Named("local"), local.Options{
-			DataDir:       l.DataDir,
-			CodeServer:    l.CodeServer,
-			User:          l.User,
-			UpstreamToken: token,
-			S3:            *cfg.S3,
-		})
+		opts, err := local.OptionsFromConfig(cfg)
+		if err != nil {
+			return backendParts{}, err
+		}
+		opts.UpstreamToken = token
+		b, err := local.New(logger.Named("local"), opts)
 		if err != nil {
 			return backendParts{}, err
 		}

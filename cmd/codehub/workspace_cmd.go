@@ -77,8 +77,12 @@ func runStopAll(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codehub workspace stop-all: applies to backend %q only; Nomad stops its own jobs\n", config.BackendLocal)
 		return 2
 	}
-	l := cfg.Backend.Local
-	b, err := local.New(cliLogger("local", stderr), local.Options{DataDir: l.DataDir, CodeServer: l.CodeServer, User: l.User})
+	opts, err := local.OptionsFromConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "codehub workspace stop-all: %v\n", err)
+		return 1
+	}
+	b, err := local.New(cliLogger("local", stderr), opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "codehub workspace stop-all: %v\n", err)
 		return 1
@@ -89,6 +93,6 @@ func runStopAll(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codehub workspace stop-all: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "stopped every workspace process and job under %s\n", l.DataDir)
+	fmt.Fprintf(stdout, "stopped every workspace process and job under %s\n", opts.DataDir)
 	return 0
 }
