@@ -367,6 +367,11 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"extend backwards", "POST", path + "/extend", `{"hours":-2}`, nil, 400, "INVALID_INPUT"},
 		{"extend past the bound", "POST", path + "/extend", `{"hours":9}`, nil, 400, "INVALID_INPUT"},
 		{"extend unknown field", "POST", path + "/extend", `{"hours":1,"until":"x"}`, nil, 400, "INVALID_JSON"},
+		{"autostart without days", "PATCH", path, `{"autostart":{"days":[],"time":"09:00","time_zone":"UTC"}}`, nil, 400, "INVALID_INPUT"},
+		{"autostart bad time", "PATCH", path, `{"autostart":{"days":["mon"],"time":"9am","time_zone":"UTC"}}`, nil, 400, "INVALID_INPUT"},
+		{"autostart bad zone", "PATCH", path, `{"autostart":{"days":["mon"],"time":"09:00","time_zone":"../etc"}}`, nil, 400, "INVALID_INPUT"},
+		{"autostart unknown field", "PATCH", path, `{"autostart":{"days":["mon"],"time":"09:00","time_zone":"UTC","cron":"x"}}`, nil, 400, "INVALID_JSON"},
+		{"rename with a bad autostart", "PATCH", path, `{"name":"other","autostart":{"days":["someday"],"time":"09:00","time_zone":"UTC"}}`, nil, 400, "INVALID_INPUT"},
 		{"method", "PUT", path, `{}`, nil, 405, "METHOD_NOT_ALLOWED"},
 		{"unknown endpoint", "GET", "/api/v1/nothing", nil, nil, 404, "NOT_FOUND"},
 	}
@@ -473,6 +478,38 @@ func TestWorkspaceTimers(t *testing.T) {
 	near("archives_at in standby", v.ArchivesAt, time.Now().Add(2*time.Hour))
 	if v.StopsAt != nil {
 		t.Fatalf("standby workspace has a stop time: %+v", v)
+	}
+
+	// An autostart schedule, shown with its next start, then removed.
+	res := env.Do(c, "PATCH", path, map[string]any{"autostart": map[string]any{"days": []string{"sat", "mon", "sun"}, "time": "07:45", "time_zone": "Asia/Tokyo"}})
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("set autostart: %d %s", res.StatusCode, res.Body)
+	}
+	var sv struct {
+		Autostart *struct {
+			Days     []string `json:"days"`
+			Time     string   `json:"time"`
+			TimeZone string   `json:"time_zone"`
+		} `json:"autostart"`
+		NextAutostartAt *time.Time `json:"next_autostart_at"`
+	}
+	res.Decode(t, &sv)
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := sv.Autostart; a == nil || strings.Join(a.Days, ",") != "sun,mon,sat" || a.Time != "07:45" || a.TimeZone != "Asia/Tokyo" || sv.NextAutostartAt == nil {
+		t.Fatalf("autostart view: %s", res.Body)
+	}
+	next := sv.NextAutostartAt.In(tokyo)
+	if wd := next.Weekday(); (wd != time.Sunday && wd != time.Monday && wd != time.Saturday) || next.Hour() != 7 || next.Minute() != 45 ||
+		!next.After(time.Now()) || next.After(time.Now().Add(4*24*time.Hour)) {
+		t.Fatalf("next autostart %v", next)
+	}
+	res = env.Do(c, "PATCH", path, map[string]any{"autostart": nil})
+	res.Decode(t, &sv)
+	if res.StatusCode != http.StatusOK || sv.Autostart != nil || sv.NextAutostartAt != nil {
+		t.Fatalf("remove autostart: %d %s", res.StatusCode, res.Body)
 	}
 }
 

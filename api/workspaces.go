@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
@@ -23,6 +25,7 @@ type WorkspaceService interface {
 	Recover(ctx context.Context, id string) (workspace.Workspace, error)
 	Running(ctx context.Context, ownerID string) ([]workspace.Workspace, error)
 	KeepRunning(ctx context.Context, id string, d time.Duration) (workspace.Workspace, error)
+	SetAutostart(ctx context.Context, id string, sched *workspace.Schedule) (workspace.Workspace, error)
 	Timers(w workspace.Workspace) workspace.Timers
 }
 
@@ -48,6 +51,8 @@ type workspaceView struct {
 	LastAccessAt time.Time              `json:"last_access_at"`
 	// The idle timers: when the workspace stops and is archived if left
 	// alone, the timers it uses, and who last set its desired state.
+	Autostart         *autostartView  `json:"autostart"`
+	NextAutostartAt   *time.Time      `json:"next_autostart_at"`
 	StopsAt           *time.Time      `json:"stops_at"`
 	ArchivesAt        *time.Time      `json:"archives_at"`
 	KeepUntil         *time.Time      `json:"keep_until"`
@@ -72,6 +77,7 @@ func (s *Server) view(w workspace.Workspace) workspaceView {
 		StandbyTTLSeconds: int64(t.StandbyTTL / time.Second), ArchiveTTLSeconds: int64(t.ArchiveTTL / time.Second),
 		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(), Version: w.Version,
 	}
+	v.Autostart, v.NextAutostartAt = viewAutostart(w, time.Now())
 	// A keep-running that has passed keeps nothing.
 	if w.KeepUntil != nil && w.KeepUntil.After(time.Now()) {
 		v.KeepUntil = utc(w.KeepUntil)
@@ -103,8 +109,55 @@ type patchRequest struct {
 	Description  *string `json:"description"`
 	DesiredState *string `json:"desired_state"`
 	// The workspace's own idle timers; 0 returns one to the default.
-	StandbyTTLSeconds *int64 `json:"standby_ttl_seconds"`
-	ArchiveTTLSeconds *int64 `json:"archive_ttl_seconds"`
+	StandbyTTLSeconds *int64         `json:"standby_ttl_seconds"`
+	ArchiveTTLSeconds *int64         `json:"archive_ttl_seconds"`
+	Autostart         autostartField `json:"autostart"`
+}
+
+// autostartView is an autostart schedule as the API shows and takes it.
+type autostartView struct {
+	Days     []string `json:"days"`
+	Time     string   `json:"time"`
+	TimeZone string   `json:"time_zone"`
+}
+
+// autostartField is PATCH's "autostart": absent (unchanged), null
+// (removed) or a schedule.
+type autostartField struct {
+	set   bool
+	value *autostartView
+}
+
+func (f *autostartField) UnmarshalJSON(b []byte) error {
+	f.set = true
+	if string(b) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var v autostartView
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	f.value = &v
+	return nil
+}
+
+func viewAutostart(w workspace.Workspace, now time.Time) (*autostartView, *time.Time) {
+	sched, ok := w.Autostart()
+	if !ok {
+		return nil, nil
+	}
+	v := &autostartView{Time: sched.Clock(), TimeZone: sched.Location.String()}
+	for _, d := range sched.Days {
+		v.Days = append(v.Days, workspace.DayName(d))
+	}
+	after := now
+	if w.AutostartDone != nil && w.AutostartDone.After(after) {
+		after = *w.AutostartDone
+	}
+	next := sched.Next(after).UTC()
+	return v, &next
 }
 
 type extendRequest struct {
@@ -270,6 +323,15 @@ func (s *Server) patchWorkspace(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
+	var sched *workspace.Schedule
+	if a := req.Autostart.value; a != nil {
+		parsed, err := workspace.ParseSchedule(a.Days, a.Time, a.TimeZone)
+		if err != nil {
+			WriteError(w, serviceError(s.logger, err))
+			return
+		}
+		sched = &parsed
+	}
 	ws, ok := s.ownedWorkspace(w, r, sess)
 	if !ok {
 		return
@@ -278,6 +340,13 @@ func (s *Server) patchWorkspace(w http.ResponseWriter, r *http.Request) {
 	if req.Name != nil || req.Description != nil || standby != nil || archive != nil {
 		ws, err = s.workspaces.Update(r.Context(), ws.ID, workspace.UpdateRequest{
 			Name: req.Name, Description: req.Description, StandbyTTL: standby, ArchiveTTL: archive})
+		if err != nil {
+			WriteError(w, serviceError(s.logger, err))
+			return
+		}
+	}
+	if req.Autostart.set {
+		ws, err = s.workspaces.SetAutostart(r.Context(), ws.ID, sched)
 		if err != nil {
 			WriteError(w, serviceError(s.logger, err))
 			return

@@ -239,6 +239,11 @@ workspace {
   # Owners may keep a running workspace from its idle stop for up to this
   # long ahead ("extend"); "0s" turns that off.
   max_extend = "8h"
+
+  # Owners may set an autostart schedule (weekdays and a time in their time
+  # zone); an archived workspace is restored this long before, so it is
+  # ready on time.
+  autostart_lead = "15m"
 }
 
 limits {

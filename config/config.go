@@ -196,6 +196,10 @@ type Workspace struct {
 	// past its idle stop; "0s" turns that off.
 	MaxExtendHCL string `hcl:"max_extend,optional"`
 	MaxExtend    time.Duration
+	// AutostartLead is how long before an owner's scheduled start an
+	// archived workspace is restored.
+	AutostartLeadHCL string `hcl:"autostart_lead,optional"`
+	AutostartLead    time.Duration
 }
 
 // Limits caps how many workspaces may run.

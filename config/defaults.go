@@ -16,6 +16,7 @@ const (
 	defaultMaxStandbyTTL    = 8 * time.Hour
 	defaultMaxArchiveTTL    = 7 * 24 * time.Hour
 	defaultMaxExtend        = 8 * time.Hour
+	defaultAutostartLead    = 15 * time.Minute
 	defaultIdleInterval     = 15 * time.Second
 	defaultActiveInterval   = 1 * time.Second
 	defaultTTLInterval      = time.Minute
@@ -126,6 +127,8 @@ func defaultWorkspace() *Workspace {
 		MaxArchiveTTL:    defaultMaxArchiveTTL,
 		MaxExtendHCL:     durationText(defaultMaxExtend),
 		MaxExtend:        defaultMaxExtend,
+		AutostartLeadHCL: durationText(defaultAutostartLead),
+		AutostartLead:    defaultAutostartLead,
 	}
 }
 

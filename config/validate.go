@@ -45,6 +45,7 @@ func (c *Config) durationFields() []durationField {
 		{"workspace.max_standby_ttl", w.MaxStandbyTTLHCL, &w.MaxStandbyTTL},
 		{"workspace.max_archive_ttl", w.MaxArchiveTTLHCL, &w.MaxArchiveTTL},
 		{"workspace.max_extend", w.MaxExtendHCL, &w.MaxExtend},
+		{"workspace.autostart_lead", w.AutostartLeadHCL, &w.AutostartLead},
 		{"coordinator.idle_interval", co.IdleIntervalHCL, &co.IdleInterval},
 		{"coordinator.ttl_interval", co.TTLIntervalHCL, &co.TTLInterval},
 		{"coordinator.active_interval", co.ActiveIntervalHCL, &co.ActiveInterval},
@@ -392,6 +393,9 @@ func (c *Config) checkWorkspace(ch *checker) {
 	}
 	if w.MaxExtend < 0 {
 		ch.add("workspace.max_extend", "must not be negative")
+	}
+	if w.AutostartLead < 0 || w.AutostartLead > 24*time.Hour {
+		ch.add("workspace.autostart_lead", "must be between 0s and 24h")
 	}
 }
 

@@ -65,11 +65,13 @@ func (r *TTLRunner) Run(ctx context.Context) error {
 // TTLResult reports one pass.
 type TTLResult struct {
 	Flushed  int
+	Started  []string // workspaces woken for their schedule
 	Standby  []string // workspaces asked to stop
 	Archived []string // workspaces asked to archive
 }
 
-// RunOnce flushes activity, then applies the TTLs.
+// RunOnce flushes activity, wakes workspaces whose schedule is due, then
+// applies the TTLs.
 func (r *TTLRunner) RunOnce(ctx context.Context) (TTLResult, error) {
 	var res TTLResult
 	n, err := r.flush(ctx)
@@ -77,6 +79,9 @@ func (r *TTLRunner) RunOnce(ctx context.Context) (TTLResult, error) {
 		return res, err
 	}
 	res.Flushed = n
+	if res.Started, err = r.autostart(ctx); err != nil {
+		return res, err
+	}
 	idle, err := r.svc.Idle(ctx, r.now(), r.cfg.StandbyTTL, r.cfg.ArchiveTTL)
 	if err != nil {
 		return res, err
@@ -105,6 +110,36 @@ func (r *TTLRunner) RunOnce(ctx context.Context) (TTLResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// autostart wakes the workspaces whose scheduled start is due. One that
+// cannot start now (an operation in flight, the running limit) is tried
+// again next pass, until the start is MissedStart old.
+func (r *TTLRunner) autostart(ctx context.Context) ([]string, error) {
+	ws, err := r.svc.Autostarts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var started []string
+	for _, w := range ws {
+		at, due := r.svc.AutostartDue(w, r.now())
+		if !due {
+			continue
+		}
+		_, err := r.svc.StartScheduled(ctx, w.ID, at)
+		switch {
+		case errors.Is(err, workspace.ErrInvalidState), errors.Is(err, workspace.ErrLimitExceeded):
+			r.logger.Warn("scheduled start waits", "workspace_id", w.ID, "start", at, "error", err)
+			continue
+		case errors.Is(err, workspace.ErrNotFound):
+			continue
+		case err != nil:
+			return started, err
+		}
+		r.logger.Info("scheduled start", "workspace_id", w.ID, "start", at, "phase", w.Phase)
+		started = append(started, w.ID)
+	}
+	return started, nil
 }
 
 // removeIfUnchanged removes each member whose score is still the flushed

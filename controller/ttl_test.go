@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -185,4 +186,89 @@ func TestTTLCountsFromRunning(t *testing.T) {
 	if got := h.row(w.ID).DesiredState; got != workspace.DesiredStandby || len(res.Standby) != 1 {
 		t.Fatalf("desired %s after standby_ttl of running unused (result %+v)", got, res)
 	}
+}
+
+// TestTTLAutostart: the runner wakes a workspace for its owner's schedule
+// once per start, restores an archived one ahead of time, keeps it from
+// the idle stop until the start, and waits while an operation runs.
+func TestTTLAutostart(t *testing.T) {
+	h := newHarness(t)
+	rdb := newRedis(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	svc := workspace.NewService(hclog.NewNullLogger(), h.pool, workspace.Options{DefaultImage: "img:1", Policy: workspace.Policy{
+		StandbyTTL: 10 * time.Minute, ArchiveTTL: 30 * time.Minute, AutostartLead: 15 * time.Minute}})
+	r := NewTTLRunner(hclog.NewNullLogger(), svc, rdb, TTLConfig{Interval: time.Minute, StandbyTTL: 10 * time.Minute, ArchiveTTL: 30 * time.Minute})
+	r.now = func() time.Time { return now }
+	// Every day, ten minutes from now (to the minute): inside an archived
+	// workspace's lead, outside the others'.
+	start := now.Add(10 * time.Minute).Truncate(time.Minute)
+	sched, err := workspace.ParseSchedule([]string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}, start.Format("15:04"), "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := map[string]workspace.Workspace{}
+	for _, name := range []string{"archived", "standby", "running", "busy"} {
+		ws[name] = h.create(name)
+		if _, err := h.svc.SetAutostart(ctx, ws[name].ID, &sched); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.exec(`UPDATE workspaces SET phase = 'ARCHIVED', desired_state = 'ARCHIVED' WHERE name = 'archived'`)
+	h.exec(`UPDATE workspaces SET phase = 'STANDBY', desired_state = 'STANDBY' WHERE name IN ('standby', 'busy')`)
+	h.exec(`UPDATE workspaces SET operation = 'ARCHIVING' WHERE name = 'busy'`)
+	h.exec(`UPDATE workspaces SET phase = 'RUNNING' WHERE name = 'running'`)
+
+	pass := func(wantStarted ...string) {
+		t.Helper()
+		res, err := r.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, id := range res.Started {
+			for name, w := range ws {
+				if w.ID == id {
+					names = append(names, name)
+				}
+			}
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, wantStarted) {
+			t.Fatalf("started %v, want %v", names, wantStarted)
+		}
+	}
+	started := func(name string) {
+		t.Helper()
+		w := h.row(ws[name].ID)
+		if w.DesiredState != workspace.DesiredRunning || w.AutostartDone == nil || !w.AutostartDone.Equal(start) ||
+			w.KeepUntil == nil || !w.KeepUntil.Equal(start.Add(10*time.Minute)) {
+			t.Fatalf("%s: desired %s by %s, done %v, keep until %v", name, w.DesiredState, w.DesiredBy, w.AutostartDone, w.KeepUntil)
+		}
+	}
+
+	pass("archived")
+	started("archived")
+	if w := h.row(ws["archived"].ID); w.DesiredBy != workspace.CauseSchedule {
+		t.Fatalf("archived: desired by %q, want schedule", w.DesiredBy)
+	}
+	if w := h.row(ws["standby"].ID); w.DesiredState != workspace.DesiredStandby {
+		t.Fatalf("standby woken %s ahead", start.Sub(now))
+	}
+	pass()
+
+	// At the start: the others too, except the one with an operation in
+	// flight, which waits; the running one is kept running to the start.
+	now = start
+	pass("running", "standby")
+	started("standby")
+	started("running")
+	if w := h.row(ws["running"].ID); w.DesiredBy != workspace.CauseUser {
+		t.Fatalf("running: desired by %q, want it unchanged", w.DesiredBy)
+	}
+	h.exec(`UPDATE workspaces SET operation = 'NONE' WHERE name = 'busy'`)
+	now = start.Add(5 * time.Minute)
+	pass("busy")
+	started("busy")
+	pass()
 }

@@ -78,7 +78,19 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 		if err := b.clickAction(ctx, id, "extend"); err != nil {
 			return err
 		}
-		return b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.querySelector(".timers").textContent.startsWith("Kept running for 2 h")`)
+		return b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.querySelector(".timers").textContent.startsWith("Kept running for 2 h ·")`)
+	})
+	b.step("autostart schedule", func(ctx context.Context) error {
+		card := fmt.Sprintf(`article[data-id="%s"]`, id)
+		if err := chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(card+" .schedule summary")),
+			chromedp.WaitVisible(chromedp.CSS(card+" .act-schedule-save")),
+			chromedp.Click(chromedp.CSS(card+" .act-schedule-save")),
+		); err != nil {
+			return err
+		}
+		// Weekdays are offered first, in the browser's own time zone.
+		return b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.querySelector(".timers").textContent.toLowerCase().includes("starts weekdays at 09:00 (")`)
 	})
 	t.Logf("create to RUNNING in the dashboard: %s", time.Since(created).Round(time.Millisecond))
 
@@ -123,7 +135,7 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 			return err
 		}
 		// The card says why it stopped and when it will be archived.
-		return b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.querySelector(".timers").textContent.startsWith("Stopped by you · archived in ")`)
+		return b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.querySelector(".timers").textContent.startsWith("Stopped by you · starts weekdays") && `+cardSelector(id)+`.querySelector(".timers").textContent.includes(" · archived in ")`)
 	})
 
 	woke := time.Now()

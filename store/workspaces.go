@@ -18,7 +18,8 @@ import (
 const WorkspaceColumns = `id, owner_id, name, description, image, desired_state, phase, operation,
 	op_id, op_started_at, op_attempt, conditions, archive_key, restore_marker, run_id, error_reason,
 	error_message, error_count, next_attempt_at, observed_at, phase_changed_at, last_access_at,
-	standby_ttl, archive_ttl, desired_by, desired_at, keep_until, version, created_at, updated_at, deleted_at`
+	standby_ttl, archive_ttl, desired_by, desired_at, keep_until, autostart_days, autostart_at, autostart_tz,
+	autostart_done, version, created_at, updated_at, deleted_at`
 
 func collectOne[T any](rows pgx.Rows, err error) (T, error) {
 	var zero T
@@ -137,6 +138,28 @@ func SetWorkspaceTTLs[T any](ctx context.Context, q Querier, id string, standby,
 		    archive_ttl = CASE WHEN $4 THEN $5::interval ELSE archive_ttl END
 		WHERE id = $1 AND deleted_at IS NULL RETURNING `+WorkspaceColumns,
 		id, standby.Set, standby.Value, archive.Set, archive.Value))
+}
+
+// SetAutostart replaces the autostart schedule of a live workspace (days 0:
+// none). Starts before now are never acted on.
+func SetAutostart[T any](ctx context.Context, q Querier, id string, days int, at, zone *string) (T, error) {
+	return collectOne[T](q.Query(ctx, `UPDATE workspaces
+		SET autostart_days = $2, autostart_at = $3, autostart_tz = $4, autostart_done = now()
+		WHERE id = $1 AND deleted_at IS NULL RETURNING `+WorkspaceColumns, id, days, at, zone))
+}
+
+// ListAutostarts returns the live workspaces with a schedule, ERROR aside.
+func ListAutostarts[T any](ctx context.Context, q Querier) ([]T, error) {
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE deleted_at IS NULL AND autostart_days <> 0 AND phase <> 'ERROR' ORDER BY id`))
+}
+
+// MarkAutostarted records the scheduled start at as acted on and keeps the
+// workspace from its idle stop until at least keepUntil.
+func MarkAutostarted[T any](ctx context.Context, q Querier, id string, at, keepUntil time.Time) (T, error) {
+	return collectOne[T](q.Query(ctx, `UPDATE workspaces
+		SET autostart_done = $2, keep_until = GREATEST(keep_until, $3)
+		WHERE id = $1 AND deleted_at IS NULL RETURNING `+WorkspaceColumns, id, at, keepUntil))
 }
 
 // KeepRunning keeps a live workspace that is wanted running from the idle

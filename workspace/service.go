@@ -358,6 +358,74 @@ func (s *Service) KeepRunning(ctx context.Context, id string, d time.Duration) (
 	return w, nil
 }
 
+// SetAutostart sets w's autostart schedule, or removes it (nil). Only
+// starts after now are acted on.
+func (s *Service) SetAutostart(ctx context.Context, id string, sched *Schedule) (Workspace, error) {
+	days, at, zone := 0, (*string)(nil), (*string)(nil)
+	if sched != nil {
+		clock, name := sched.Clock(), sched.Location.String()
+		days, at, zone = sched.DayBits(), &clock, &name
+	}
+	w, err := store.SetAutostart[Workspace](ctx, s.pool, id, days, at, zone)
+	if err != nil {
+		return Workspace{}, fmt.Errorf("set autostart: %w", notFound(id, err))
+	}
+	return w, nil
+}
+
+// Autostarts returns the workspaces with a schedule that may need waking.
+func (s *Service) Autostarts(ctx context.Context) ([]Workspace, error) {
+	ws, err := store.ListAutostarts[Workspace](ctx, s.pool)
+	if err != nil {
+		return nil, fmt.Errorf("list autostarts: %w", err)
+	}
+	return ws, nil
+}
+
+// AutostartDue is the scheduled start w must be woken for at now, if any.
+func (s *Service) AutostartDue(w Workspace, now time.Time) (time.Time, bool) {
+	return AutostartDue(w, now, s.opts.Policy.AutostartLead)
+}
+
+// StartScheduled acts on the scheduled start at of workspace id, once: it
+// asks for RUNNING (limits apply; an operation in flight is
+// ErrInvalidState, to be tried again) unless that is already wanted, and
+// keeps the workspace from its idle stop until its standby timer after at,
+// so a workspace started ahead of its owner is still there when they come.
+func (s *Service) StartScheduled(ctx context.Context, id string, at time.Time) (Workspace, error) {
+	var w Workspace
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		cur, err := store.LockLiveWorkspace[Workspace](ctx, tx, id)
+		if err != nil {
+			return notFound(id, err)
+		}
+		w = cur
+		if cur.AutostartDone != nil && !cur.AutostartDone.Before(at) {
+			return nil
+		}
+		if cur.DesiredState != DesiredRunning {
+			if err := settable(cur); err != nil {
+				return err
+			}
+			if err := s.checkLimits(ctx, tx, cur.OwnerID); err != nil {
+				return err
+			}
+			if _, err := store.SetDesiredState[Workspace](ctx, tx, id, string(DesiredRunning), cur.Version, string(CauseSchedule)); err != nil {
+				if errors.Is(err, store.ErrConflict) {
+					return fmt.Errorf("%w: workspace changed meanwhile", ErrInvalidState)
+				}
+				return err
+			}
+		}
+		w, err = store.MarkAutostarted[Workspace](ctx, tx, id, at, at.Add(TimersOf(cur, s.opts.Policy).StandbyTTL))
+		return err
+	})
+	if err != nil {
+		return Workspace{}, fmt.Errorf("scheduled start of %s: %w", id, err)
+	}
+	return w, nil
+}
+
 // Timers is when the idle rules will act on w.
 func (s *Service) Timers(w Workspace) Timers { return TimersOf(w, s.opts.Policy) }
 

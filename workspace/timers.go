@@ -16,6 +16,9 @@ type Policy struct {
 	// MaxExtend bounds how far ahead an owner may keep a workspace
 	// running; zero turns keeping alive off.
 	MaxExtend time.Duration
+	// AutostartLead is how long before a scheduled start an archived
+	// workspace is restored, so it is ready on time.
+	AutostartLead time.Duration
 }
 
 // MinTTL is the shortest timer an owner may set: below it a workspace

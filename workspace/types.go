@@ -36,6 +36,8 @@ const (
 	CauseUser Cause = "user"
 	// CauseIdle: the TTL runner, after the workspace went unused.
 	CauseIdle Cause = "idle"
+	// CauseSchedule: the owner's autostart schedule.
+	CauseSchedule Cause = "schedule"
 )
 
 // Operation is the single in-flight transition of a workspace.
@@ -143,10 +145,16 @@ type Workspace struct {
 	// KeepUntil: the owner asked to keep the workspace running until then;
 	// it is not stopped for idleness before.
 	KeepUntil *time.Time `db:"keep_until"`
-	Version   int64      `db:"version"`
-	CreatedAt time.Time  `db:"created_at"`
-	UpdatedAt time.Time  `db:"updated_at"`
-	DeletedAt *time.Time `db:"deleted_at"`
+	// The autostart schedule (see Schedule): weekday bits, "HH:MM", time
+	// zone, and the last scheduled start acted on.
+	AutostartDays int        `db:"autostart_days"`
+	AutostartAt   *string    `db:"autostart_at"`
+	AutostartTZ   *string    `db:"autostart_tz"`
+	AutostartDone *time.Time `db:"autostart_done"`
+	Version       int64      `db:"version"`
+	CreatedAt     time.Time  `db:"created_at"`
+	UpdatedAt     time.Time  `db:"updated_at"`
+	DeletedAt     *time.Time `db:"deleted_at"`
 }
 
 // MarshalJSON keeps the conditions map non-nil in JSON.

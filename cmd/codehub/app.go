@@ -115,6 +115,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			MaxStandbyTTL: cfg.Workspace.MaxStandbyTTL,
 			MaxArchiveTTL: cfg.Workspace.MaxArchiveTTL,
 			MaxExtend:     cfg.Workspace.MaxExtend,
+			AutostartLead: cfg.Workspace.AutostartLead,
 		},
 	})
 	if err := bootstrapAdmin(ctx, logger, cfg, d); err != nil {

@@ -8,6 +8,9 @@ import (
 	"io"
 	"os"
 	"sort"
+	// Owners' autostart schedules name IANA time zones; the server must
+	// know them on a host without a zone database.
+	_ "time/tzdata"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".

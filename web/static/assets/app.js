@@ -116,8 +116,9 @@ function relTime(iso) {
 function inTime(iso) {
   const s = Math.round((Date.parse(iso) - Date.now()) / 1000);
   if (s < 60) return "in under a minute";
-  if (s < 3600) return `in ${Math.round(s / 60)} min`;
-  if (s < 86400) return `in ${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+  const m = Math.round(s / 60);
+  if (m < 60) return `in ${m} min`;
+  if (m < 24 * 60) return m % 60 ? `in ${Math.floor(m / 60)} h ${m % 60} min` : `in ${m / 60} h`;
   return `on ${new Date(Date.parse(iso)).toLocaleString()}`;
 }
 
@@ -143,6 +144,11 @@ function timers(ws) {
     }
     exact.push(`${what} ${new Date(Date.parse(ws.desired_at)).toLocaleString()}`);
   }
+  const sched = scheduleText(ws);
+  if (sched) {
+    said.push(sched);
+    if (ws.next_autostart_at) exact.push(`Next start ${new Date(Date.parse(ws.next_autostart_at)).toLocaleString()}`);
+  }
   if (ws.keep_until) {
     said.push(`kept running ${inTime(ws.keep_until).replace(/^in /, "for ")}`);
   }
@@ -155,6 +161,39 @@ function timers(ws) {
   if (ws.archives_at) exact.push(`Archived ${new Date(Date.parse(ws.archives_at)).toLocaleString()} if left alone`);
   const text = said.join(" · ");
   return { text: text.charAt(0).toUpperCase() + text.slice(1), title: exact.join("\n") };
+}
+
+const dayLabels = { sun: "Sun", mon: "Mon", tue: "Tue", wed: "Wed", thu: "Thu", fri: "Fri", sat: "Sat" };
+
+function scheduleText(ws) {
+  const a = ws.autostart;
+  if (!a) return "";
+  const days = a.days.length === 7 ? "every day"
+    : a.days.join(",") === "mon,tue,wed,thu,fri" ? "weekdays"
+    : a.days.map((d) => dayLabels[d]).join(", ");
+  const next = ws.next_autostart_at ? `, next ${inTime(ws.next_autostart_at)}` : "";
+  return `starts ${days} at ${a.time} (${a.time_zone})${next}`;
+}
+
+// fillSchedule shows the stored schedule in the card's form, unless the
+// user is editing it.
+function fillSchedule(el, ws) {
+  const form = el.querySelector(".schedule-form");
+  if (form.contains(document.activeElement)) return;
+  const a = ws.autostart;
+  for (const box of form.querySelectorAll(".schedule-days input")) {
+    box.checked = a ? a.days.includes(box.value) : ["mon", "tue", "wed", "thu", "fri"].includes(box.value);
+  }
+  if (a) form.querySelector(".schedule-time").value = a.time;
+  const zone = form.querySelector(".schedule-zone");
+  zone.value = a ? a.time_zone : (zone.value || Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC");
+  form.querySelector(".act-schedule-remove").hidden = !a;
+}
+
+function saveSchedule(id, form) {
+  const days = [...form.querySelectorAll(".schedule-days input:checked")].map((b) => b.value);
+  const autostart = { days, time: form.querySelector(".schedule-time").value, time_zone: form.querySelector(".schedule-zone").value.trim() };
+  return withPending(id, () => api("PATCH", `/api/v1/workspaces/${id}`, { autostart }));
 }
 
 function keepRunning(id) {
@@ -175,6 +214,10 @@ function card(id) {
   el.querySelector(".act-restore").addEventListener("click", () => setDesired(id, "RUNNING"));
   el.querySelector(".act-stop").addEventListener("click", () => setDesired(id, "STANDBY"));
   el.querySelector(".act-extend").addEventListener("click", () => keepRunning(id));
+  const form = el.querySelector(".schedule-form");
+  form.addEventListener("submit", (e) => { e.preventDefault(); saveSchedule(id, form); });
+  el.querySelector(".act-schedule-remove").addEventListener("click", () =>
+    withPending(id, () => api("PATCH", `/api/v1/workspaces/${id}`, { autostart: null })));
   el.querySelector(".act-archive").addEventListener("click", () => setDesired(id, "ARCHIVED"));
   el.querySelector(".act-delete").addEventListener("click", () => remove(id));
   el.querySelector(".act-recover").addEventListener("click", () => recover(id));
@@ -254,6 +297,7 @@ function renderCard(ws) {
   setButton(el.querySelector(".act-delete"), acts.del);
 
   el.querySelector(".meta").textContent = `Created ${relTime(ws.created_at)} · last used ${relTime(ws.last_access_at)}`;
+  fillSchedule(el, ws);
   const t = timers(ws);
   const timersEl = el.querySelector(".timers");
   timersEl.hidden = !t.text;
