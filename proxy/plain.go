@@ -179,18 +179,19 @@ func (p *Proxy) writeForwarded(bw *bufio.Writer, r *http.Request, t *target, tru
 		}
 		bw.WriteString("\r\n")
 	}
-	host := r.Host
-	if v := r.Header.Get("X-Forwarded-Host"); trusted && v != "" {
-		host = v
-	}
-	writeField(bw, "X-Forwarded-Host", host)
-	proto := "http"
+	host, proto := r.Host, "http"
 	if r.TLS != nil {
 		proto = "https"
 	}
-	if v := r.Header.Get("X-Forwarded-Proto"); trusted && (v == "http" || v == "https") {
-		proto = v
+	if trusted {
+		if v := r.Header.Get("X-Forwarded-Host"); v != "" {
+			host = v
+		}
+		if v := r.Header.Get("X-Forwarded-Proto"); v == "http" || v == "https" {
+			proto = v
+		}
 	}
+	writeField(bw, "X-Forwarded-Host", host)
 	writeField(bw, "X-Forwarded-Proto", proto)
 	if t.prefix != "" {
 		writeField(bw, "X-Forwarded-Prefix", t.prefix)
