@@ -84,6 +84,7 @@ type Proxy struct {
 	reads      singleflight.Group
 	rp         *httputil.ReverseProxy
 	transport  *upstreamTransport
+	buffers    *bufferPool
 }
 
 // New builds the proxy with one shared transport for every upstream.
@@ -101,14 +102,14 @@ func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, u
 	p := &Proxy{
 		logger: logger, opts: opts, auth: auth, workspaces: ws, upstreams: ups, activity: act,
 		metrics: m, routes: routeCache{ttl: opts.RouteTTL, entries: map[string]route{}},
-		transport: newUpstreamTransport(),
+		transport: newUpstreamTransport(), buffers: &bufferPool{},
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		Transport:      p.transport,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
-		BufferPool:     &bufferPool{},
+		BufferPool:     p.buffers,
 		ErrorLog:       logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
 	return p, nil
@@ -504,6 +505,10 @@ func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 		defer p.metrics.websockets.Dec()
 	}
 	w.mark()
+	if isPlain(r) {
+		p.forwardPlain(w, r, &t)
+		return
+	}
 	// t travels to rewrite and, on failure, to upstreamError.
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 }
@@ -547,17 +552,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	if len(cookies) == 0 {
 		return nil
 	}
-	kept := cookies[:0:0]
-	for _, c := range cookies {
-		// A pair without "=" is a nameless cookie whose value browsers
-		// send alone, where servers read it as a cookie of that name.
-		pair, _, _ := strings.Cut(c, ";")
-		name, _, _ := strings.Cut(pair, "=")
-		name = strings.TrimSpace(name)
-		if name != p.opts.SessionCookie && name != HostSessionCookie && (p.opts.UpstreamToken == nil || name != CodeServerCookie) {
-			kept = append(kept, c)
-		}
-	}
+	kept := p.keptCookies(cookies)
 	res.Header["Set-Cookie"] = kept
 	if len(kept) == 0 {
 		res.Header.Del("Set-Cookie")
@@ -565,8 +560,41 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	return nil
 }
 
+// keptCookies is the Set-Cookie values of a workspace's answer less those
+// of credential cookies; it returns cookies itself when all are kept.
+func (p *Proxy) keptCookies(cookies []string) []string {
+	var kept []string
+	for i, c := range cookies {
+		// A pair without "=" is a nameless cookie whose value browsers
+		// send alone, where servers read it as a cookie of that name.
+		pair, _, _ := strings.Cut(c, ";")
+		name, _, _ := strings.Cut(pair, "=")
+		if !p.isCredentialCookie(strings.TrimSpace(name)) {
+			if kept != nil {
+				kept = append(kept, c)
+			}
+			continue
+		}
+		if kept == nil {
+			kept = append(make([]string, 0, len(cookies)), cookies[:i]...)
+		}
+	}
+	if kept == nil {
+		return cookies
+	}
+	return kept
+}
+
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	t, _ := r.Context().Value(targetKey{}).(target)
+	p.failed(w, r, t, err)
+}
+
+// failed answers a request the workspace did not answer. r is the
+// request as it went to the workspace or, on the plain path, as it came:
+// same context, method and headers, less CodeHub's credentials on the
+// first; its URL is not used again.
+func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, t target, err error) {
 	p.routes.forget(t.id)
 	p.transport.forget(t.hostport)
 	if errors.Is(err, context.Canceled) {
@@ -584,9 +612,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	// The route came from the cache and the workspace may have stopped
 	// since: answer from its current state (a stopped workspace wakes and
 	// shows the starting page) rather than with a dead end. Nothing of the
-	// response is written yet, and the request has no body to replay. r is
-	// ReverseProxy's outgoing copy: same context, method and headers
-	// (less CodeHub's credentials); its URL is not used again.
+	// response is written yet, and the request has no body to replay.
 	ws, err := p.lookup(r.Context(), t.id)
 	switch {
 	case errors.Is(err, workspace.ErrNotFound):

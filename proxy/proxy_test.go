@@ -811,6 +811,69 @@ func TestProxyInterimStatus(t *testing.T) {
 	}
 }
 
+// TestProxyPlainRequests: GETs, which take the plain path, mark the
+// workspace active and are counted, and a client that goes away ends the
+// workspace's request at once and is counted as 499.
+func TestProxyPlainRequests(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	ended, stop := make(chan struct{}, 1), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/held" {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			ended <- struct{}{}
+		case <-stop:
+		}
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(stop) })
+	w := runningWorkspace(t, env, alice, "web", strings.TrimPrefix(up.URL, "http://"))
+	env.Exec(`UPDATE workspaces SET last_access_at = now() - interval '1 hour'`)
+	c := env.Login(alice)
+	before := time.Now().Unix()
+	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != 200 || string(res.Body) != "ok" {
+		t.Fatalf("GET: %d %s", res.StatusCode, res.Body)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", env.URL+"/w/"+w.ID+"/held", nil)
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request: %v", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the workspace's request outlived the client's")
+	}
+	metrics := string(get(t, c, env.URL+"/metrics", "Authorization", "Bearer "+apitest.MetricsToken).Body)
+	for _, want := range []string{`codehub_proxy_requests_total{code="200"} 1`, `codehub_proxy_requests_total{code="499"} 1`, "codehub_proxy_request_duration_seconds_count 2"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q:\n%s", want, grepLines(metrics, "codehub_proxy_request"))
+		}
+	}
+
+	// Stopping the server flushes the in-memory marks to the ZSET.
+	env.StopServer()
+	score, err := env.Redis.ZScore(context.Background(), activity.Key, w.ID).Result()
+	if err != nil || int64(score) < before {
+		t.Fatalf("activity of %s in %s: %v %v (want >= %d)", w.ID, activity.Key, score, err, before)
+	}
+}
+
 func grepLines(text, prefix string) string {
 	var out []string
 	for line := range strings.SplitSeq(text, "\n") {

@@ -78,19 +78,27 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if (req.Body != nil && req.Body != http.NoBody) || req.URL.Scheme != "http" {
 		return t.fallback.RoundTrip(req)
 	}
+	return t.send(req, req.URL.Host, !req.Close, func(bw *bufio.Writer) error { return req.Write(bw) })
+}
+
+// send carries a request without a body to host: write puts its head on a
+// pooled connection. req gives the context, and the method by which the
+// answer is read and the request may be sent again; keepAlive is false
+// when the request asked the workspace to close the connection.
+func (t *upstreamTransport) send(req *http.Request, host string, keepAlive bool, write func(*bufio.Writer) error) (*http.Response, error) {
 	ctx := req.Context()
 	for attempt := 0; ; attempt++ {
-		uc, reused, err := t.conn(ctx, req.URL.Host)
+		uc, reused, err := t.conn(ctx, host)
 		if err != nil {
 			return nil, err
 		}
-		res, err := t.exchange(uc, req)
+		res, err := t.exchange(uc, req, keepAlive, write)
 		if err == nil {
 			return res, nil
 		}
 		uc.Close()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("proxy to %s: %w", req.URL.Host, context.Cause(ctx))
+			return nil, fmt.Errorf("proxy to %s: %w", host, context.Cause(ctx))
 		}
 		if !reused || attempt > 0 || !errors.Is(err, errClosedBeforeResponse) || !replayable(req) {
 			return nil, err
@@ -107,12 +115,12 @@ func replayable(req *http.Request) bool {
 	return false
 }
 
-// exchange writes req on uc and reads the response head. The response
-// body owns uc from then on.
-func (t *upstreamTransport) exchange(uc *upstreamConn, req *http.Request) (*http.Response, error) {
+// exchange writes a request head on uc and reads the response head. The
+// response body owns uc from then on.
+func (t *upstreamTransport) exchange(uc *upstreamConn, req *http.Request, keepAlive bool, write func(*bufio.Writer) error) (*http.Response, error) {
 	// A client that goes away unblocks any read or write on uc at once.
 	stop := context.AfterFunc(req.Context(), func() { _ = uc.SetDeadline(time.Unix(1, 0)) })
-	err := req.Write(uc.bw)
+	err := write(uc.bw)
 	if err == nil {
 		err = uc.bw.Flush()
 	}
@@ -152,7 +160,7 @@ func (t *upstreamTransport) exchange(uc *upstreamConn, req *http.Request) (*http
 	res.Body = &pooledBody{
 		body: res.Body, t: t, uc: uc, stop: stop,
 		eof:      res.Body == http.NoBody,
-		reusable: !res.Close && !req.Close,
+		reusable: !res.Close && keepAlive,
 	}
 	return res, nil
 }

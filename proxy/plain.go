@@ -1,0 +1,366 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Plain requests, GET and HEAD without a body or an upgrade, are nearly
+// all of a workbench's traffic. The proxy writes their head to the
+// workspace itself and copies the answer back, past httputil.ReverseProxy,
+// whose request clone, header rewrites, Request.Write and header copies
+// cost more CPU than the rest of CodeHub's proxying. Everything else takes
+// ReverseProxy. The rules both paths share (hop-by-hop headers,
+// credentials, X-Forwarded-*, Set-Cookie, trailers, flushing) are held to
+// one behaviour by the tests.
+
+// errUnaskedSwitch is a 101 answer to a request that asked for no switch.
+var errUnaskedSwitch = errors.New("workspace switched protocols unasked")
+
+// isPlain reports a request the plain path carries. Anything it would have
+// to rewrite in ways ReverseProxy knows better (a query ReverseProxy
+// cleans, a host it normalises, a body, an upgrade, an expectation) takes
+// ReverseProxy instead.
+func isPlain(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	if (r.Body != nil && r.Body != http.NoBody) || r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		return false
+	}
+	if r.Header["Upgrade"] != nil || r.Header["Expect"] != nil || r.URL.Opaque != "" {
+		return false
+	}
+	return plainHost(r.Host) && !queryNeedsCleaning(r.URL.RawQuery)
+}
+
+// plainHost reports a Host that Request.Write would send as it is:
+// printable ASCII without an IPv6 zone, which it would strip.
+func plainHost(host string) bool {
+	if host == "" {
+		return false
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; c <= ' ' || c >= 0x7f || c == '%' {
+			return false
+		}
+	}
+	return true
+}
+
+// queryNeedsCleaning reports a query ReverseProxy would re-encode: one
+// with a semicolon or a malformed escape, which Go's servers no longer
+// split on or accept.
+func queryNeedsCleaning(q string) bool {
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case ';':
+			return true
+		case '%':
+			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
+				return true
+			}
+			i += 2
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// hopByHop reports a header that belongs to one connection only: one of
+// those RFC 9110 §7.6.1 and its predecessors name, or one its message's
+// Connection header lists.
+func hopByHop(name string, connection []string) bool {
+	switch name {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	for _, v := range connection {
+		for token := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(token), name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// requestHeaderKept reports whether the plain path copies a client's
+// header as it is. The others are dropped or written by the proxy itself:
+// hop-by-hop headers, the message framing, CodeHub's credentials (the
+// cookies are filtered, not dropped), and forwarding headers, of which a
+// trusted proxy's own pass except those the proxy sets.
+func requestHeaderKept(name string, connection []string, trusted bool) bool {
+	switch name {
+	case "Host", "Content-Length", "User-Agent", "Authorization", "Cookie", "Forwarded",
+		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Prefix":
+		return false
+	}
+	if !trusted && strings.HasPrefix(name, "X-Forwarded-") {
+		return false
+	}
+	return !hopByHop(name, connection)
+}
+
+// writePlainHead writes the head of the request the workspace gets for r:
+// what rewrite and ReverseProxy make of it, without building it first.
+func (p *Proxy) writePlainHead(bw *bufio.Writer, r *http.Request, t *target) error {
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	u := url.URL{Path: t.path, RawPath: t.rawPath}
+	if path := u.EscapedPath(); path != "" {
+		bw.WriteString(path)
+	} else {
+		bw.WriteByte('/')
+	}
+	if r.URL.ForceQuery || r.URL.RawQuery != "" {
+		bw.WriteByte('?')
+		bw.WriteString(r.URL.RawQuery)
+	}
+	bw.WriteString(" HTTP/1.1\r\n")
+	writeField(bw, "Host", r.Host)
+	// Only the first User-Agent counts, and an empty one is not sent.
+	if ua := r.Header["User-Agent"]; len(ua) > 0 && ua[0] != "" {
+		writeField(bw, "User-Agent", ua[0])
+	}
+	trusted := trustedPeer(r.RemoteAddr, p.opts.TrustedProxies)
+	connection := r.Header["Connection"]
+	for name, values := range r.Header {
+		if !requestHeaderKept(name, connection, trusted) {
+			continue
+		}
+		for _, v := range values {
+			writeField(bw, name, v)
+		}
+	}
+	if headerHasToken(r.Header, "Te", "trailers") {
+		writeField(bw, "Te", "trailers")
+	}
+	p.writeForwarded(bw, r, t, trusted)
+	p.writeCookie(bw, r.Header["Cookie"], t.token)
+	_, err := bw.WriteString("\r\n")
+	return err
+}
+
+// writeForwarded writes X-Forwarded-For, -Host, -Proto and -Prefix as
+// setForwarded and rewrite set them.
+func (p *Proxy) writeForwarded(bw *bufio.Writer, r *http.Request, t *target, trusted bool) {
+	var prior []string
+	if trusted {
+		prior = r.Header["X-Forwarded-For"]
+	}
+	client, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		client = ""
+	}
+	if len(prior) > 0 || client != "" {
+		bw.WriteString("X-Forwarded-For: ")
+		for i, v := range prior {
+			if i > 0 {
+				bw.WriteString(", ")
+			}
+			bw.WriteString(v)
+		}
+		if client != "" {
+			if len(prior) > 0 {
+				bw.WriteString(", ")
+			}
+			bw.WriteString(client)
+		}
+		bw.WriteString("\r\n")
+	}
+	host, proto := r.Host, "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	if trusted {
+		if v := r.Header.Get("X-Forwarded-Host"); v != "" {
+			host = v
+		}
+		if v := r.Header.Get("X-Forwarded-Proto"); v == "http" || v == "https" {
+			proto = v
+		}
+	}
+	writeField(bw, "X-Forwarded-Host", host)
+	writeField(bw, "X-Forwarded-Proto", proto)
+	if t.prefix != "" {
+		writeField(bw, "X-Forwarded-Prefix", t.prefix)
+	}
+}
+
+// writeCookie writes the client's cookies less CodeHub's credentials, and
+// with upstream auth the workspace's token, as one Cookie line (RFC 6265
+// §5.4), as rewrite does.
+func (p *Proxy) writeCookie(bw *bufio.Writer, lines []string, token string) {
+	started := false
+	next := func() {
+		if started {
+			bw.WriteString("; ")
+			return
+		}
+		bw.WriteString("Cookie: ")
+		started = true
+	}
+	for _, line := range lines {
+		for part := range strings.SplitSeq(line, ";") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			name, _, _ := strings.Cut(part, "=")
+			if p.isCredentialCookie(strings.TrimSpace(name)) {
+				continue
+			}
+			next()
+			bw.WriteString(part)
+		}
+	}
+	if p.opts.UpstreamToken != nil {
+		next()
+		bw.WriteString(CodeServerCookie)
+		bw.WriteByte('=')
+		bw.WriteString(token)
+	}
+	if started {
+		bw.WriteString("\r\n")
+	}
+}
+
+// isCredentialCookie reports a cookie that authenticates to CodeHub (the
+// dashboard's session or a workspace host's), or to code-server when the
+// proxy holds its token.
+func (p *Proxy) isCredentialCookie(name string) bool {
+	return name == p.opts.SessionCookie || name == HostSessionCookie ||
+		(p.opts.UpstreamToken != nil && name == CodeServerCookie)
+}
+
+func writeField(bw *bufio.Writer, name, value string) {
+	bw.WriteString(name)
+	bw.WriteString(": ")
+	bw.WriteString(value)
+	bw.WriteString("\r\n")
+}
+
+// forwardPlain carries a plain request to the workspace and its answer
+// back.
+func (p *Proxy) forwardPlain(w *responseRecorder, r *http.Request, t *target) {
+	res, err := p.transport.send(r, t.hostport, true, func(bw *bufio.Writer) error {
+		return p.writePlainHead(bw, r, t)
+	})
+	if err != nil {
+		p.failed(w, r, *t, err)
+		return
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		// Closing the body closes the connection the workspace switched.
+		res.Body.Close()
+		p.failed(w, r, *t, fmt.Errorf("%w to %q", errUnaskedSwitch, res.Header.Get("Upgrade")))
+		return
+	}
+	p.copyPlainResponse(w, res, t)
+}
+
+// copyPlainResponse writes the workspace's answer to the client: its
+// headers less hop-by-hop ones and forbidden cookies, its body, flushed
+// as it comes when the answer streams, and its trailers.
+func (p *Proxy) copyPlainResponse(w *responseRecorder, res *http.Response, t *target) {
+	dst := w.Header()
+	connection := res.Header["Connection"]
+	for name, values := range res.Header {
+		if hopByHop(name, connection) {
+			continue
+		}
+		if name == "Set-Cookie" {
+			if values = p.keptCookies(values); len(values) == 0 {
+				continue
+			}
+		}
+		// The response is ours: its slices need no copy.
+		if prior := dst[name]; prior != nil {
+			values = append(prior, values...)
+		}
+		dst[name] = values
+	}
+	announced := len(res.Trailer)
+	if announced > 0 {
+		names := make([]string, 0, announced)
+		for name := range res.Trailer {
+			names = append(names, name)
+		}
+		dst["Trailer"] = []string{strings.Join(names, ", ")}
+	}
+	w.WriteHeader(res.StatusCode)
+	if err := p.copyPlainBody(w, res, t); err != nil {
+		res.Body.Close()
+		// Half an answer must not look whole to the client: the server
+		// drops the connection instead of ending the response.
+		panic(http.ErrAbortHandler)
+	}
+	// Closing the body reads the trailers and returns the connection.
+	res.Body.Close()
+	if len(res.Trailer) == 0 {
+		return
+	}
+	// A flush before the handler ends makes the response chunked, the
+	// only framing that carries trailers.
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+	prefix := ""
+	if len(res.Trailer) != announced {
+		// Trailers the head did not announce can only be sent under
+		// net/http's prefix.
+		prefix = http.TrailerPrefix
+	}
+	for name, values := range res.Trailer {
+		for _, v := range values {
+			dst.Add(prefix+name, v)
+		}
+	}
+}
+
+// copyPlainBody copies the response body with a pooled buffer. A response
+// without a length (a stream, a long poll) or of Server-Sent Events is
+// flushed at once and after every read, so that each part reaches the
+// client when the workspace sends it.
+func (p *Proxy) copyPlainBody(w *responseRecorder, res *http.Response, t *target) error {
+	var stream *http.ResponseController
+	if res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type")) {
+		stream = http.NewResponseController(w.ResponseWriter)
+		_ = stream.Flush()
+	}
+	buf := p.buffers.Get()
+	defer p.buffers.Put(buf)
+	for {
+		n, err := res.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			if stream != nil {
+				_ = stream.Flush()
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			p.logger.Debug("read workspace response", "workspace_id", t.id, "error", err)
+			return err
+		}
+	}
+}
+
+// isEventStream reports a Content-Type of Server-Sent Events.
+func isEventStream(contentType string) bool {
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
+}
