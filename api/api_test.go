@@ -567,12 +567,36 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("create %s: %d %s", n, res.StatusCode, res.Body)
 		}
 	}
+	// At the limit a workspace is still created, stopped, and the answer
+	// says why.
 	res := env.Do(c, "POST", "/api/v1/workspaces", map[string]string{"name": "three"})
-	if res.StatusCode != 429 || res.ErrorCode() != "LIMIT_EXCEEDED" {
-		t.Fatalf("third running workspace: %d %s", res.StatusCode, res.Body)
+	var three wsJSON
+	res.Decode(t, &three)
+	notice := res.Header.Get("CodeHub-Notice")
+	if res.StatusCode != 201 || three.DesiredState != "STANDBY" || !strings.Contains(notice, "2 workspaces at once") {
+		t.Fatalf("third workspace: %d %q %s", res.StatusCode, notice, res.Body)
 	}
-	if n := countWorkspaces(t, env); n != 2 {
-		t.Fatalf("%d workspaces after a refused create", n)
+	if res := env.Do(c, "PATCH", "/api/v1/workspaces/"+three.ID, map[string]string{"desired_state": "RUNNING"}); res.StatusCode != 429 || res.ErrorCode() != "LIMIT_EXCEEDED" {
+		t.Fatalf("start over the limit: %d %s", res.StatusCode, res.Body)
+	}
+	if res := env.Do(c, "POST", "/api/v1/workspaces", map[string]string{"name": "four"}); res.StatusCode != 201 || res.Header.Get("CodeHub-Notice") == "" {
+		t.Fatalf("fourth workspace: %d %s", res.StatusCode, res.Body)
+	}
+	var running int
+	if err := env.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM workspaces WHERE desired_state = 'RUNNING'`).Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	if n := countWorkspaces(t, env); n != 4 || running != 2 {
+		t.Fatalf("%d workspaces, %d wanted running; want 4 and 2", n, running)
+	}
+	// Below the limit there is nothing to tell.
+	if res := env.Do(c, "PATCH", "/api/v1/workspaces/"+three.ID, map[string]string{"name": "renamed"}); res.StatusCode != 200 {
+		t.Fatalf("rename: %d %s", res.StatusCode, res.Body)
+	}
+	env.Exec(`DELETE FROM workspaces WHERE desired_state = 'RUNNING'`)
+	if res := env.Do(c, "POST", "/api/v1/workspaces", map[string]string{"name": "five"}); res.StatusCode != 201 || res.Header.Get("CodeHub-Notice") != "" {
+		t.Fatalf("create below the limit: %d %q", res.StatusCode, res.Header.Get("CodeHub-Notice"))
 	}
 }
 
@@ -748,7 +772,8 @@ func TestSessionCookieSecureUnderHTTPS(t *testing.T) {
 	}
 }
 
-// Users creating workspaces at once never exceed the global limit together.
+// Users creating workspaces at once all get one, and together never more
+// wanting to run than the global limit.
 func TestConcurrentCreatesRespectGlobalLimit(t *testing.T) {
 	const limit, n = 3, 12
 	env := apitest.New(t, apitest.Config{MaxRunningGlobal: limit})
@@ -759,18 +784,18 @@ func TestConcurrentCreatesRespectGlobalLimit(t *testing.T) {
 	codes := burst(t, n, func(i int) (*http.Client, *http.Request) {
 		return clients[i], jsonRequest("POST", env.URL+"/api/v1/workspaces", `{"name":"ws"}`)
 	})
-	created := 0
 	for _, code := range codes {
-		switch code {
-		case 201:
-			created++
-		case 429:
-		default:
+		if code != 201 {
 			t.Errorf("unexpected status %d", code)
 		}
 	}
-	if n := countWorkspaces(t, env); created != limit || n != limit {
-		t.Fatalf("%d created (%d rows), global limit %d", created, n, limit)
+	var running int
+	if err := env.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM workspaces WHERE desired_state = 'RUNNING'`).Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	if rows := countWorkspaces(t, env); rows != n || running != limit {
+		t.Fatalf("%d rows, %d wanted running; want %d and the global limit %d", rows, running, n, limit)
 	}
 }
 
