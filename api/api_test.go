@@ -573,7 +573,7 @@ func TestLimits(t *testing.T) {
 	var three wsJSON
 	res.Decode(t, &three)
 	notice := res.Header.Get("CodeHub-Notice")
-	if res.StatusCode != 201 || three.DesiredState != "STANDBY" || !strings.Contains(notice, "2 workspaces at once") {
+	if res.StatusCode != 201 || three.DesiredState != "STANDBY" || !strings.Contains(notice, "you may run 2 workspaces at once") {
 		t.Fatalf("third workspace: %d %q %s", res.StatusCode, notice, res.Body)
 	}
 	if res := env.Do(c, "PATCH", "/api/v1/workspaces/"+three.ID, map[string]string{"desired_state": "RUNNING"}); res.StatusCode != 429 || res.ErrorCode() != "LIMIT_EXCEEDED" {

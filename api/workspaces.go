@@ -213,10 +213,14 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 const NoticeHeader = "CodeHub-Notice"
 
 func heldNotice(le *workspace.LimitError) string {
-	if le.Scope == workspace.LimitScopeGlobal {
-		return fmt.Sprintf("Created stopped: this server runs at most %d workspaces at once. Start it once others have stopped.", le.Limit)
+	n := fmt.Sprintf("%d workspaces", le.Limit)
+	if le.Limit == 1 {
+		n = "1 workspace"
 	}
-	return fmt.Sprintf("Created stopped: you may run %d workspaces at once. Stop one to start this one.", le.Limit)
+	if le.Scope == workspace.LimitScopeGlobal {
+		return "Created stopped: this server runs at most " + n + " at once. Start it once others have stopped."
+	}
+	return "Created stopped: you may run " + n + " at once. Stop one to start this one."
 }
 
 // archiveView is one archive of a workspace's home (docs/api.md).
