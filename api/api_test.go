@@ -206,6 +206,18 @@ func countWorkspaces(t *testing.T, env *apitest.Env) int {
 	return n
 }
 
+// countWantRunning counts the live workspaces whose desired state is
+// RUNNING: those the running limits count.
+func countWantRunning(t *testing.T, env *apitest.Env) int {
+	t.Helper()
+	var n int
+	if err := env.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM workspaces WHERE desired_state = 'RUNNING' AND deleted_at IS NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func TestWorkspaceLifecycle(t *testing.T) {
 	env := apitest.New(t, apitest.Config{})
 	alice := env.CreateUser("alice", false)
@@ -582,11 +594,7 @@ func TestLimits(t *testing.T) {
 	if res := env.Do(c, "POST", "/api/v1/workspaces", map[string]string{"name": "four"}); res.StatusCode != 201 || res.Header.Get("CodeHub-Notice") == "" {
 		t.Fatalf("fourth workspace: %d %s", res.StatusCode, res.Body)
 	}
-	var running int
-	if err := env.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM workspaces WHERE desired_state = 'RUNNING'`).Scan(&running); err != nil {
-		t.Fatal(err)
-	}
+	running := countWantRunning(t, env)
 	if n := countWorkspaces(t, env); n != 4 || running != 2 {
 		t.Fatalf("%d workspaces, %d wanted running; want 4 and 2", n, running)
 	}
@@ -629,11 +637,7 @@ func TestConcurrentStartsRespectLimit(t *testing.T) {
 			t.Errorf("unexpected status %d", code)
 		}
 	}
-	var running int
-	if err := env.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM workspaces WHERE desired_state = 'RUNNING' AND deleted_at IS NULL`).Scan(&running); err != nil {
-		t.Fatal(err)
-	}
+	running := countWantRunning(t, env)
 	if ok != limit || limited != n-limit || running != limit {
 		t.Fatalf("%d accepted, %d limited, %d want to run; limit %d", ok, limited, running, limit)
 	}
@@ -789,11 +793,7 @@ func TestConcurrentCreatesRespectGlobalLimit(t *testing.T) {
 			t.Errorf("unexpected status %d", code)
 		}
 	}
-	var running int
-	if err := env.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM workspaces WHERE desired_state = 'RUNNING'`).Scan(&running); err != nil {
-		t.Fatal(err)
-	}
+	running := countWantRunning(t, env)
 	if rows := countWorkspaces(t, env); rows != n || running != limit {
 		t.Fatalf("%d rows, %d wanted running; want %d and the global limit %d", rows, running, n, limit)
 	}

@@ -83,6 +83,8 @@ function condTrue(ws, name) {
 // The API's phase is the display phase: while an operation runs it names
 // the operation (STARTING, RESTORING, ...) instead of the stored phase.
 const comingUp = new Set(["PROVISIONING", "RESTORING", "STARTING"]);
+// The phases a workspace rests in when no operation runs.
+const steady = new Set(["PENDING", "ARCHIVED", "STANDBY", "RUNNING"]);
 
 // Words for the API's display phase; the API's values are for programs.
 const phaseWords = {
@@ -108,7 +110,7 @@ function retrying(ws) {
 // phaseLabel says where a workspace is, as its owner would put it.
 function phaseLabel(ws) {
   if (retrying(ws)) return "Retrying…";
-  const stable = ["PENDING", "ARCHIVED", "STANDBY", "RUNNING"].includes(ws.phase);
+  const stable = steady.has(ws.phase);
   if (stable && ws.operation === "NONE" && ws.desired_state !== ws.phase) {
     // Between two operations of one transition, or about to claim one.
     return towardsLabel(ws) + "…";
@@ -139,7 +141,7 @@ function progressFor(ws) {
   }
   // Between two operations of one transition (ARCHIVED -> STANDBY ->
   // RUNNING) the engine is about to claim the next one.
-  const stable = ["PENDING", "ARCHIVED", "STANDBY", "RUNNING"].includes(ws.phase);
+  const stable = steady.has(ws.phase);
   if (stable && ws.desired_state !== ws.phase) {
     if (ws.error_reason) return { label: "Retrying", steps: null };
     return { label: towardsLabel(ws), steps: ws.desired_state === "RUNNING" ? upSteps : null };
