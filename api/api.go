@@ -155,6 +155,8 @@ const (
 	routePatch        = "PATCH /api/v1/workspaces/{id}"
 	routeDelete       = "DELETE /api/v1/workspaces/{id}"
 	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
+	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
+	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
 	routeEvents       = "GET /api/v1/events"
@@ -167,7 +169,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeLogin: s.login, routeLogout: s.logout, routeSession: s.session,
 		routeList: s.listWorkspaces, routeCreate: s.createWorkspace,
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
-		routeExtend:    s.extendWorkspace,
+		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -16,7 +17,7 @@ import (
 
 // WorkspaceService is the part of the workspace service layer the API uses.
 type WorkspaceService interface {
-	Create(ctx context.Context, req workspace.CreateRequest) (workspace.Workspace, error)
+	Create(ctx context.Context, req workspace.CreateRequest) (workspace.Created, error)
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
 	List(ctx context.Context, f workspace.ListFilter) ([]workspace.Workspace, error)
 	Update(ctx context.Context, id string, req workspace.UpdateRequest) (workspace.Workspace, error)
@@ -27,6 +28,8 @@ type WorkspaceService interface {
 	KeepRunning(ctx context.Context, id string, d time.Duration) (workspace.Workspace, error)
 	SetAutostart(ctx context.Context, id string, sched *workspace.Schedule) (workspace.Workspace, error)
 	Timers(w workspace.Workspace) workspace.Timers
+	Archives(ctx context.Context, id string) ([]workspace.Archive, error)
+	Images() []string
 }
 
 // Page sizes of the list endpoints.
@@ -48,7 +51,11 @@ type workspaceView struct {
 	Conditions   workspace.Conditions   `json:"conditions"`
 	ErrorReason  *string                `json:"error_reason"`
 	ErrorMessage *string                `json:"error_message"`
-	LastAccessAt time.Time              `json:"last_access_at"`
+	// ErrorCount is the failed attempts in a row; NextAttemptAt when the
+	// engine tries again after the last one.
+	ErrorCount    int        `json:"error_count"`
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	LastAccessAt  time.Time  `json:"last_access_at"`
 	// The idle timers: when the workspace stops and is archived if left
 	// alone, the timers it uses, and who last set its desired state.
 	Autostart         *autostartView  `json:"autostart"`
@@ -72,6 +79,7 @@ func (s *Server) view(w workspace.Workspace) workspaceView {
 		ID: w.ID, OwnerID: w.OwnerID, Name: w.Name, Description: w.Description, Image: w.Image,
 		Phase: workspace.DisplayPhase(w), DesiredState: w.DesiredState, Operation: w.Operation,
 		Conditions: w.Conditions, ErrorReason: w.ErrorReason, ErrorMessage: w.ErrorMessage,
+		ErrorCount: w.ErrorCount, NextAttemptAt: utc(w.NextAttemptAt),
 		LastAccessAt: w.LastAccessAt.UTC(), URL: s.sites.WorkspaceURL(w.ID),
 		StopsAt: utc(t.StopsAt), ArchivesAt: utc(t.ArchivesAt), DesiredBy: w.DesiredBy, DesiredAt: utc(w.DesiredAt),
 		StandbyTTLSeconds: int64(t.StandbyTTL / time.Second), ArchiveTTLSeconds: int64(t.ArchiveTTL / time.Second),
@@ -239,15 +247,80 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
-	ws, err := s.workspaces.Create(r.Context(), workspace.CreateRequest{
+	c, err := s.workspaces.Create(r.Context(), workspace.CreateRequest{
 		OwnerID: sess.UserID, Name: req.Name, Description: req.Description, Image: req.Image,
 	})
 	if err != nil {
 		WriteError(w, serviceError(s.logger, err))
 		return
 	}
-	w.Header().Set("Location", "/api/v1/workspaces/"+ws.ID)
-	writeJSON(w, http.StatusCreated, s.view(ws))
+	w.Header().Set("Location", "/api/v1/workspaces/"+c.ID)
+	if c.HeldBy != nil {
+		w.Header().Set(NoticeHeader, heldNotice(c.HeldBy))
+	}
+	writeJSON(w, http.StatusCreated, s.view(c.Workspace))
+}
+
+// NoticeHeader carries a sentence for the user about a request that
+// succeeded otherwise than asked: a workspace created stopped.
+const NoticeHeader = "CodeHub-Notice"
+
+func heldNotice(le *workspace.LimitError) string {
+	n := fmt.Sprintf("%d workspaces", le.Limit)
+	if le.Limit == 1 {
+		n = "1 workspace"
+	}
+	if le.Scope == workspace.LimitScopeGlobal {
+		return "Created stopped: this server runs at most " + n + " at once. Start it once others have stopped."
+	}
+	return "Created stopped: you may run " + n + " at once. Stop one to start this one."
+}
+
+// archiveView is one archive of a workspace's home (docs/api.md).
+type archiveView struct {
+	CreatedAt time.Time `json:"created_at"`
+	SizeBytes int64     `json:"size_bytes"`
+	Current   bool      `json:"current"`
+}
+
+type archiveList struct {
+	Archives []archiveView `json:"archives"`
+}
+
+func (s *Server) listArchives(w http.ResponseWriter, r *http.Request) {
+	ws, ok := s.userWorkspace(w, r)
+	if !ok {
+		return
+	}
+	archives, err := s.workspaces.Archives(r.Context(), ws.ID)
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
+	}
+	list := archiveList{Archives: make([]archiveView, 0, len(archives))}
+	for _, a := range archives {
+		list.Archives = append(list.Archives, archiveView{CreatedAt: a.CreatedAt.UTC(), SizeBytes: a.Size, Current: a.Current})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+type imageList struct {
+	Default string   `json:"default"`
+	Images  []string `json:"images"`
+}
+
+// listImages answers which images a new workspace may run, so a client
+// offers a choice only where there is one.
+func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.requireUser(w, r); !ok {
+		return
+	}
+	images := s.workspaces.Images()
+	list := imageList{Images: images}
+	if len(images) > 0 {
+		list.Default = images[0]
+	}
+	writeJSON(w, http.StatusOK, list)
 }
 
 // ownedWorkspace loads the workspace named by the path for its owner; it

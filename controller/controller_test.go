@@ -180,7 +180,7 @@ func (h *harness) create(name string) workspace.Workspace {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return w
+	return w.Workspace
 }
 
 // archiveThenRestore archives workspace id and wakes it again, so its home

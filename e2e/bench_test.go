@@ -20,6 +20,8 @@ type apiClient struct {
 
 type apiWorkspace struct {
 	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Image     string `json:"image"`
 	Phase     string `json:"phase"`
 	Operation string `json:"operation"`
 	Desired   string `json:"desired_state"`

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -35,9 +36,18 @@ const markerFile = "hello-e2e.txt"
 
 const adminPassword = "e2e-admin-password-1"
 
+// The browser test's server allows two images, so the dashboard offers a
+// choice. The local backend runs code-server whatever the image says.
+const (
+	defaultImage = "codercom/code-server:4.100.3"
+	secondImage  = "codercom/code-server:4.99.4"
+)
+
 func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
-	srv := startServer(t, localConfig(t))
+	cfg := localConfig(t)
+	cfg.workspace = fmt.Sprintf("workspace {\n  image          = %q\n  allowed_images = [%[1]q, %q]\n}\n", defaultImage, secondImage)
+	srv := startServer(t, cfg)
 	b := newBrowser(t, chromium, srv)
 
 	b.step("log in", func(ctx context.Context) error {
@@ -54,6 +64,10 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	var id string
 	created := time.Now()
 	b.step("create", func(ctx context.Context) error {
+		// Two images are allowed: the form offers them, the default first.
+		if err := b.waitJS(ctx, 10*time.Second, fmt.Sprintf(`(s => !s.hidden && s.options.length === 2 && s.value === %q)(document.getElementById("create-image"))`, defaultImage)); err != nil {
+			return fmt.Errorf("image picker: %w", err)
+		}
 		if err := chromedp.Do(ctx,
 			chromedp.SendKeys(chromedp.ID("create-name"), "e2e"),
 			chromedp.SendKeys(chromedp.ID("create-description"), "browser test"),
@@ -99,22 +113,118 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 		t.Fatalf("write marker into the home: %v", err)
 	}
 
-	b.step("running limit", func(ctx context.Context) error {
+	// At the running limit a new workspace is made stopped, with the
+	// image picked, and the page says why.
+	var two string
+	b.step("create at the running limit", func(ctx context.Context) error {
 		if err := chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.ID("create-image"), secondImage),
 			chromedp.SendKeys(chromedp.ID("create-name"), "e2e-two"),
 			chromedp.Click(chromedp.ID("create-submit")),
-			chromedp.WaitVisible(chromedp.ID("limit")),
+			chromedp.WaitVisible(chromedp.ID("create-notice")),
 		); err != nil {
+			return err
+		}
+		notice, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("create-notice")))
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(notice, "Created stopped") {
+			return fmt.Errorf("notice %q", notice)
+		}
+		if err := b.waitJS(ctx, 10*time.Second, `document.querySelectorAll("#list article").length === 2`); err != nil {
+			return err
+		}
+		two, err = chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll("#list article")].find(c => c.querySelector(".ws-name").textContent === "e2e-two").dataset.id`))
+		if err != nil {
+			return err
+		}
+		got, err := b.apiWorkspace(ctx, two)
+		if err != nil {
+			return err
+		}
+		if got.Desired != "STANDBY" || got.Image != secondImage {
+			return fmt.Errorf("workspace created at the limit: desired %s, image %s", got.Desired, got.Image)
+		}
+		return b.waitPhase(ctx, two, "STANDBY", 2*time.Minute)
+	})
+	b.step("rename", func(ctx context.Context) error {
+		card := fmt.Sprintf(`article[data-id="%s"]`, two)
+		if err := chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(card+" .act-rename")),
+			chromedp.WaitVisible(chromedp.CSS(card+" .rename-input")),
+			chromedp.SetValue(chromedp.CSS(card+" .rename-input"), "e2e-second"),
+			chromedp.Click(chromedp.CSS(card+` .rename-form button[type="submit"]`)),
+		); err != nil {
+			return err
+		}
+		if err := b.waitJS(ctx, 10*time.Second, cardSelector(two)+`.querySelector(".ws-name").textContent === "e2e-second" && `+cardSelector(two)+`.querySelector(".rename-form").hidden`); err != nil {
+			return err
+		}
+		got, err := b.apiWorkspace(ctx, two)
+		if err != nil {
+			return err
+		}
+		if got.Name != "e2e-second" {
+			return fmt.Errorf("name after renaming: %q", got.Name)
+		}
+		return nil
+	})
+	b.step("start at the running limit", func(ctx context.Context) error {
+		if err := b.startAtLimit(ctx, two); err != nil {
 			return err
 		}
 		text, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("limit")))
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(text, "e2e") {
-			return fmt.Errorf("limit message does not list the running workspace: %q", text)
+		// The banner lists the running workspace with its Stop, and offers
+		// the refused start again.
+		if !strings.Contains(text, "Stop e2e") || !strings.Contains(text, "Start e2e-second") {
+			return fmt.Errorf("limit banner: %q", text)
 		}
-		return chromedp.Do(ctx, chromedp.Click(chromedp.ID("limit-close")))
+		return nil
+	})
+	b.step("a retried start explains itself", func(ctx context.Context) error {
+		// The card as the event stream would show a start that failed
+		// and waits for its retry.
+		failing := fmt.Sprintf(`(() => {
+			const ws = state.workspaces.get(%q);
+			upsert({...ws, version: ws.version + 1, phase: "STANDBY", desired_state: "RUNNING", operation: "NONE",
+				error_reason: "StartFailed", error_message: "exited with code 1: Cannot find module './cli'", error_count: 1,
+				next_attempt_at: new Date(Date.now() + 40000).toISOString()});
+			return true;
+		})()`, two)
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](failing)); err != nil {
+			return err
+		}
+		card := cardSelector(two)
+		err := b.waitJS(ctx, 5*time.Second, card+`.querySelector(".phase").textContent === "Retrying…" && `+
+			card+`.querySelector(".error-box").innerText.includes("Cannot find module") && `+
+			card+`.querySelector(".error-retry").textContent.startsWith("Attempt 1 of 3 failed. Next attempt in ")`)
+		if err != nil {
+			return err
+		}
+		if err := b.narrow(ctx, "retrying-375", func() error { return nil }); err != nil {
+			return err
+		}
+		// Back to what the server holds.
+		real, err := b.apiJSON(ctx, "/api/v1/workspaces/"+two)
+		if err != nil {
+			return err
+		}
+		_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(ws => { state.workspaces.delete(ws.id); upsert(ws); return true; })(%s)`, real)))
+		return err
+	})
+	b.step("dashboard layout", func(ctx context.Context) error {
+		// Every relative time tells the exact one on hover.
+		if err := b.waitJS(ctx, 5*time.Second, `[...document.querySelectorAll(".meta .created, .meta .used")].every(e => e.textContent && e.title)`); err != nil {
+			return fmt.Errorf("times without their exact value: %w", err)
+		}
+		b.t.Logf("dashboard at 1280 px: %s", b.screenshot("dashboard-1280"))
+		return b.narrow(ctx, "dashboard-375", func() error {
+			return chromedp.Do(ctx, chromedp.Click(chromedp.ID("limit-close")))
+		})
 	})
 
 	b.step("open the workbench", func(ctx context.Context) error { return b.openWorkbench(ctx, id, true) })
@@ -142,6 +252,30 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	b.step("open wakes the workspace", func(ctx context.Context) error { return b.openWorkbench(ctx, id, false) })
 	t.Logf("open of a STANDBY workspace to workbench with the home listed: %s", time.Since(woke).Round(time.Millisecond))
 
+	b.step("stop from the limit banner", func(ctx context.Context) error {
+		if err := b.toDashboard(ctx); err != nil {
+			return err
+		}
+		if err := b.waitPhase(ctx, id, "RUNNING", time.Minute); err != nil {
+			return err
+		}
+		if err := b.startAtLimit(ctx, two); err != nil {
+			return err
+		}
+		stop := fmt.Sprintf(`#limit-running li[data-id="%s"] button`, id)
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(stop))); err != nil {
+			return err
+		}
+		if err := b.waitPhase(ctx, id, "STANDBY", 2*time.Minute); err != nil {
+			return err
+		}
+		// With room made, the refused start is offered again.
+		if err := b.waitJS(ctx, 10*time.Second, `!document.getElementById("limit-retry").hidden && !document.querySelector('#limit-running li[data-id="`+id+`"]')`); err != nil {
+			return err
+		}
+		return chromedp.Do(ctx, chromedp.Click(chromedp.ID("limit-close")))
+	})
+
 	b.step("archive", func(ctx context.Context) error {
 		if err := b.clickAction(ctx, id, "archive"); err != nil {
 			return err
@@ -153,6 +287,19 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 			return fmt.Errorf("home still on disk after archiving: %v", err)
 		}
 		return nil
+	})
+	b.step("archives on the card", func(ctx context.Context) error {
+		card := fmt.Sprintf(`article[data-id="%s"]`, id)
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(card+" .archives summary"))); err != nil {
+			return err
+		}
+		// One archive, with its date, its size and the mark that a
+		// restore reads it.
+		list := cardSelector(id) + `.querySelector(".archive-list")`
+		if err := b.waitJS(ctx, 30*time.Second, list+`.children.length === 1 && `+list+`.textContent.includes("current") && /\d (bytes|KB|MB)/.test(`+list+`.textContent) && `+list+`.querySelector("time").title`); err != nil {
+			return err
+		}
+		return b.narrow(ctx, "archives-375", func() error { return nil })
 	})
 
 	b.step("restore", func(ctx context.Context) error {
@@ -175,7 +322,61 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 		)
 	})
 
+	b.step("stop from the proxy's limit page", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx, chromedp.Navigate(srv.url+"/w/"+two+"/")); err != nil {
+			return err
+		}
+		if err := b.waitJS(ctx, 30*time.Second, `document.title.startsWith("Too many running workspaces") && document.querySelector(".running a.button")`); err != nil {
+			return err
+		}
+		if err := b.narrow(ctx, "limit-page-375", func() error { return nil }); err != nil {
+			return err
+		}
+		// Stop leads to the dashboard, which shows the workspace and asks.
+		if err := chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(".running a.button")),
+			chromedp.WaitVisible(chromedp.ID("stop-ask")),
+		); err != nil {
+			return err
+		}
+		if err := b.waitJS(ctx, 10*time.Second, cardSelector(id)+`.classList.contains("highlight") && document.getElementById("stop-ask-confirm").textContent === "Stop e2e"`); err != nil {
+			return err
+		}
+		if got, _ := b.apiWorkspace(ctx, id); got.Desired != "RUNNING" {
+			return fmt.Errorf("following the link alone stopped the workspace: desired %s", got.Desired)
+		}
+		if err := b.narrow(ctx, "stop-asked-375", func() error { return nil }); err != nil {
+			return err
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("stop-ask-confirm"))); err != nil {
+			return err
+		}
+		// Once stopped, the page offers the workspace the user meant to open.
+		return b.waitJS(ctx, time.Minute, `(a => !a.hidden && a.textContent === "Open e2e-second" && a.href.includes("`+two+`"))(document.getElementById("stop-ask-open"))`)
+	})
+
+	b.step("unknown page", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx, chromedp.Navigate(srv.url+"/no/such/page"), chromedp.WaitVisible(chromedp.ID("not-found"))); err != nil {
+			return err
+		}
+		status, err := chromedp.Run(ctx, chromedp.Evaluate[int](`fetch(location.href).then(r => r.status)`, chromedp.EvalAwaitPromise))
+		if err != nil {
+			return err
+		}
+		if status != http.StatusNotFound {
+			return fmt.Errorf("unknown page: HTTP %d, want 404", status)
+		}
+		// The page is styled: the dashboard's stylesheet laid it out.
+		if err := b.waitJS(ctx, 5*time.Second, `getComputedStyle(document.querySelector(".login-card")).borderRadius === "14px"`); err != nil {
+			return err
+		}
+		return b.narrow(ctx, "not-found-375", func() error { return nil })
+	})
+
 	b.step("delete", func(ctx context.Context) error {
+		if err := b.acceptDialogsWhile(ctx, func() error { return b.clickAction(ctx, two, "delete") }); err != nil {
+			return err
+		}
 		if err := b.acceptDialogsWhile(ctx, func() error { return b.clickAction(ctx, id, "delete") }); err != nil {
 			return err
 		}
@@ -315,15 +516,69 @@ func cardSelector(id string) string {
 	return fmt.Sprintf(`document.querySelector('article[data-id="%s"]')`, id)
 }
 
+// phaseWords are the dashboard's words for the steady phases, as a
+// workspace that reached the one it is wanted in shows them.
+var phaseWords = map[string]string{"RUNNING": "Running", "STANDBY": "Stopped", "ARCHIVED": "Archived"}
+
 // waitPhase waits on the dashboard until the card shows phase with no
-// operation running, as the event stream delivers it.
+// operation running, as the event stream delivers it, and says so in a
+// user's words.
 func (b *browser) waitPhase(ctx context.Context, id, phase string, timeout time.Duration) error {
-	expr := fmt.Sprintf(`(c => c && c.dataset.phase === %q && c.dataset.operation === "NONE")(%s)`, phase, cardSelector(id))
+	expr := fmt.Sprintf(`(c => c && c.dataset.phase === %q && c.dataset.operation === "NONE" && c.dataset.desired === %[1]q)(%s)`, phase, cardSelector(id))
 	if err := b.waitJS(ctx, timeout, expr); err != nil {
 		got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(c => c ? c.dataset.phase + "/" + c.dataset.operation + ": " + c.innerText : "no card")(%s)`, cardSelector(id))))
 		return fmt.Errorf("waiting for %s: %w; card: %s", phase, err, got)
 	}
+	label, err := chromedp.Run(ctx, chromedp.Evaluate[string](cardSelector(id)+`.querySelector(".phase").textContent`))
+	if err != nil {
+		return err
+	}
+	if label != phaseWords[phase] {
+		return fmt.Errorf("card of a %s workspace says %q, want %q", phase, label, phaseWords[phase])
+	}
 	return nil
+}
+
+// startAtLimit clicks Start on workspace id while the running limit is
+// reached and waits for the limit banner.
+func (b *browser) startAtLimit(ctx context.Context, id string) error {
+	sel := fmt.Sprintf(`article[data-id="%s"] .act-start`, id)
+	if err := b.waitJS(ctx, time.Minute, fmt.Sprintf(`(e => e && !e.hidden && !e.disabled)(document.querySelector('%s'))`, sel)); err != nil {
+		return fmt.Errorf("start button never enabled: %w", err)
+	}
+	return chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)), chromedp.WaitVisible(chromedp.ID("limit")))
+}
+
+// narrow shows the current page 375 px wide, as a phone does, checks that
+// nothing sticks out sideways, saves a screenshot named name, runs fn
+// there, and goes back to the desktop width.
+func (b *browser) narrow(ctx context.Context, name string, fn func() error) error {
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(375, 812, chromedp.EmulateMobile, chromedp.EmulatePortrait)); err != nil {
+		return err
+	}
+	defer func() { _ = chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)) }()
+	err := b.waitJS(ctx, 5*time.Second, `window.innerWidth === 375 && document.documentElement.scrollWidth <= 375`)
+	b.t.Logf("%s: %s", name, b.screenshot(name))
+	if err != nil {
+		wide, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll("body *")].filter(e => e.getBoundingClientRect().right > 375).map(e => e.tagName + "." + e.className).slice(0, 8).join(", ")`))
+		return fmt.Errorf("page wider than 375 px: %w (too wide: %s)", err, wide)
+	}
+	return fn()
+}
+
+// apiWorkspace reads a workspace over the API with the page's session.
+func (b *browser) apiWorkspace(ctx context.Context, id string) (apiWorkspace, error) {
+	var w apiWorkspace
+	raw, err := b.apiJSON(ctx, "/api/v1/workspaces/"+id)
+	if err != nil {
+		return w, err
+	}
+	return w, json.Unmarshal([]byte(raw), &w)
+}
+
+// apiJSON GETs path with the page's session and returns the body.
+func (b *browser) apiJSON(ctx context.Context, path string) (string, error) {
+	return chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`fetch(%q).then(r => r.ok ? r.text() : Promise.reject(new Error("HTTP " + r.status)))`, path), chromedp.EvalAwaitPromise))
 }
 
 // toDashboard navigates to the dashboard unless the page shows it already.

@@ -51,6 +51,8 @@ type serverConfig struct {
 	// backend replaces the single-machine backend block with other blocks
 	// (a backend "nomad" block and the workspace settings it needs).
 	backend string
+	// workspace is a workspace block for the single-machine backend.
+	workspace string
 }
 
 // localConfig is a single-machine server on this test's own database, Redis
@@ -169,7 +171,7 @@ func renderConfig(srv *server, port int, cfg serverConfig) string {
 }
 `, srv.dataDir, cfg.codeServer)
 	}
-	return proxy + backend + fmt.Sprintf(`listen     = "127.0.0.1:%d"
+	return proxy + backend + cfg.workspace + fmt.Sprintf(`listen     = "127.0.0.1:%d"
 public_url = %q
 log_level  = "debug"
 

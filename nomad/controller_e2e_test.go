@@ -31,10 +31,11 @@ func TestE2EControllerLifecycle(t *testing.T) {
 	h := newControllerHarness(t, true)
 	ctx, s3, backend, svc := t.Context(), h.s3, h.backend, h.svc
 
-	w, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: h.owner, Name: "e2e"})
+	created, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: h.owner, Name: "e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	w := created.Workspace
 	h.tickUntil(w.ID, "RUNNING", settled(workspace.PhaseRunning))
 	home, err := backend.HomeDir(ctx, w.ID)
 	if err != nil {

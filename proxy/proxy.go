@@ -416,10 +416,9 @@ func (p *Proxy) errorPage(ws workspace.Workspace) page {
 }
 
 func (p *Proxy) startingPage(ws workspace.Workspace) page {
+	msg, failure := startingWords(ws)
 	return page{Status: http.StatusServiceUnavailable, Code: CodeStarting,
-		Title: "Starting " + ws.Name,
-		Message: fmt.Sprintf("Your workspace is on its way (phase %s, operation %s). This page reloads when it is ready.",
-			workspace.DisplayPhase(ws), ws.Operation),
+		Title: "Starting " + ws.Name, Message: msg, Failure: failure,
 		Poll: true, Dashboard: p.opts.Sites.DashboardURL()}
 }
 
@@ -454,11 +453,17 @@ func (p *Proxy) limitPage(w http.ResponseWriter, r *http.Request, ws workspace.W
 	}
 	links := make([]runningLink, 0, len(running))
 	for _, o := range running {
-		links = append(links, runningLink{Name: o.Name, URL: p.opts.Sites.WorkspaceURL(o.ID)})
+		// Stop leads to the dashboard, which asks before it stops: a form
+		// here could not reach the API, whose CSRF check (api/csrf.go)
+		// refuses posts from a workspace's origin in subdomain mode, and a
+		// stop the proxy took itself would let any page on one
+		// workspace's origin stop the owner's others.
+		stop := p.opts.Sites.DashboardURL() + "?" + url.Values{"stop": {o.ID}, "open": {ws.ID}}.Encode()
+		links = append(links, runningLink{Name: o.Name, URL: p.opts.Sites.WorkspaceURL(o.ID), StopURL: stop})
 	}
 	render(w, r, page{Status: http.StatusTooManyRequests, Code: CodeLimitExceeded,
 		Title:   "Too many running workspaces",
-		Message: "Starting " + ws.Name + " would exceed the running limit. Stop one of your running workspaces from the dashboard first:",
+		Message: "Starting " + ws.Name + " would exceed the running limit. Stop one of your running workspaces first:",
 		Running: links, Dashboard: p.opts.Sites.DashboardURL()})
 }
 

@@ -408,6 +408,11 @@ func TestProxyLimitPage(t *testing.T) {
 	if res.StatusCode != 429 || !strings.Contains(body, ">busy</a>") || !strings.Contains(body, env.URL+"/w/"+busy.ID+"/") {
 		t.Fatalf("limit page: %d %s", res.StatusCode, body)
 	}
+	// Each running workspace has a Stop that the dashboard carries out.
+	stop := env.URL + "/?open=" + sleepy.ID + "&amp;stop=" + busy.ID
+	if !strings.Contains(body, `href="`+stop+`">Stop…</a>`) {
+		t.Fatalf("limit page offers no stop of busy (%s): %s", stop, body)
+	}
 	if res := get(t, c, env.URL+"/w/"+sleepy.ID+"/"); res.StatusCode != 429 || res.ErrorCode() != "LIMIT_EXCEEDED" {
 		t.Fatalf("limit (JSON): %d %s", res.StatusCode, res.Body)
 	}
@@ -435,6 +440,11 @@ func TestProxyStatusPages(t *testing.T) {
 	env.Exec(`UPDATE workspaces SET phase = 'ERROR', error_reason = 'ImagePullFailed', error_message = 'manifest unknown' WHERE id = $1`, failed.ID)
 	stopping := env.CreateWorkspace(alice, "stopping")
 	env.SetPhase(stopping.ID, workspace.PhaseRunning, workspace.OpStopping)
+	// A start that failed and waits for its retry is still on its way up,
+	// and says what went wrong.
+	retrying := env.CreateWorkspace(alice, "retrying")
+	env.Exec(`UPDATE workspaces SET phase = 'STANDBY', error_reason = 'StartFailed', error_count = 1,
+		error_message = 'exited with code 1: Cannot find module', next_attempt_at = now() + interval '30 seconds' WHERE id = $1`, retrying.ID)
 
 	for _, tc := range []struct {
 		id, code, text string
@@ -443,6 +453,7 @@ func TestProxyStatusPages(t *testing.T) {
 		{pending.ID, "NOT_STARTED", "is not started"},
 		{failed.ID, "WORKSPACE_ERROR", "ImagePullFailed"},
 		{stopping.ID, "STARTING", "Starting stopping"},
+		{retrying.ID, "STARTING", "Cannot find module"},
 	} {
 		if res := get(t, c, env.URL+"/w/"+tc.id+"/"); res.StatusCode != 503 || res.ErrorCode() != tc.code {
 			t.Errorf("%s (JSON): %d %s", tc.code, res.StatusCode, res.Body)
@@ -450,6 +461,15 @@ func TestProxyStatusPages(t *testing.T) {
 		if res := get(t, c, env.URL+"/w/"+tc.id+"/", "Accept", html); res.StatusCode != 503 || !strings.Contains(string(res.Body), tc.text) {
 			t.Errorf("%s (browser): %d %s", tc.code, res.StatusCode, res.Body)
 		}
+	}
+	res := get(t, c, env.URL+"/w/"+retrying.ID+"/", "Accept", html)
+	for _, want := range []string{"Attempt 1 of 3 failed: StartFailed", "Next attempt at <time datetime="} {
+		if !strings.Contains(string(res.Body), want) {
+			t.Errorf("retrying start page lacks %q: %s", want, res.Body)
+		}
+	}
+	if res := get(t, c, env.URL+"/w/"+retrying.ID+"/"); !strings.Contains(res.ErrorCode()+string(res.Body), "Attempt 1 of 3 failed") {
+		t.Errorf("retrying start (JSON): %s", res.Body)
 	}
 
 	post := func(origin string) *http.Response {

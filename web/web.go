@@ -41,11 +41,15 @@ func securityHeaders(h http.Header) {
 }
 
 // Handler serves the dashboard: index.html for its pages, files under
-// /assets/, and a 404 for anything else.
+// /assets/, and the not-found page, with status 404, for anything else.
 func Handler() http.Handler {
 	files := FS()
 	assets := http.FileServerFS(files)
 	index, err := fs.ReadFile(files, "index.html")
+	if err != nil {
+		panic(err)
+	}
+	notFound, err := fs.ReadFile(files, "404.html")
 	if err != nil {
 		panic(err)
 	}
@@ -69,7 +73,12 @@ func Handler() http.Handler {
 		case p == "/favicon.ico":
 			http.Redirect(w, r, "/assets/favicon.svg", http.StatusMovedPermanently)
 		default:
-			http.NotFound(w, r)
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusNotFound)
+			if r.Method != http.MethodHead {
+				_, _ = w.Write(notFound)
+			}
 		}
 	})
 }

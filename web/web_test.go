@@ -25,8 +25,11 @@ func TestHandler(t *testing.T) {
 		{"GET", "/assets/app.css", 200, "text/css", ".card"},
 		{"GET", "/assets/favicon.svg", 200, "image/svg+xml", "<svg"},
 		{"GET", "/assets/missing.js", 404, "", ""},
-		{"GET", "/index.html", 404, "", ""},
-		{"GET", "/nope", 404, "", ""},
+		{"GET", "/index.html", 404, "text/html", "Page not found"},
+		{"GET", "/404.html", 404, "text/html", "Page not found"},
+		{"GET", "/nope", 404, "text/html", `<link rel="stylesheet" href="/assets/app.css">`},
+		{"GET", "/nope/deeper?x=1", 404, "text/html", `href="/">Back to your workspaces</a>`},
+		{"HEAD", "/nope", 404, "text/html", ""},
 		{"POST", "/", 405, "", ""},
 	}
 	for _, tt := range tests {

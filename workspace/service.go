@@ -79,6 +79,8 @@ type Options struct {
 	AllowedImages []string
 	// Policy holds the idle timers and their bounds.
 	Policy Policy
+	// Archives is where the homes' archives are listed from.
+	Archives ArchiveStore
 }
 
 // Service is the only writer of desired_state, deleted_at and
@@ -172,43 +174,73 @@ func NewID() string {
 	return strings.ToLower(ulid.Make().String())
 }
 
+// Created is a new workspace and, when a running limit kept it from
+// starting, that limit.
+type Created struct {
+	Workspace
+	// HeldBy is the running limit the workspace would have exceeded: it
+	// was created stopped (desired STANDBY). Nil when it starts.
+	HeldBy *LimitError
+}
+
 // Create inserts a workspace with desired state RUNNING: a new workspace is
 // started at once, so it counts toward the running limits from creation.
-func (s *Service) Create(ctx context.Context, req CreateRequest) (Workspace, error) {
+// At a running limit it is created all the same, with desired STANDBY, so
+// the user can start it once another one stops.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error) {
 	if req.OwnerID == "" {
-		return Workspace{}, &InputError{Field: "owner_id", Message: "required"}
+		return Created{}, &InputError{Field: "owner_id", Message: "required"}
 	}
 	if err := validateName(req.Name); err != nil {
-		return Workspace{}, err
+		return Created{}, err
 	}
 	if err := validateDescription(req.Description); err != nil {
-		return Workspace{}, err
+		return Created{}, err
 	}
 	image, err := s.image(req.Image)
 	if err != nil {
-		return Workspace{}, err
+		return Created{}, err
 	}
-	var w Workspace
+	var c Created
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := s.checkLimits(ctx, tx, req.OwnerID); err != nil {
+		desired := DesiredRunning
+		err := s.checkLimits(ctx, tx, req.OwnerID)
+		if le, ok := errors.AsType[*LimitError](err); ok {
+			desired, c.HeldBy = DesiredStandby, le
+		} else if err != nil {
 			return err
 		}
-		w, err = store.InsertWorkspace[Workspace](ctx, tx, store.NewWorkspace{
+		c.Workspace, err = store.InsertWorkspace[Workspace](ctx, tx, store.NewWorkspace{
 			ID: NewID(), OwnerID: req.OwnerID, Name: req.Name, Description: req.Description,
-			Image: image, DesiredState: string(DesiredRunning),
+			Image: image, DesiredState: string(desired),
 		})
 		return err
 	})
 	switch {
 	case store.IsUniqueViolation(err, "workspaces_owner_name_idx"):
-		return Workspace{}, fmt.Errorf("%w: %q", ErrNameTaken, req.Name)
+		return Created{}, fmt.Errorf("%w: %q", ErrNameTaken, req.Name)
 	case isForeignKeyViolation(err):
-		return Workspace{}, &InputError{Field: "owner_id", Message: "no such user"}
+		return Created{}, &InputError{Field: "owner_id", Message: "no such user"}
 	case err != nil:
-		return Workspace{}, fmt.Errorf("create workspace: %w", err)
+		return Created{}, fmt.Errorf("create workspace: %w", err)
 	}
-	s.logger.Info("workspace created", "workspace_id", w.ID, "owner_id", w.OwnerID, "image", w.Image)
-	return w, nil
+	s.logger.Info("workspace created", "workspace_id", c.ID, "owner_id", c.OwnerID, "image", c.Image, "desired", c.DesiredState)
+	return c, nil
+}
+
+// Images are the images a new workspace may run: the default first, then
+// the other allowed ones in the operator's order.
+func (s *Service) Images() []string {
+	images := []string{}
+	if s.opts.DefaultImage != "" {
+		images = append(images, s.opts.DefaultImage)
+	}
+	for _, img := range s.opts.AllowedImages {
+		if !slices.Contains(images, img) {
+			images = append(images, img)
+		}
+	}
+	return images
 }
 
 func isForeignKeyViolation(err error) bool {

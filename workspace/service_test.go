@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func mustCreate(t *testing.T, svc *workspace.Service, owner, name string) worksp
 	if err != nil {
 		t.Fatalf("create %s: %v", name, err)
 	}
-	return w
+	return w.Workspace
 }
 
 var ulidRE = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
@@ -311,15 +312,18 @@ func TestLimits(t *testing.T) {
 	alice, bob := addUser(t, pool, "alice"), addUser(t, pool, "bob")
 	a1 := mustCreate(t, svc, alice, "a1")
 	mustCreate(t, svc, alice, "a2")
-	_, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: alice, Name: "a3"})
-	var le *workspace.LimitError
-	if !errors.Is(err, workspace.ErrLimitExceeded) || !errors.As(err, &le) || le.Scope != workspace.LimitScopeUser || le.Limit != 2 {
-		t.Fatalf("third create of alice: %v", err)
+	// At a limit a workspace is created stopped, and says which limit.
+	a3, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: alice, Name: "a3"})
+	if err != nil || a3.DesiredState != workspace.DesiredStandby || a3.HeldBy == nil ||
+		a3.HeldBy.Scope != workspace.LimitScopeUser || a3.HeldBy.Limit != 2 {
+		t.Fatalf("third create of alice: %+v, %v", a3, err)
 	}
-	mustCreate(t, svc, bob, "b1")
-	_, err = svc.Create(ctx, workspace.CreateRequest{OwnerID: bob, Name: "b2"})
-	if !errors.As(err, &le) || le.Scope != workspace.LimitScopeGlobal {
-		t.Fatalf("fourth create overall: %v", err)
+	if b1, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: bob, Name: "b1"}); err != nil || b1.HeldBy != nil || b1.DesiredState != workspace.DesiredRunning {
+		t.Fatalf("create below the limits: %+v, %v", b1, err)
+	}
+	held, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: bob, Name: "held"})
+	if err != nil || held.HeldBy == nil || held.HeldBy.Scope != workspace.LimitScopeGlobal || held.DesiredState != workspace.DesiredStandby {
+		t.Fatalf("fourth create overall: %+v, %v", held, err)
 	}
 	running, err := svc.Running(ctx, alice)
 	if err != nil || len(running) != 2 {
@@ -330,8 +334,8 @@ func TestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	b2, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: bob, Name: "b2"})
-	if err != nil {
-		t.Fatalf("create after a slot freed: %v", err)
+	if err != nil || b2.HeldBy != nil {
+		t.Fatalf("create after a slot freed: %+v, %v", b2.HeldBy, err)
 	}
 	if _, err := svc.SetDesired(ctx, a1.ID, workspace.DesiredRunning, workspace.CauseUser); !errors.Is(err, workspace.ErrLimitExceeded) {
 		t.Fatalf("wake over the global limit: %v", err)
@@ -411,17 +415,21 @@ func TestConcurrentCreatesNeverExceedLimit(t *testing.T) {
 	svc := newService(t, pool, workspace.Options{MaxRunningPerUser: 2})
 	alice := addUser(t, pool, "alice")
 	var wg sync.WaitGroup
+	var held atomic.Int32
 	for i := range 50 {
 		wg.Go(func() {
-			_, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: alice, Name: fmt.Sprintf("w%d", i)})
-			if err != nil && !errors.Is(err, workspace.ErrLimitExceeded) {
+			c, err := svc.Create(ctx, workspace.CreateRequest{OwnerID: alice, Name: fmt.Sprintf("w%d", i)})
+			if err != nil {
 				t.Errorf("create: %v", err)
+			}
+			if c.HeldBy != nil {
+				held.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	if got := countRunning(t, pool, alice); got != 2 {
-		t.Errorf("%d workspaces created running, want 2", got)
+	if got := countRunning(t, pool, alice); got != 2 || held.Load() != 48 {
+		t.Errorf("%d workspaces created running, %d held; want 2 and 48", got, held.Load())
 	}
 }
 

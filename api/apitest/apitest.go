@@ -57,6 +57,8 @@ type Config struct {
 	SendBuffer    int
 	RouteTTL      time.Duration
 	UpstreamToken func(workspaceID, runID string) string
+	// Archives is where the service lists archives from; nil for none.
+	Archives workspace.ArchiveStore
 }
 
 // Env is one running CodeHub HTTP surface with its databases.
@@ -107,7 +109,7 @@ func New(t testing.TB, cfg Config) *Env {
 	}
 	svc := workspace.NewService(hclog.NewNullLogger(), pool, workspace.Options{
 		MaxRunningPerUser: cfg.MaxRunningPerUser, MaxRunningGlobal: cfg.MaxRunningGlobal,
-		DefaultImage: Images[0], AllowedImages: Images, Policy: Policy,
+		DefaultImage: Images[0], AllowedImages: Images, Policy: Policy, Archives: cfg.Archives,
 	})
 	e := &Env{t: t, DBURL: dbURL, Pool: pool, Redis: rdb, Service: svc, Upstreams: &Upstreams{addrs: map[string]string{}}}
 	// The listener exists before the server so the public URL is known.
@@ -318,7 +320,7 @@ func (e *Env) CreateWorkspace(u User, name string) workspace.Workspace {
 	if err != nil {
 		e.t.Fatalf("create workspace %s: %v", name, err)
 	}
-	return w
+	return w.Workspace
 }
 
 // Policy is the idle policy of every test server: the defaults of a

@@ -104,6 +104,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	}
 	a := &app{closers: []func(){parts.close}}
 
+	archives := archive.NewStore(logger.Named("archive"), d.s3, d.bucket)
 	svc := workspace.NewService(logger.Named("workspace"), d.pool, workspace.Options{
 		MaxRunningPerUser: cfg.Limits.MaxRunningPerUser,
 		MaxRunningGlobal:  cfg.Limits.MaxRunningGlobal,
@@ -117,6 +118,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			MaxExtend:     cfg.Workspace.MaxExtend,
 			AutostartLead: cfg.Workspace.AutostartLead,
 		},
+		Archives: archives,
 	})
 	if err := bootstrapAdmin(ctx, logger, cfg, d); err != nil {
 		a.close()
@@ -148,7 +150,6 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	a.metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 	a.loops = append(a.loops, loop{"api", srv.Run})
 
-	archives := archive.NewStore(logger.Named("archive"), d.s3, d.bucket)
 	engineMetrics, err := controller.NewMetrics(registry)
 	if err != nil {
 		a.close()

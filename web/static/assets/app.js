@@ -9,6 +9,8 @@ const state = {
   pending: new Set(),    // ids with a request in flight from this page
   opSeen: new Map(),     // id -> {op, since}: when this page first saw the operation
   events: null,
+  limit: null,           // {id, message}: the start the running limit refused
+  stopAsk: null,         // {stop, open}: a stop asked for by link (the proxy's limit page)
 };
 
 // ---------- API ----------
@@ -22,27 +24,32 @@ class APIError extends Error {
   }
 }
 
-async function api(method, path, body) {
+// request answers {data, headers}; api answers the data alone.
+async function request(method, path, body) {
   const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
   const res = await fetch(path, init);
-  if (res.status === 204) return null;
+  if (res.status === 204) return { data: null, headers: res.headers };
   let data = null;
   try { data = await res.json(); } catch (_) { /* empty or non-JSON body */ }
   if (!res.ok) {
     const err = (data && data.error) || {};
     throw new APIError(res.status, err.code, err.message, res.headers.get("Retry-After"));
   }
-  return data;
+  return { data, headers: res.headers };
+}
+
+async function api(method, path, body) {
+  return (await request(method, path, body)).data;
 }
 
 // ---------- What each state allows (pure) ----------
 
 const busyLabels = {
-  PROVISIONING: "Creating home",
+  PROVISIONING: "Preparing home directory",
   RESTORING: "Restoring from archive",
   STARTING: "Starting",
   STOPPING: "Stopping",
@@ -52,6 +59,14 @@ const busyLabels = {
 };
 
 const towards = { RUNNING: "Starting", STANDBY: "Stopping", ARCHIVED: "Archiving" };
+
+// towardsLabel names the change a workspace waits for between operations.
+function towardsLabel(ws) {
+  if (ws.desired_state === "RUNNING") return "Starting";
+  if (ws.phase === "PENDING") return "Preparing";
+  if (ws.phase === "ARCHIVED") return "Restoring";
+  return towards[ws.desired_state] || "Working";
+}
 
 // Steps shown while a workspace comes up, each done when its condition holds.
 const upSteps = [
@@ -68,6 +83,40 @@ function condTrue(ws, name) {
 // The API's phase is the display phase: while an operation runs it names
 // the operation (STARTING, RESTORING, ...) instead of the stored phase.
 const comingUp = new Set(["PROVISIONING", "RESTORING", "STARTING"]);
+// The phases a workspace rests in when no operation runs.
+const steady = new Set(["PENDING", "ARCHIVED", "STANDBY", "RUNNING"]);
+
+// Words for the API's display phase; the API's values are for programs.
+const phaseWords = {
+  PENDING: "New",
+  ARCHIVED: "Archived",
+  STANDBY: "Stopped",
+  RUNNING: "Running",
+  ERROR: "Failed",
+  PROVISIONING: "Preparing…",
+  RESTORING: "Restoring…",
+  STARTING: "Starting…",
+  STOPPING: "Stopping…",
+  ARCHIVING: "Archiving…",
+  DELETING: "Deleting…",
+};
+
+// retrying reports a start (or another change) whose last attempt failed
+// and that the engine tries again: not ERROR, nothing running now.
+function retrying(ws) {
+  return !!ws.error_reason && ws.operation === "NONE" && ws.phase !== "ERROR" && ws.desired_state !== ws.phase;
+}
+
+// phaseLabel says where a workspace is, as its owner would put it.
+function phaseLabel(ws) {
+  if (retrying(ws)) return "Retrying…";
+  const stable = steady.has(ws.phase);
+  if (stable && ws.operation === "NONE" && ws.desired_state !== ws.phase) {
+    // Between two operations of one transition, or about to claim one.
+    return towardsLabel(ws) + "…";
+  }
+  return phaseWords[ws.phase] || ws.phase;
+}
 
 // actionsFor decides which buttons a workspace shows and enables.
 function actionsFor(ws, pending) {
@@ -92,10 +141,10 @@ function progressFor(ws) {
   }
   // Between two operations of one transition (ARCHIVED -> STANDBY ->
   // RUNNING) the engine is about to claim the next one.
-  const stable = ["PENDING", "ARCHIVED", "STANDBY", "RUNNING"].includes(ws.phase);
+  const stable = steady.has(ws.phase);
   if (stable && ws.desired_state !== ws.phase) {
     if (ws.error_reason) return { label: "Retrying", steps: null };
-    return { label: towards[ws.desired_state] || "Working", steps: ws.desired_state === "RUNNING" ? upSteps : null };
+    return { label: towardsLabel(ws), steps: ws.desired_state === "RUNNING" ? upSteps : null };
   }
   return null;
 }
@@ -110,6 +159,33 @@ function relTime(iso) {
   if (s < 3600) return `${Math.floor(s / 60)} min ago`;
   if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
   return new Date(t).toLocaleDateString();
+}
+
+// exactTime is the full local date and time, shown on hover.
+function exactTime(iso) {
+  const t = Date.parse(iso);
+  return t ? new Date(t).toLocaleString() : "";
+}
+
+// timeSpan fills el with a relative time and puts the exact one on hover.
+function timeSpan(el, iso) {
+  el.textContent = relTime(iso);
+  el.title = exactTime(iso);
+}
+
+function bytes(n) {
+  const units = ["bytes", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
+  return i === 0 ? `${n} ${units[0]}` : `${n.toFixed(n < 10 ? 1 : 0)} ${units[i]}`;
+}
+
+// retryText says which attempt failed and when the next one runs; the
+// third failure in a row stops the workspace in ERROR (docs/api.md).
+function retryText(ws) {
+  const attempt = `Attempt ${ws.error_count || 1} of 3 failed.`;
+  if (!ws.next_attempt_at || Date.parse(ws.next_attempt_at) <= Date.now()) return `${attempt} Trying again shortly.`;
+  return `${attempt} Next attempt ${inTime(ws.next_attempt_at)}.`;
 }
 
 // inTime says how far ahead an instant is, as a person would.
@@ -224,6 +300,12 @@ function card(id) {
   el.querySelector(".act-open").addEventListener("click", (e) => {
     if (e.currentTarget.getAttribute("aria-disabled") === "true") e.preventDefault();
   });
+  el.querySelector(".act-rename").addEventListener("click", () => startRename(id));
+  el.querySelector(".rename-cancel").addEventListener("click", () => endRename(id));
+  el.querySelector(".rename-form").addEventListener("submit", (e) => rename(e, id));
+  el.querySelector(".archives").addEventListener("toggle", (e) => {
+    if (e.currentTarget.open) loadArchives(id);
+  });
   return el;
 }
 
@@ -242,7 +324,7 @@ function renderCard(ws) {
   el.querySelector(".ws-name").textContent = ws.name;
   el.querySelector(".ws-desc").textContent = ws.description || "";
   const phase = el.querySelector(".phase");
-  phase.textContent = ws.phase;
+  phase.textContent = phaseLabel(ws);
   phase.className = `phase phase-${ws.phase}`;
 
   const prog = progressFor(ws);
@@ -254,7 +336,9 @@ function renderCard(ws) {
     const key = ws.desired_state;
     if (!seen || seen.key !== key) state.opSeen.set(ws.id, { key, since: Date.now() });
     el.querySelector(".progress-text").textContent = prog.label + "…";
-    el.querySelector(".progress-time").textContent = elapsed(state.opSeen.get(ws.id).since);
+    const since = state.opSeen.get(ws.id).since;
+    el.querySelector(".progress-time").textContent = elapsed(since);
+    el.querySelector(".progress-time").title = `Since ${new Date(since).toLocaleString()}`;
     const steps = el.querySelector(".steps");
     steps.replaceChildren();
     const bar = el.querySelector(".bar");
@@ -282,6 +366,10 @@ function renderCard(ws) {
   if (showErr) {
     el.querySelector(".error-reason").textContent = ws.error_reason || "Error";
     el.querySelector(".error-message").textContent = ws.error_message || "";
+    const retry = el.querySelector(".error-retry");
+    retry.hidden = ws.phase === "ERROR";
+    retry.textContent = retry.hidden ? "" : retryText(ws);
+    retry.title = ws.next_attempt_at ? `Next attempt ${exactTime(ws.next_attempt_at)}` : "";
     el.querySelector(".act-recover").hidden = !(state.user && state.user.is_admin && ws.phase === "ERROR");
   }
 
@@ -296,7 +384,11 @@ function renderCard(ws) {
   setButton(el.querySelector(".act-restore"), acts.restore);
   setButton(el.querySelector(".act-delete"), acts.del);
 
-  el.querySelector(".meta").textContent = `Created ${relTime(ws.created_at)} · last used ${relTime(ws.last_access_at)}`;
+  timeSpan(el.querySelector(".created"), ws.created_at);
+  timeSpan(el.querySelector(".used"), ws.last_access_at);
+  const archives = el.querySelector(".archives");
+  archives.hidden = !condTrue(ws, "storage.archive_ready");
+  if (archives.open && el.dataset.archivedBy !== archiveMark(ws)) loadArchives(ws.id);
   fillSchedule(el, ws);
   const t = timers(ws);
   const timersEl = el.querySelector(".timers");
@@ -304,6 +396,88 @@ function renderCard(ws) {
   timersEl.textContent = t.text;
   timersEl.title = t.title;
   return el;
+}
+
+// archiveMark changes whenever the workspace's archives may have: a new
+// archive or restore ends with a new transition time of its condition.
+function archiveMark(ws) {
+  const c = ws.conditions && ws.conditions["storage.archive_ready"];
+  return c ? c.last_transition_time + ws.phase : "";
+}
+
+async function loadArchives(id) {
+  const el = card(id);
+  const ws = state.workspaces.get(id);
+  if (!ws) return;
+  el.dataset.archivedBy = archiveMark(ws);
+  const list = el.querySelector(".archive-list");
+  try {
+    const { archives } = await api("GET", `/api/v1/workspaces/${id}/archives`);
+    list.replaceChildren(...archives.map(archiveItem));
+    if (archives.length === 0) list.textContent = "No archives.";
+  } catch (err) {
+    list.textContent = err instanceof APIError && err.status === 401 ? "" : "The archives could not be read: " + err.message;
+    if (err instanceof APIError && err.status === 401) showLogin();
+  }
+}
+
+function archiveItem(a) {
+  const li = document.createElement("li");
+  const when = document.createElement("time");
+  when.dateTime = a.created_at;
+  when.textContent = new Date(Date.parse(a.created_at)).toLocaleDateString(undefined, { dateStyle: "medium" });
+  when.title = exactTime(a.created_at);
+  const size = document.createElement("span");
+  size.className = "muted";
+  size.textContent = bytes(a.size_bytes);
+  li.append(when, size);
+  if (a.current) {
+    const badge = document.createElement("span");
+    badge.className = "badge";
+    badge.textContent = "current";
+    badge.title = "A restore reads this archive; older ones are kept a while";
+    li.append(badge);
+  }
+  return li;
+}
+
+function startRename(id) {
+  const el = card(id);
+  const ws = state.workspaces.get(id);
+  const form = el.querySelector(".rename-form");
+  form.hidden = false;
+  el.querySelector(".name-row").hidden = true;
+  el.querySelector(".rename-error").hidden = true;
+  const input = el.querySelector(".rename-input");
+  input.value = ws ? ws.name : "";
+  input.focus();
+  input.select();
+}
+
+function endRename(id) {
+  const el = card(id);
+  el.querySelector(".rename-form").hidden = true;
+  el.querySelector(".name-row").hidden = false;
+}
+
+async function rename(e, id) {
+  e.preventDefault();
+  const el = card(id);
+  const name = el.querySelector(".rename-input").value.trim();
+  const errEl = el.querySelector(".rename-error");
+  const ws = state.workspaces.get(id);
+  if (ws && ws.name === name) { endRename(id); return; }
+  try {
+    upsert(await api("PATCH", `/api/v1/workspaces/${id}`, { name }));
+    endRename(id);
+  } catch (err) {
+    if (err instanceof APIError && (err.code === "INVALID_INPUT" || err.code === "NAME_TAKEN")) {
+      errEl.textContent = err.message;
+      errEl.hidden = false;
+    } else {
+      handleError(err);
+    }
+  }
 }
 
 function renderAll() {
@@ -318,6 +492,8 @@ function renderAll() {
     if (!state.workspaces.has(el.dataset.id)) el.remove();
   }
   $("empty").hidden = state.workspaces.size > 0;
+  renderLimit();
+  renderStopAsk();
 }
 
 function upsert(ws) {
@@ -342,17 +518,83 @@ function toast(msg) {
   toastTimer = setTimeout(() => { t.hidden = true; }, 5000);
 }
 
-function showLimit(err) {
-  $("limit-text").textContent = err.message || "Stop a running workspace first.";
-  const running = [...state.workspaces.values()].filter((w) => w.desired_state === "RUNNING").map((w) => w.name);
-  $("limit-running").textContent = running.length ? `Running now: ${running.join(", ")}.` : "";
-  $("limit").hidden = false;
+// The limit banner lists the workspaces that count toward the limit, each
+// with its Stop, and offers the refused start again once one stopped.
+function renderLimit() {
+  const lim = state.limit;
+  $("limit").hidden = !lim;
+  if (!lim) return;
+  const running = [...state.workspaces.values()].filter((w) => w.desired_state === "RUNNING");
+  $("limit-text").textContent = running.length ? "Stop one of these to make room:" : `${lim.message}. Try again when others have stopped.`;
+  const list = $("limit-running");
+  const kept = new Map([...list.children].map((li) => [li.dataset.id, li]));
+  list.replaceChildren(...running.map((w) => {
+    let li = kept.get(w.id);
+    if (!li) {
+      li = document.createElement("li");
+      li.dataset.id = w.id;
+      const name = document.createElement("span");
+      name.className = "ws-ref";
+      const stop = document.createElement("button");
+      stop.type = "button";
+      stop.className = "btn btn-small limit-stop";
+      stop.addEventListener("click", () => setDesired(w.id, "STANDBY"));
+      li.append(name, stop);
+    }
+    li.firstChild.textContent = w.name;
+    li.lastChild.textContent = `Stop ${w.name}`;
+    li.lastChild.disabled = state.pending.has(w.id) || w.operation !== "NONE";
+    return li;
+  }));
+  const target = state.workspaces.get(lim.id);
+  const retry = $("limit-retry");
+  retry.hidden = !target || target.desired_state === "RUNNING";
+  if (target) retry.textContent = `Start ${target.name}`;
 }
 
-function handleError(err) {
+// renderStopAsk shows the stop a link asked for (the proxy's running-limit
+// page sends the user here): a link alone never stops anything.
+function renderStopAsk() {
+  const ask = state.stopAsk;
+  const stopWs = ask && state.workspaces.get(ask.stop);
+  $("stop-ask").hidden = !stopWs;
+  document.querySelectorAll("article.highlight").forEach((el) => {
+    if (!stopWs || el.dataset.id !== ask.stop) el.classList.remove("highlight");
+  });
+  if (!stopWs) return;
+  card(ask.stop).classList.add("highlight");
+  const open = state.workspaces.get(ask.open);
+  const confirm = $("stop-ask-confirm");
+  const openLink = $("stop-ask-open");
+  if (stopWs.desired_state !== "RUNNING") {
+    $("stop-ask-text").textContent = `${stopWs.name} is stopped.` + (open ? ` You can open ${open.name} now.` : "");
+    confirm.hidden = true;
+    openLink.hidden = !open;
+    if (open) {
+      openLink.textContent = `Open ${open.name}`;
+      openLink.href = open.url || `/w/${open.id}/`;
+    }
+    $("stop-ask-close").textContent = "Dismiss";
+    return;
+  }
+  $("stop-ask-text").textContent = `Stop ${stopWs.name}` + (open ? ` to make room for ${open.name}?` : "?") +
+    " Its editor closes; its files stay.";
+  confirm.hidden = false;
+  confirm.textContent = `Stop ${stopWs.name}`;
+  confirm.disabled = state.pending.has(stopWs.id) || stopWs.operation !== "NONE";
+  openLink.hidden = true;
+  $("stop-ask-close").textContent = "Cancel";
+}
+
+function showLimit(err, id) {
+  state.limit = { id, message: (err.message || "Running limit reached").replace(/\.$/, "") };
+  renderLimit();
+}
+
+function handleError(err, id) {
   if (err instanceof APIError) {
     if (err.status === 401) { showLogin(); return; }
-    if (err.code === "LIMIT_EXCEEDED") { showLimit(err); return; }
+    if (err.code === "LIMIT_EXCEEDED") { showLimit(err, id); return; }
     toast(err.message);
     return;
   }
@@ -369,7 +611,7 @@ async function withPending(id, fn) {
     const updated = await fn();
     if (updated) upsert(updated);
   } catch (err) {
-    handleError(err);
+    handleError(err, id);
   } finally {
     state.pending.delete(id);
     const cur = state.workspaces.get(id);
@@ -401,13 +643,21 @@ async function create(e) {
   const errEl = $("create-error");
   errEl.hidden = true;
   btn.disabled = true;
+  $("create-notice").hidden = true;
   try {
     const body = { name: $("create-name").value.trim() };
     const desc = $("create-description").value.trim();
     if (desc) body.description = desc;
-    const ws = await api("POST", "/api/v1/workspaces", body);
+    if (!$("create-image").hidden) body.image = $("create-image").value;
+    const { data: ws, headers } = await request("POST", "/api/v1/workspaces", body);
     upsert(ws);
     $("create-form").reset();
+    // At a running limit the workspace is made stopped; the server says why.
+    const notice = headers.get("CodeHub-Notice");
+    if (notice) {
+      $("create-notice").textContent = notice;
+      $("create-notice").hidden = false;
+    }
   } catch (err) {
     if (err instanceof APIError && (err.code === "INVALID_INPUT" || err.code === "NAME_TAKEN")) {
       errEl.textContent = err.message;
@@ -436,6 +686,21 @@ function connectEvents() {
   };
   es.addEventListener("workspace_updated", (e) => upsert(JSON.parse(e.data)));
   es.addEventListener("workspace_deleted", (e) => forget(JSON.parse(e.data).id));
+}
+
+// loadImages offers an image picker where the server allows several.
+async function loadImages() {
+  const { default: def, images } = await api("GET", "/api/v1/images");
+  const select = $("create-image");
+  select.replaceChildren(...images.map((img) => {
+    const o = document.createElement("option");
+    o.value = img;
+    o.textContent = img;
+    o.selected = img === def;
+    return o;
+  }));
+  select.hidden = images.length < 2;
+  $("create-form").classList.toggle("with-image", !select.hidden);
 }
 
 async function loadAll() {
@@ -494,9 +759,18 @@ async function showApp(user) {
   $("app-view").hidden = false;
   $("user-name").textContent = user.username;
   $("user-admin").hidden = !user.is_admin;
-  if (location.pathname !== "/") history.replaceState(null, "", "/");
+  const q = new URLSearchParams(location.search);
+  if (q.get("stop")) state.stopAsk = { stop: q.get("stop"), open: q.get("open") };
+  if (location.pathname !== "/" || location.search) history.replaceState(null, "", "/");
   connectEvents();
-  try { await loadAll(); } catch (err) { handleError(err); }
+  try {
+    await Promise.all([loadAll(), loadImages()]);
+  } catch (err) {
+    handleError(err);
+  }
+  if (state.stopAsk && state.workspaces.has(state.stopAsk.stop)) {
+    card(state.stopAsk.stop).scrollIntoView({ block: "center" });
+  }
 }
 
 async function checkSession() {
@@ -560,7 +834,17 @@ async function boot() {
   $("create-form").addEventListener("submit", create);
   $("logout").addEventListener("click", logout);
   $("signout-confirm").addEventListener("click", logout);
-  $("limit-close").addEventListener("click", () => { $("limit").hidden = true; });
+  $("limit-close").addEventListener("click", () => { state.limit = null; renderLimit(); });
+  $("limit-retry").addEventListener("click", () => {
+    const id = state.limit && state.limit.id;
+    state.limit = null;
+    renderLimit();
+    if (id) setDesired(id, "RUNNING");
+  });
+  $("stop-ask-confirm").addEventListener("click", () => {
+    if (state.stopAsk) setDesired(state.stopAsk.stop, "STANDBY");
+  });
+  $("stop-ask-close").addEventListener("click", () => { state.stopAsk = null; renderStopAsk(); });
   // Elapsed times and "last used" stay current without events.
   setInterval(() => { if (state.user) renderAll(); }, 1000);
   try {

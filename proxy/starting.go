@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// startFailure is a failed attempt of a workspace still on its way up: the
+// engine retries it at Next (or at once, when Next is nil or past).
+type startFailure struct {
+	Reason  string
+	Message string
+	// Attempt is how many attempts failed in a row, of at most Of before
+	// the workspace stops in ERROR.
+	Attempt int
+	Of      int
+	Next    *time.Time
+}
+
+// startingWords says in a user's words where a workspace on its way up is
+// (never phase or operation names), and the failed attempt it is over or
+// waiting to retry, if any. The message also goes to the starting page's
+// poll, which reloads the page when it changes, so it holds no clock that
+// moves by itself.
+func startingWords(ws workspace.Workspace) (string, *startFailure) {
+	if ws.ErrorReason != nil {
+		f := &startFailure{Reason: *ws.ErrorReason, Attempt: ws.ErrorCount, Of: workspace.MaxErrorCount, Next: ws.NextAttemptAt}
+		if ws.ErrorMessage != nil {
+			f.Message = *ws.ErrorMessage
+		}
+		return failureWords(f, ws.Operation), f
+	}
+	return progressWords(ws.Phase, ws.Operation), nil
+}
+
+func failureWords(f *startFailure, op workspace.Operation) string {
+	what := fmt.Sprintf("Attempt %d of %d failed: %s", f.Attempt, f.Of, f.Reason)
+	if f.Message != "" {
+		what += " (" + f.Message + ")"
+	}
+	switch {
+	case op != workspace.OpNone:
+		return what + ". Trying again now."
+	case f.Next == nil:
+		return what + ". Trying again shortly."
+	}
+	return what + ". Next attempt at " + f.Next.UTC().Format("15:04:05") + " UTC."
+}
+
+func progressWords(phase workspace.Phase, op workspace.Operation) string {
+	switch {
+	case op == workspace.OpProvisioning, op == workspace.OpNone && phase == workspace.PhasePending:
+		return "Preparing its home directory. This page opens the workspace when it is ready."
+	case op == workspace.OpRestoring, op == workspace.OpNone && phase == workspace.PhaseArchived:
+		return "Restoring its home directory from the archive. This page opens the workspace when it is ready."
+	case op == workspace.OpStopping:
+		return "Finishing a stop first; it starts again right after."
+	case op == workspace.OpArchiving, op == workspace.OpCreateEmptyArchive:
+		return "Finishing archiving first; it is restored and started right after."
+	case op == workspace.OpStarting && phase == workspace.PhaseRunning:
+		// The program runs and does not pass its health check yet.
+		return "Waiting for the editor to answer. This page opens the workspace when it is ready."
+	}
+	return "Starting the editor. This page opens the workspace when it is ready."
+}
