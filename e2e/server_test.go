@@ -51,6 +51,13 @@ type serverConfig struct {
 	// backend replaces the single-machine backend block with other blocks
 	// (a backend "nomad" block and the workspace settings it needs).
 	backend string
+	// maxRunning is the running limit per user; 1 if zero.
+	maxRunning int
+	// ttlInterval is how often the TTL runner looks for idle workspaces,
+	// and standbyTTL how long a workspace may be idle; the defaults if
+	// empty. standbyTTL adds a workspace block, which backend must then
+	// not have.
+	ttlInterval, standbyTTL string
 }
 
 // localConfig is a single-machine server on this test's own database, Redis
@@ -169,6 +176,17 @@ func renderConfig(srv *server, port int, cfg serverConfig) string {
 }
 `, srv.dataDir, cfg.codeServer)
 	}
+	maxRunning := cfg.maxRunning
+	if maxRunning == 0 {
+		maxRunning = 1
+	}
+	ttlInterval := ""
+	if cfg.ttlInterval != "" {
+		ttlInterval = fmt.Sprintf("  ttl_interval    = %q\n", cfg.ttlInterval)
+	}
+	if cfg.standbyTTL != "" {
+		backend += fmt.Sprintf("workspace { standby_ttl = %q }\n", cfg.standbyTTL)
+	}
 	return proxy + backend + fmt.Sprintf(`listen     = "127.0.0.1:%d"
 public_url = %q
 log_level  = "debug"
@@ -185,13 +203,13 @@ s3 {
 }
 
 limits {
-  max_running_per_user = 1
+  max_running_per_user = %d
 }
 
 coordinator {
   idle_interval   = "2s"
   active_interval = "250ms"
-}
+%s}
 
 auth {
   bootstrap_admin {
@@ -200,7 +218,7 @@ auth {
   }
 }
 `, port, srv.url, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
-		cfg.s3.AccessKey, cfg.s3.SecretKey, adminPassword)
+		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, ttlInterval, adminPassword)
 }
 
 func tail(path string, lines int) string {
