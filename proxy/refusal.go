@@ -80,10 +80,10 @@ func refusalReason(ws workspace.Workspace, v verdict, now time.Time) string {
 		return "This workspace was archived. " + used + " Reload the window to restore it."
 	case ws.DesiredState == workspace.DesiredStandby:
 		return "This workspace was stopped. " + used + " Reload the window to start it again."
-	case v == verdictStarting:
-		return "This workspace is starting again; the session of this window has ended. Reload the window to open it."
 	}
-	return "This workspace is not running. Reload the window to start it."
+	// Wanted running but not up: a new run, which this window's session
+	// is not part of.
+	return "This workspace is starting again; the session of this window has ended. Reload the window to open it."
 }
 
 // ago is a rounded duration for people.

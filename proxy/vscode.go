@@ -33,7 +33,6 @@ const vsHeadSize = 48
 
 // VS Code's connection types, from the client's connectionType message.
 const (
-	vsConnUnknown    = 0
 	vsConnManagement = 1
 	vsConnExtHost    = 2
 )
@@ -53,7 +52,7 @@ type vscodeStream struct {
 	resumed bool
 	// detected: the first message was VS Code's auth request.
 	detected bool
-	// conn is the connection type the client asked for.
+	// conn is the connection type the client asked for, 0 until known.
 	conn int
 	// userActive mirrors the workbench's own "user is active" state.
 	userActive bool
