@@ -529,23 +529,32 @@ func cookieHeader(c *http.Client, rawURL string) []string {
 	return []string{"Cookie", strings.Join(parts, "; ")}
 }
 
-// TestProxyStaleRoute: a workspace stops while its route is still cached;
-// the next request finds the upstream gone and is answered from the
-// workspace's current state instead of with a 502.
-func TestProxyStaleRoute(t *testing.T) {
-	env := apitest.New(t, apitest.Config{RouteTTL: time.Hour})
+// stoppedBehindCachedRoute is a workspace of alice's that stopped (desired
+// and phase STANDBY) while the proxy still holds its route, to an upstream
+// that is gone; c is alice's client.
+func stoppedBehindCachedRoute(t *testing.T) (env *apitest.Env, c *http.Client, w workspace.Workspace) {
+	t.Helper()
+	env = apitest.New(t, apitest.Config{RouteTTL: time.Hour})
 	alice := env.CreateUser("alice", false)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))
-	w := runningWorkspace(t, env, alice, "web", strings.TrimPrefix(up.URL, "http://"))
-	c := env.Login(alice)
+	w = runningWorkspace(t, env, alice, "web", strings.TrimPrefix(up.URL, "http://"))
+	c = env.Login(alice)
 	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != 200 {
 		t.Fatalf("running: %d %s", res.StatusCode, res.Body)
 	}
 	up.Close()
 	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
 	env.Exec(`UPDATE workspaces SET desired_state = 'STANDBY' WHERE id = $1`, w.ID)
+	return env, c, w
+}
+
+// TestProxyStaleRoute: a workspace stops while its route is still cached;
+// the next request finds the upstream gone and is answered from the
+// workspace's current state instead of with a 502.
+func TestProxyStaleRoute(t *testing.T) {
+	env, c, w := stoppedBehindCachedRoute(t)
 
 	// A background request learns the workspace's state (and, not being
 	// a navigation, does not wake it), not that it failed to answer.
@@ -979,21 +988,10 @@ func TestProxyActivityRule(t *testing.T) {
 // workspace is refused in VS Code's own protocol (it then offers a reload
 // instead of reconnecting forever) and does not wake it.
 func TestProxyWorkbenchRefused(t *testing.T) {
-	env := apitest.New(t, apitest.Config{RouteTTL: time.Hour})
-	alice := env.CreateUser("alice", false)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	w := runningWorkspace(t, env, alice, "web", strings.TrimPrefix(up.URL, "http://"))
-	c := env.Login(alice)
+	env, c, w := stoppedBehindCachedRoute(t)
+	env.Exec(`UPDATE workspaces SET last_access_at = now() - interval '12 minutes 5 seconds' WHERE id = $1`, w.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != 200 {
-		t.Fatalf("running: %d %s", res.StatusCode, res.Body)
-	}
-	up.Close()
-	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
-	env.Exec(`UPDATE workspaces SET desired_state = 'STANDBY', last_access_at = now() - interval '12 minutes 5 seconds' WHERE id = $1`, w.ID)
 
 	// The first reconnect meets the cached route to the stopped upstream,
 	// the second reads the workspace.

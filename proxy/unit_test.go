@@ -94,15 +94,20 @@ func TestIsNavigation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(http.MethodGet, "/w/x/", nil)
-			for k, v := range tc.headers {
-				r.Header.Set(k, v)
-			}
-			if got := isNavigation(r); got != tc.want {
+			if got := isNavigation(requestWith(http.MethodGet, tc.headers)); got != tc.want {
 				t.Errorf("isNavigation = %v, want %v", got, tc.want)
 			}
 		})
 	}
+}
+
+// requestWith is a request for a workspace page with these headers.
+func requestWith(method string, headers map[string]string) *http.Request {
+	r := httptest.NewRequest(method, "/w/x/", nil)
+	for k, v := range headers {
+		r.Header.Set(k, v)
+	}
+	return r
 }
 
 func merge(sets ...map[string]string) map[string]string {
@@ -135,11 +140,7 @@ func TestIsActivity(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(tc.method, "/w/x/", nil)
-			for k, v := range tc.headers {
-				r.Header.Set(k, v)
-			}
-			if got := isActivity(r); got != tc.want {
+			if got := isActivity(requestWith(tc.method, tc.headers)); got != tc.want {
 				t.Errorf("isActivity = %v, want %v", got, tc.want)
 			}
 		})
