@@ -472,7 +472,9 @@ func (b *browser) screenshot(name string) string {
 	if err := os.MkdirAll(b.shots, 0o755); err != nil {
 		return "none: " + err.Error()
 	}
-	path := filepath.Join(b.shots, fmt.Sprintf("%s-%02d-%s.png", b.t.Name(), b.n, unsafeName.ReplaceAllString(strings.ToLower(name), "-")))
+	// Subtests' names hold slashes.
+	test := strings.ReplaceAll(b.t.Name(), "/", "-")
+	path := filepath.Join(b.shots, fmt.Sprintf("%s-%02d-%s.png", test, b.n, unsafeName.ReplaceAllString(strings.ToLower(name), "-")))
 	if err := os.WriteFile(path, buf, 0o644); err != nil {
 		return "none: " + err.Error()
 	}

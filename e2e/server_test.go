@@ -53,6 +53,12 @@ type serverConfig struct {
 	backend string
 	// workspace is a workspace block for the single-machine backend.
 	workspace string
+	// maxRunning is the running limit per user; 1 if zero.
+	maxRunning int
+	// ttlInterval is how often the TTL runner looks for idle workspaces,
+	// and standbyTTL how long a workspace may be idle (added to the
+	// workspace block); the defaults if empty.
+	ttlInterval, standbyTTL string
 }
 
 // localConfig is a single-machine server on this test's own database, Redis
@@ -171,7 +177,23 @@ func renderConfig(srv *server, port int, cfg serverConfig) string {
 }
 `, srv.dataDir, cfg.codeServer)
 	}
-	return proxy + backend + cfg.workspace + fmt.Sprintf(`listen     = "127.0.0.1:%d"
+	maxRunning := cfg.maxRunning
+	if maxRunning == 0 {
+		maxRunning = 1
+	}
+	ttlInterval := ""
+	if cfg.ttlInterval != "" {
+		ttlInterval = fmt.Sprintf("  ttl_interval    = %q\n", cfg.ttlInterval)
+	}
+	workspace := cfg.workspace
+	if cfg.standbyTTL != "" {
+		if workspace == "" {
+			workspace = "workspace {\n}\n"
+		}
+		// One workspace block holds every workspace setting.
+		workspace = strings.Replace(workspace, "workspace {\n", fmt.Sprintf("workspace {\n  standby_ttl = %q\n", cfg.standbyTTL), 1)
+	}
+	return proxy + backend + workspace + fmt.Sprintf(`listen     = "127.0.0.1:%d"
 public_url = %q
 log_level  = "debug"
 
@@ -187,13 +209,13 @@ s3 {
 }
 
 limits {
-  max_running_per_user = 1
+  max_running_per_user = %d
 }
 
 coordinator {
   idle_interval   = "2s"
   active_interval = "250ms"
-}
+%s}
 
 auth {
   bootstrap_admin {
@@ -202,7 +224,7 @@ auth {
   }
 }
 `, port, srv.url, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
-		cfg.s3.AccessKey, cfg.s3.SecretKey, adminPassword)
+		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, ttlInterval, adminPassword)
 }
 
 func tail(path string, lines int) string {

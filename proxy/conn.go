@@ -6,17 +6,21 @@ import (
 	"net/http"
 )
 
-// responseRecorder remembers the status for metrics and, when the response
-// switches protocols, hands ReverseProxy a connection that marks activity
-// on every read and write. ReverseProxy copies WebSocket traffic between
-// the two hijacked connections, so wrapping the client side sees every
-// message in both directions without parsing frames.
+// responseRecorder remembers the status for metrics and, when a proxied
+// WebSocket is switched to, hands ReverseProxy a client connection that
+// reads what the client sends for signs of a person at work. ReverseProxy
+// copies each direction on its own goroutine, so the copy to the
+// workspace reads through that connection and the copy back to the
+// browser stays a plain write.
 type responseRecorder struct {
 	http.ResponseWriter
 	status int
 	// activity receives the marks that workspace workspaceID is in use.
 	activity    ActivityMarker
 	workspaceID string
+	// socket follows the client's side of a proxied WebSocket; nil for
+	// sockets the proxy answers itself.
+	socket *socketActivity
 	// upgraded is set once the connection was hijacked.
 	upgraded bool
 }
@@ -51,26 +55,37 @@ func (w *responseRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	w.upgraded = true
 	w.status = http.StatusSwitchingProtocols
-	return &activityConn{Conn: c, mark: w.mark}, brw, nil
+	if w.socket == nil {
+		return c, brw, nil
+	}
+	return &activityConn{Conn: c, socket: w.socket, mark: w.mark}, brw, nil
 }
 
-// activityConn marks the workspace active whenever bytes move.
+// watchSocket prepares the proxying of the WebSocket r opens. VS Code's
+// protocol is read from the frames, so its client is not offered
+// compression, which would hide the messages (the workspace then sends
+// uncompressed frames too). Other programs keep theirs: only their frame
+// headers are read.
+func (w *responseRecorder) watchSocket(r *http.Request) {
+	vscode, resumed := vscodeSocket(r)
+	if vscode {
+		r.Header.Del("Sec-WebSocket-Extensions")
+	}
+	w.socket = newSocketActivity(resumed)
+}
+
+// activityConn is the client's side of a proxied WebSocket: what is read
+// from it goes to the workspace and is scanned on the way; what is written
+// to it passes untouched.
 type activityConn struct {
 	net.Conn
-	mark func()
+	socket *socketActivity
+	mark   func()
 }
 
 func (c *activityConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.mark()
-	}
-	return n, err
-}
-
-func (c *activityConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if n > 0 {
+	if n > 0 && c.socket.scan(b[:n]) {
 		c.mark()
 	}
 	return n, err

@@ -69,13 +69,36 @@ func decide(phase workspace.Phase, desired workspace.DesiredState, op workspace.
 	return verdictGone
 }
 
-// isNavigation reports whether r is a user opening a page rather than a
-// request a loaded page makes by itself. Clients that send no Fetch
-// Metadata (curl, scripts, older browsers) count as navigations.
+// isNavigation reports whether r is a person opening a page of the
+// workspace rather than a request a loaded page makes by itself: a fetch,
+// a script, an image, a frame inside the page (VS Code's webviews), a
+// service worker or a WebSocket, reconnecting ones included.
 func isNavigation(r *http.Request) bool {
-	mode := r.Header.Get("Sec-Fetch-Mode")
-	if mode == "" {
-		return r.Header.Get("Sec-Fetch-Dest") == ""
+	if isWebSocketUpgrade(r) {
+		// Browsers send no Fetch Metadata on a WebSocket handshake.
+		return false
 	}
-	return mode == "navigate"
+	switch r.Header.Get("Sec-Fetch-Mode") {
+	case "navigate":
+		dest := r.Header.Get("Sec-Fetch-Dest")
+		return dest == "" || dest == "document"
+	case "":
+		// Browsers send no Fetch Metadata to plain-http hosts other than
+		// localhost. There a page load is told by what browsers send with
+		// every navigation and never with a fetch.
+		return r.Header.Get("Sec-Fetch-Dest") == "" && wantsHTML(r) && r.Header.Get("Upgrade-Insecure-Requests") == "1"
+	}
+	return false
+}
+
+// isActivity reports whether a proxied HTTP request shows a person at
+// work: opening a page, or sending something (a form, an upload, any
+// method but GET, HEAD and OPTIONS). What a loaded page fetches by itself
+// does not count: an idle workbench keeps loading frames and images.
+func isActivity(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return isNavigation(r)
+	}
+	return true
 }

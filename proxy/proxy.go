@@ -369,6 +369,9 @@ func (p *Proxy) lookup(ctx context.Context, id string) (workspace.Workspace, err
 }
 
 func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws workspace.Workspace, v verdict) {
+	if v != verdictProxy && v != verdictWakeAndProxy && p.refuseWorkbench(w, r, ws, v) {
+		return
+	}
 	switch v {
 	case verdictProxy:
 		p.resolveAndForward(w, r, t, ws)
@@ -501,15 +504,18 @@ func (p *Proxy) resolveAndForward(w *responseRecorder, r *http.Request, t target
 
 func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 	if isWebSocketUpgrade(r) {
-		if origin := r.Header.Get("Origin"); origin != "" && !strings.EqualFold(origin, p.opts.Sites.WorkspaceOrigin(t.id)) {
+		if !p.sameOrigin(r, t.id) {
 			render(w, r, page{Status: http.StatusForbidden, Code: CodeForbidden, Title: "Forbidden",
 				Message: "WebSocket connections from another origin are refused.", Dashboard: p.opts.Sites.DashboardURL()})
 			return
 		}
+		w.watchSocket(r)
 		p.metrics.websockets.Inc()
 		defer p.metrics.websockets.Dec()
 	}
-	w.mark()
+	if isActivity(r) {
+		w.mark()
+	}
 	if isPlain(r) {
 		p.forwardPlain(w, r, &t)
 		return

@@ -115,6 +115,10 @@ func get(t testing.TB, c *http.Client, rawURL string, headers ...string) apitest
 
 const html = "text/html,application/xhtml+xml"
 
+// pageLoad is what a browser sends with a page load on a plain-http host
+// other than localhost, where it sends no Fetch Metadata.
+var pageLoad = []string{"Accept", html, "Upgrade-Insecure-Requests", "1"}
+
 // upstreamToken stands in for the deployment's upstream tokens.
 func upstreamToken(id, run string) string { return "token-of-" + id + "-" + run }
 
@@ -403,7 +407,7 @@ func TestProxyLimitPage(t *testing.T) {
 	env.SetPhase(sleepy.ID, workspace.PhaseStandby, workspace.OpNone)
 	busy := env.CreateWorkspace(alice, "busy")
 	c := env.Login(alice)
-	res := get(t, c, env.URL+"/w/"+sleepy.ID+"/", "Accept", html)
+	res := get(t, c, env.URL+"/w/"+sleepy.ID+"/", pageLoad...)
 	body := string(res.Body)
 	if res.StatusCode != 429 || !strings.Contains(body, ">busy</a>") || !strings.Contains(body, env.URL+"/w/"+busy.ID+"/") {
 		t.Fatalf("limit page: %d %s", res.StatusCode, body)
@@ -413,8 +417,9 @@ func TestProxyLimitPage(t *testing.T) {
 	if !strings.Contains(body, `href="`+stop+`">Stop…</a>`) {
 		t.Fatalf("limit page offers no stop of busy (%s): %s", stop, body)
 	}
-	if res := get(t, c, env.URL+"/w/"+sleepy.ID+"/"); res.StatusCode != 429 || res.ErrorCode() != "LIMIT_EXCEEDED" {
-		t.Fatalf("limit (JSON): %d %s", res.StatusCode, res.Body)
+	// A client that is not a browser opening a page does not wake it.
+	if res := get(t, c, env.URL+"/w/"+sleepy.ID+"/"); res.StatusCode != 503 || res.ErrorCode() != "NOT_STARTED" {
+		t.Fatalf("JSON client: %d %s", res.StatusCode, res.Body)
 	}
 	if got := env.Workspace(sleepy.ID).DesiredState; got != workspace.DesiredStandby {
 		t.Fatalf("refused wake changed desired state to %s", got)
@@ -544,23 +549,32 @@ func cookieHeader(c *http.Client, rawURL string) []string {
 	return []string{"Cookie", strings.Join(parts, "; ")}
 }
 
-// TestProxyStaleRoute: a workspace stops while its route is still cached;
-// the next request finds the upstream gone and is answered from the
-// workspace's current state instead of with a 502.
-func TestProxyStaleRoute(t *testing.T) {
-	env := apitest.New(t, apitest.Config{RouteTTL: time.Hour})
+// stoppedBehindCachedRoute is a workspace of alice's that stopped (desired
+// and phase STANDBY) while the proxy still holds its route, to an upstream
+// that is gone; c is alice's client.
+func stoppedBehindCachedRoute(t *testing.T) (env *apitest.Env, c *http.Client, w workspace.Workspace) {
+	t.Helper()
+	env = apitest.New(t, apitest.Config{RouteTTL: time.Hour})
 	alice := env.CreateUser("alice", false)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))
-	w := runningWorkspace(t, env, alice, "web", strings.TrimPrefix(up.URL, "http://"))
-	c := env.Login(alice)
+	w = runningWorkspace(t, env, alice, "web", strings.TrimPrefix(up.URL, "http://"))
+	c = env.Login(alice)
 	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != 200 {
 		t.Fatalf("running: %d %s", res.StatusCode, res.Body)
 	}
 	up.Close()
 	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
 	env.Exec(`UPDATE workspaces SET desired_state = 'STANDBY' WHERE id = $1`, w.ID)
+	return env, c, w
+}
+
+// TestProxyStaleRoute: a workspace stops while its route is still cached;
+// the next request finds the upstream gone and is answered from the
+// workspace's current state instead of with a 502.
+func TestProxyStaleRoute(t *testing.T) {
+	env, c, w := stoppedBehindCachedRoute(t)
 
 	// A background request learns the workspace's state (and, not being
 	// a navigation, does not wake it), not that it failed to answer.
@@ -572,7 +586,7 @@ func TestProxyStaleRoute(t *testing.T) {
 		t.Fatalf("a background request changed the desired state to %s", got)
 	}
 	// A browser opening it wakes it.
-	res = get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", html)
+	res = get(t, c, env.URL+"/w/"+w.ID+"/", pageLoad...)
 	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(res.Body), "Starting") {
 		t.Fatalf("navigation after the stop: %d %s", res.StatusCode, res.Body)
 	}
@@ -941,5 +955,156 @@ func TestProxySignOut(t *testing.T) {
 				t.Fatalf("GET logout: %d %q, want 303 to %s", res.StatusCode, res.Header.Get("Location"), tc.location(env))
 			}
 		})
+	}
+}
+
+// workbenchURL is the address of a socket as code-server's workbench opens
+// it (on the test upstream's echo path).
+func workbenchURL(env *apitest.Env, id string, resumed bool) string {
+	return fmt.Sprintf("ws%s/w/%s/ws?reconnectionToken=8f2c7a10-5b3e-4d2a-9c1e-2f6b7d8e9a01&reconnection=%v&skipWebSocketFrames=false",
+		strings.TrimPrefix(env.URL, "http"), id, resumed)
+}
+
+// vsMessage is one message of VS Code's remote protocol: type, id, ack,
+// body length, body.
+func vsMessage(typ byte, body string) []byte {
+	m := []byte{typ, 0, 0, 0, 1, 0, 0, 0, 0}
+	m = append(m, byte(len(body)>>24), byte(len(body)>>16), byte(len(body)>>8), byte(len(body)))
+	return append(m, body...)
+}
+
+var (
+	vsAuth       = vsMessage(2, `{"type":"auth","auth":"00000000000000000000","data":"2591d747"}`)
+	vsManagement = vsMessage(2, `{"type":"connectionType","commit":"409c64e0","signedData":"a2a02606","desiredConnectionType":1}`)
+	vsKeepAlive  = vsMessage(9, "")
+	vsTelemetry  = vsMessage(1, "\x04\x04\x06\x64\x06\x05\x01\x09telemetry\x01\x04ping\x00")
+	vsTyped      = vsMessage(1, "\x04\x04\x06\x64\x06\x06\x01\x0eremoteterminal\x01\x06$input\x04\x02\x06\x01\x01\x01l")
+)
+
+// echoAll sends each message over the echo upstream and reads it back, so
+// the proxy has passed all of them on.
+func echoAll(ctx context.Context, t *testing.T, conn *websocket.Conn, msgs ...[]byte) {
+	t.Helper()
+	for _, m := range msgs {
+		if err := conn.Write(ctx, websocket.MessageBinary, m); err != nil {
+			t.Fatal(err)
+		}
+		if _, got, err := conn.Read(ctx); err != nil || string(got) != string(m) {
+			t.Fatalf("echo: %q %v", got, err)
+		}
+	}
+}
+
+// TestProxyActivityRule: what a browser sends counts as activity only when
+// it shows a person at work (docs/lifecycle.md, "Activity").
+func TestProxyActivityRule(t *testing.T) {
+	env := apitest.New(t, apitest.Config{MaxRunningPerUser: 10})
+	alice := env.CreateUser("alice", false)
+	addr := startUpstream(t)
+	c := env.Login(alice)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	idle := runningWorkspace(t, env, alice, "idle", addr)
+	typing := runningWorkspace(t, env, alice, "typing", addr)
+	opened := runningWorkspace(t, env, alice, "opened", addr)
+	posted := runningWorkspace(t, env, alice, "posted", addr)
+	before := time.Now().Unix()
+
+	// An idle workbench: its own fetches, a VS Code socket that only keeps
+	// itself alive, a socket of another program that only pings.
+	for _, h := range [][]string{
+		{"Sec-Fetch-Mode", "no-cors", "Sec-Fetch-Dest", "image"},
+		{"Sec-Fetch-Mode", "navigate", "Sec-Fetch-Dest", "iframe", "Accept", html},
+		{"Sec-Fetch-Mode", "cors", "Sec-Fetch-Dest", "empty"},
+	} {
+		if res := get(t, c, env.URL+"/w/"+idle.ID+"/img.png", h...); res.StatusCode != 200 {
+			t.Fatalf("sub-resource: %d", res.StatusCode)
+		}
+	}
+	vs, _, err := websocket.Dial(ctx, workbenchURL(env, idle.ID, false), &websocket.DialOptions{HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vs.CloseNow()
+	echoAll(ctx, t, vs, vsAuth, vsManagement, vsKeepAlive, vsTelemetry, vsKeepAlive)
+	pinger, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(env.URL, "http")+"/w/"+idle.ID+"/ws", &websocket.DialOptions{HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinger.CloseNow()
+	pinger.CloseRead(ctx)
+	for range 3 {
+		if err := pinger.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Keys typed into a terminal.
+	vt, _, err := websocket.Dial(ctx, workbenchURL(env, typing.ID, false), &websocket.DialOptions{HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vt.CloseNow()
+	echoAll(ctx, t, vt, vsAuth, vsManagement, vsKeepAlive, vsTyped)
+
+	// A person opening the workspace, and a form sent from it.
+	if res := get(t, c, env.URL+"/w/"+opened.ID+"/", "Accept", html, "Sec-Fetch-Mode", "navigate", "Sec-Fetch-Dest", "document"); res.StatusCode != 200 {
+		t.Fatalf("navigation: %d", res.StatusCode)
+	}
+	if res := env.Do(c, http.MethodPost, "/w/"+posted.ID+"/save", "x=1"); res.StatusCode != 200 {
+		t.Fatalf("post: %d", res.StatusCode)
+	}
+
+	// Stopping the server flushes the in-memory marks to the ZSET.
+	env.StopServer()
+	for _, w := range []workspace.Workspace{typing, opened, posted} {
+		if score, err := env.Redis.ZScore(ctx, activity.Key, w.ID).Result(); err != nil || int64(score) < before {
+			t.Errorf("%s: activity %v %v, want a mark", w.Name, score, err)
+		}
+	}
+	if score, err := env.Redis.ZScore(ctx, activity.Key, idle.ID).Result(); err == nil {
+		t.Errorf("idle workbench marked active at %v", score)
+	}
+}
+
+// TestProxyWorkbenchRefused: a workbench reconnecting to a stopped
+// workspace is refused in VS Code's own protocol (it then offers a reload
+// instead of reconnecting forever) and does not wake it.
+func TestProxyWorkbenchRefused(t *testing.T) {
+	env, c, w := stoppedBehindCachedRoute(t)
+	env.Exec(`UPDATE workspaces SET last_access_at = now() - interval '12 minutes 5 seconds' WHERE id = $1`, w.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// The first reconnect meets the cached route to the stopped upstream,
+	// the second reads the workspace.
+	for attempt := range 2 {
+		conn, res, err := websocket.Dial(ctx, workbenchURL(env, w.ID, true), &websocket.DialOptions{HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
+		if err != nil {
+			t.Fatalf("attempt %d: handshake: %v %v", attempt, res, err)
+		}
+		if err := conn.Write(ctx, websocket.MessageBinary, vsAuth); err != nil {
+			t.Fatal(err)
+		}
+		typ, msg, err := conn.Read(ctx)
+		if err != nil || typ != websocket.MessageBinary || len(msg) < 13 || msg[0] != 2 {
+			t.Fatalf("attempt %d: answer %v % x %v", attempt, typ, msg, err)
+		}
+		var refusal struct{ Type, Reason string }
+		if err := json.Unmarshal(msg[13:], &refusal); err != nil || refusal.Type != "error" ||
+			refusal.Reason != "This workspace was stopped. It was last used 12 minutes ago. Reload the window to start it again." {
+			t.Fatalf("attempt %d: refusal %s: %v", attempt, msg[13:], err)
+		}
+		if _, _, err := conn.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+			t.Fatalf("attempt %d: after the refusal: %v", attempt, err)
+		}
+	}
+	// Another program's socket gets the status as a page.
+	_, res, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(env.URL, "http")+"/w/"+w.ID+"/ws", &websocket.DialOptions{HTTPHeader: dialHeaders(t, c, env.URL, env.URL)})
+	if err == nil || res == nil || res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("other socket: %v %v", res, err)
+	}
+	if got := env.Workspace(w.ID).DesiredState; got != workspace.DesiredStandby {
+		t.Fatalf("a reconnect changed the desired state to %s", got)
 	}
 }

@@ -60,27 +60,88 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// Header sets as Chromium sends them (measured on code-server's workbench).
+var (
+	browserNavigation = map[string]string{"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+		"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document", "Sec-Fetch-Site": "none", "Upgrade-Insecure-Requests": "1"}
+	// A page load from a plain-http host other than localhost: no Fetch
+	// Metadata.
+	plainHTTPNavigation = map[string]string{"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "Upgrade-Insecure-Requests": "1"}
+	webviewFrame        = map[string]string{"Accept": "text/html,application/xhtml+xml", "Sec-Fetch-Mode": "navigate",
+		"Sec-Fetch-Dest": "iframe", "Upgrade-Insecure-Requests": "1"}
+	socketHandshake = map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13"}
+)
+
 func TestIsNavigation(t *testing.T) {
 	cases := []struct {
 		name    string
 		headers map[string]string
 		want    bool
 	}{
-		{"no fetch metadata", nil, true},
-		{"page navigation", map[string]string{"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}, true},
+		{"page navigation", browserNavigation, true},
+		{"page navigation on a plain-http host", plainHTTPNavigation, true},
+		{"navigation without a destination", map[string]string{"Sec-Fetch-Mode": "navigate"}, true},
+		{"webview frame", webviewFrame, false},
 		{"service worker update", map[string]string{"Sec-Fetch-Mode": "same-origin", "Sec-Fetch-Dest": "serviceworker"}, false},
 		{"websocket", map[string]string{"Sec-Fetch-Mode": "websocket", "Sec-Fetch-Dest": "empty"}, false},
-		{"fetch from a page", map[string]string{"Sec-Fetch-Mode": "cors"}, false},
-		{"dest without mode", map[string]string{"Sec-Fetch-Dest": "script"}, false},
+		{"websocket reconnect (no fetch metadata)", socketHandshake, false},
+		{"websocket reconnect on a plain-http host asking for HTML", merge(socketHandshake, plainHTTPNavigation), false},
+		{"fetch from a page", map[string]string{"Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}, false},
+		{"fetch on a plain-http host", map[string]string{"Accept": "*/*"}, false},
+		{"fetch of HTML on a plain-http host", map[string]string{"Accept": "text/html"}, false},
+		{"client without fetch metadata", nil, false},
+		{"dest without mode", map[string]string{"Sec-Fetch-Dest": "script", "Accept": "text/html", "Upgrade-Insecure-Requests": "1"}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(http.MethodGet, "/w/x/", nil)
-			for k, v := range tc.headers {
-				r.Header.Set(k, v)
-			}
-			if got := isNavigation(r); got != tc.want {
+			if got := isNavigation(requestWith(http.MethodGet, tc.headers)); got != tc.want {
 				t.Errorf("isNavigation = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// requestWith is a request for a workspace page with these headers.
+func requestWith(method string, headers map[string]string) *http.Request {
+	r := httptest.NewRequest(method, "/w/x/", nil)
+	for k, v := range headers {
+		r.Header.Set(k, v)
+	}
+	return r
+}
+
+func merge(sets ...map[string]string) map[string]string {
+	m := map[string]string{}
+	for _, s := range sets {
+		for k, v := range s {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func TestIsActivity(t *testing.T) {
+	cases := []struct {
+		name    string
+		method  string
+		headers map[string]string
+		want    bool
+	}{
+		{"opening the workbench", http.MethodGet, browserNavigation, true},
+		{"form post", http.MethodPost, map[string]string{"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}, true},
+		{"upload from a script", http.MethodPut, map[string]string{"Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}, true},
+		{"delete from a script", http.MethodDelete, nil, true},
+		{"webview frame an idle page loads", http.MethodGet, webviewFrame, false},
+		{"image", http.MethodGet, map[string]string{"Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}, false},
+		{"resource fetch", http.MethodGet, map[string]string{"Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}, false},
+		{"websocket handshake", http.MethodGet, socketHandshake, false},
+		{"HEAD", http.MethodHead, nil, false},
+		{"preflight", http.MethodOptions, map[string]string{"Sec-Fetch-Mode": "cors"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := isActivity(requestWith(tc.method, tc.headers)); got != tc.want {
+				t.Errorf("isActivity = %v, want %v", got, tc.want)
 			}
 		})
 	}
