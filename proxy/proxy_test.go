@@ -869,7 +869,8 @@ func TestProxyPlainRequests(t *testing.T) {
 	env.Exec(`UPDATE workspaces SET last_access_at = now() - interval '1 hour'`)
 	c := env.Login(alice)
 	before := time.Now().Unix()
-	if res := get(t, c, env.URL+"/w/"+w.ID+"/"); res.StatusCode != 200 || string(res.Body) != "ok" {
+	// A page load, which the activity rule counts, on the plain path.
+	if res := get(t, c, env.URL+"/w/"+w.ID+"/", pageLoad...); res.StatusCode != 200 || string(res.Body) != "ok" {
 		t.Fatalf("GET: %d %s", res.StatusCode, res.Body)
 	}
 
