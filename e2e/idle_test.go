@@ -258,6 +258,22 @@ func (wb *workbench) userState(ctx context.Context, want bool, timeout time.Dura
 // openTerminal opens an integrated terminal through the command palette
 // (its shortcut does nothing in headless Chromium) and focuses it.
 func (wb *workbench) openTerminal(ctx context.Context) error {
+	// On a loaded machine the palette may close, or its text land
+	// elsewhere, before the command runs: the whole sequence is tried
+	// again from a closed palette.
+	var last error
+	for attempt := 0; attempt < 4; attempt++ {
+		if attempt > 0 {
+			_ = pressKey(ctx, "Escape", "Escape", 27, "")
+		}
+		if last = wb.tryOpenTerminal(ctx); last == nil {
+			return chromedp.Do(ctx, chromedp.Click(chromedp.CSS(".terminal-wrapper .xterm-screen")))
+		}
+	}
+	return last
+}
+
+func (wb *workbench) tryOpenTerminal(ctx context.Context) error {
 	// Keys go to the explorer, not to the welcome page's frame; the
 	// workbench may take its keys only some seconds after it shows.
 	palette := `(w => w && w.style.display !== "none")(document.querySelector(".quick-input-widget"))`
@@ -274,16 +290,16 @@ func (wb *workbench) openTerminal(ctx context.Context) error {
 	if err := typeKeys(ctx, "Terminal: Create New Terminal"); err != nil {
 		return err
 	}
-	if err := wb.waitJS(ctx, time.Minute, `[...document.querySelectorAll(".quick-input-list .monaco-list-row")].some(r => r.innerText.includes("Create New Terminal"))`); err != nil {
-		return err
+	if err := wb.waitJS(ctx, 30*time.Second, `[...document.querySelectorAll(".quick-input-list .monaco-list-row")].some(r => r.innerText.includes("Create New Terminal"))`); err != nil {
+		return fmt.Errorf("palette entry: %w", err)
 	}
 	if err := typeKeys(ctx, "\r"); err != nil {
 		return err
 	}
 	if err := wb.waitJS(ctx, time.Minute, `document.querySelector(".terminal-wrapper .xterm-screen")`); err != nil {
-		return err
+		return fmt.Errorf("terminal: %w", err)
 	}
-	return chromedp.Do(ctx, chromedp.Click(chromedp.CSS(".terminal-wrapper .xterm-screen")))
+	return nil
 }
 
 // typeKeys types s with a key-down and a key-up per character (\r is
