@@ -460,7 +460,8 @@ func (s *Server) extendWorkspace(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
-	// More hours than a Duration holds are refused by the service's bound.
+	// A Duration holds no more hours than this; the service's own bound
+	// (workspace.max_extend) is far lower.
 	if req.Hours == nil || *req.Hours <= 0 || *req.Hours > float64(math.MaxInt64/time.Hour) {
 		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "hours",
 			Message: "hours: must be a positive number"})

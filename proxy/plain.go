@@ -236,14 +236,6 @@ func (p *Proxy) writeCookie(bw *bufio.Writer, lines []string, token string) {
 	}
 }
 
-// isCredentialCookie reports a cookie that authenticates to CodeHub (the
-// dashboard's session or a workspace host's), or to code-server when the
-// proxy holds its token.
-func (p *Proxy) isCredentialCookie(name string) bool {
-	return name == p.opts.SessionCookie || name == HostSessionCookie ||
-		(p.opts.UpstreamToken != nil && name == CodeServerCookie)
-}
-
 func writeField(bw *bufio.Writer, name, value string) {
 	bw.WriteString(name)
 	bw.WriteString(": ")

@@ -537,11 +537,10 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if t.prefix != "" {
 		pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
 	}
+	stripCredentials(pr.Out.Header, p.isCredentialCookie)
 	if p.opts.UpstreamToken == nil {
-		stripCredentials(pr.Out.Header, p.opts.SessionCookie, HostSessionCookie)
 		return
 	}
-	stripCredentials(pr.Out.Header, p.opts.SessionCookie, HostSessionCookie, CodeServerCookie)
 	// One Cookie header, as browsers send it (RFC 6265 §5.4).
 	cookie := CodeServerCookie + "=" + t.token
 	if kept := pr.Out.Header.Get("Cookie"); kept != "" {

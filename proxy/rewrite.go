@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"slices"
 	"strings"
 )
 
@@ -18,10 +17,18 @@ const CodeServerCookie = "code-server-session"
 // forwarded.
 const HostSessionCookie = "codehub_host_session"
 
+// isCredentialCookie reports a cookie that authenticates to CodeHub (the
+// dashboard's session or a workspace host's), or to code-server when the
+// proxy holds its token.
+func (p *Proxy) isCredentialCookie(name string) bool {
+	return name == p.opts.SessionCookie || name == HostSessionCookie ||
+		(p.opts.UpstreamToken != nil && name == CodeServerCookie)
+}
+
 // stripCredentials removes what authenticates the user to CodeHub from a
-// request bound for a workspace: the named cookies (other cookies belong to
-// the workspace and stay) and the Authorization header.
-func stripCredentials(h http.Header, cookies ...string) {
+// request bound for a workspace: the cookies isCredential names (other
+// cookies belong to the workspace and stay) and the Authorization header.
+func stripCredentials(h http.Header, isCredential func(name string) bool) {
 	h.Del("Authorization")
 	lines := h.Values("Cookie")
 	if len(lines) == 0 {
@@ -35,7 +42,7 @@ func stripCredentials(h http.Header, cookies ...string) {
 				continue
 			}
 			name, _, _ := strings.Cut(part, "=")
-			if slices.Contains(cookies, strings.TrimSpace(name)) {
+			if isCredential(strings.TrimSpace(name)) {
 				continue
 			}
 			kept = append(kept, part)

@@ -167,7 +167,7 @@ func TestStripCredentials(t *testing.T) {
 			for _, c := range tc.cookies {
 				h.Add("Cookie", c)
 			}
-			stripCredentials(h, "codehub_session", CodeServerCookie)
+			stripCredentials(h, func(name string) bool { return name == "codehub_session" || name == CodeServerCookie })
 			if got := h.Get("Cookie"); got != tc.want {
 				t.Fatalf("Cookie = %q, want %q", got, tc.want)
 			}

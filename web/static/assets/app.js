@@ -272,6 +272,17 @@ function saveSchedule(id, form) {
   return withPending(id, () => api("PATCH", `/api/v1/workspaces/${id}`, { autostart }));
 }
 
+// showFieldError shows a refused name or field next to its form; any other
+// failure goes to the toast.
+function showFieldError(err, errEl) {
+  if (err instanceof APIError && (err.code === "INVALID_INPUT" || err.code === "NAME_TAKEN")) {
+    errEl.textContent = err.message;
+    errEl.hidden = false;
+  } else {
+    handleError(err);
+  }
+}
+
 function keepRunning(id) {
   return withPending(id, () => api("POST", `/api/v1/workspaces/${id}/extend`, { hours: 2 }));
 }
@@ -471,12 +482,7 @@ async function rename(e, id) {
     upsert(await api("PATCH", `/api/v1/workspaces/${id}`, { name }));
     endRename(id);
   } catch (err) {
-    if (err instanceof APIError && (err.code === "INVALID_INPUT" || err.code === "NAME_TAKEN")) {
-      errEl.textContent = err.message;
-      errEl.hidden = false;
-    } else {
-      handleError(err);
-    }
+    showFieldError(err, errEl);
   }
 }
 
@@ -659,12 +665,7 @@ async function create(e) {
       $("create-notice").hidden = false;
     }
   } catch (err) {
-    if (err instanceof APIError && (err.code === "INVALID_INPUT" || err.code === "NAME_TAKEN")) {
-      errEl.textContent = err.message;
-      errEl.hidden = false;
-    } else {
-      handleError(err);
-    }
+    showFieldError(err, errEl);
   } finally {
     btn.disabled = false;
   }
