@@ -74,6 +74,18 @@ func TestBrowserIdle(t *testing.T) {
 		if early := idleAt.Add(idleStandbyTTL - 10*time.Second); stopAsked.Before(early) {
 			t.Fatalf("stop asked at %s, before %s", stopAsked.Format(time.TimeOnly), early.Format(time.TimeOnly))
 		}
+		// Opening it again, a page load, wakes a workspace that stopped for
+		// idleness.
+		wb.step("a page load wakes it", func(ctx context.Context) error {
+			if err := chromedp.Do(ctx, chromedp.Navigate(srv.url+"/w/"+wb.id+"/")); err != nil {
+				return err
+			}
+			if err := waitUntil(ctx, time.Minute, func() bool { return wb.get().Desired == "RUNNING" }); err != nil {
+				return fmt.Errorf("the page load did not wake it: %w", err)
+			}
+			return wb.waitJS(ctx, 3*time.Minute, `document.querySelector(".explorer-folders-view .monaco-list-row")`)
+		})
+		wb.api.settle(wb.id, "RUNNING", time.Now())
 	})
 
 	t.Run("stop with the tab open", func(t *testing.T) {
@@ -105,12 +117,16 @@ func TestBrowserIdle(t *testing.T) {
 			}
 			return nil
 		})
-		// The dialog's button reloads the page: a top-level navigation.
+		// The dialog's button reloads the page: a top-level navigation,
+		// which wakes it and says who had stopped it.
 		wb.step("reloading the window wakes it", func(ctx context.Context) error {
 			clicked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(b => b ? (b.click(), true) : false)(
 				[...document.querySelectorAll(".monaco-dialog-box .monaco-button")].find(b => b.innerText.includes("Reload")))`))
 			if err != nil || !clicked {
 				return fmt.Errorf("no reload button (%v)", err)
+			}
+			if err := wb.waitJS(ctx, time.Minute, `(d => d && d.innerText.startsWith("You stopped it"))(document.querySelector(".detail"))`); err != nil {
+				return fmt.Errorf("the starting page did not say who stopped it: %w", err)
 			}
 			if err := waitUntil(ctx, time.Minute, func() bool { return wb.get().Desired == "RUNNING" }); err != nil {
 				return fmt.Errorf("the reload did not wake it: %w", err)

@@ -384,18 +384,21 @@ func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws worksp
 		if !p.wake(w, r, ws) {
 			return
 		}
+		why := stoppedWords(ws, time.Now())
 		ws.DesiredState = workspace.DesiredRunning
-		render(w, r, p.startingPage(ws))
+		pg := p.startingPage(ws)
+		pg.Detail = why
+		render(w, r, pg)
 	case verdictStarting:
 		render(w, r, p.startingPage(ws))
 	case verdictArchived:
 		render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeArchived,
-			Title:       ws.Name + " is archived",
-			Message:     "This workspace was idle and its home directory is stored in the archive. Restoring it takes a moment.",
+			Title: ws.Name + " is archived", Message: stoppedWords(ws, time.Now()),
+			Detail:      "Its home directory is stored in the archive. Restoring it takes a moment.",
 			StartButton: "Restore and start", Dashboard: p.opts.Sites.DashboardURL()})
 	case verdictNotStarted:
 		render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeNotStarted,
-			Title: ws.Name + " is not started", Message: "This workspace is not running.",
+			Title: ws.Name + " is not running", Message: stoppedWords(ws, time.Now()),
 			StartButton: "Start", Dashboard: p.opts.Sites.DashboardURL()})
 	case verdictError:
 		render(w, r, p.errorPage(ws))

@@ -363,7 +363,7 @@ func TestProxyAutoWake(t *testing.T) {
 	alice := env.CreateUser("alice", false)
 	addr := startUpstream(t)
 	w := env.CreateWorkspace(alice, "sleepy")
-	if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
+	if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby, workspace.CauseIdle); err != nil {
 		t.Fatal(err)
 	}
 	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
@@ -382,6 +382,10 @@ func TestProxyAutoWake(t *testing.T) {
 	if res.StatusCode != 503 || !strings.Contains(string(res.Body), "Starting sleepy") || !strings.Contains(string(res.Body), "location.reload") {
 		t.Fatalf("standby workspace: %d %s", res.StatusCode, res.Body)
 	}
+	// The page says why it was not running.
+	if !strings.Contains(string(res.Body), "minutes without use, less than a minute ago.") {
+		t.Errorf("the starting page does not say why it had stopped: %s", res.Body)
+	}
 	row := env.Workspace(w.ID)
 	if row.DesiredState != workspace.DesiredRunning || time.Since(row.LastAccessAt) > 10*time.Minute {
 		t.Fatalf("after auto-wake: desired %s, last access %v", row.DesiredState, row.LastAccessAt)
@@ -397,11 +401,32 @@ func TestProxyAutoWake(t *testing.T) {
 	}
 }
 
+// TestProxyWakeSaysWhy: opening a workspace its owner stopped wakes it,
+// and the starting page says who had stopped it.
+func TestProxyWakeSaysWhy(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	w := env.CreateWorkspace(alice, "stopped")
+	if _, err := env.Service.SetDesired(context.Background(), w.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
+		t.Fatal(err)
+	}
+	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
+	res := get(t, c, env.URL+"/w/"+w.ID+"/", pageLoad...)
+	if body := string(res.Body); res.StatusCode != 503 || !strings.Contains(body, "Starting stopped") ||
+		!strings.Contains(body, `<p class="detail">You stopped it less than a minute ago.</p>`) {
+		t.Fatalf("page load: %d %s", res.StatusCode, body)
+	}
+	if got := env.Workspace(w.ID).DesiredState; got != workspace.DesiredRunning {
+		t.Fatalf("desired after the page load: %s", got)
+	}
+}
+
 func TestProxyLimitPage(t *testing.T) {
 	env := apitest.New(t, apitest.Config{MaxRunningPerUser: 1})
 	alice := env.CreateUser("alice", false)
 	sleepy := env.CreateWorkspace(alice, "sleepy")
-	if _, err := env.Service.SetDesired(context.Background(), sleepy.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
+	if _, err := env.Service.SetDesired(context.Background(), sleepy.ID, workspace.DesiredStandby, workspace.CauseIdle); err != nil {
 		t.Fatal(err)
 	}
 	env.SetPhase(sleepy.ID, workspace.PhaseStandby, workspace.OpNone)
@@ -455,7 +480,7 @@ func TestProxyStatusPages(t *testing.T) {
 		id, code, text string
 	}{
 		{archived.ID, "ARCHIVED", "Restore and start"},
-		{pending.ID, "NOT_STARTED", "is not started"},
+		{pending.ID, "NOT_STARTED", "has not been started yet"},
 		{failed.ID, "WORKSPACE_ERROR", "ImagePullFailed"},
 		{stopping.ID, "STARTING", "Starting stopping"},
 		{retrying.ID, "STARTING", "Cannot find module"},
@@ -566,7 +591,7 @@ func stoppedBehindCachedRoute(t *testing.T) (env *apitest.Env, c *http.Client, w
 	}
 	up.Close()
 	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
-	env.Exec(`UPDATE workspaces SET desired_state = 'STANDBY' WHERE id = $1`, w.ID)
+	env.Exec(`UPDATE workspaces SET desired_state = 'STANDBY', desired_by = 'idle', desired_at = now() WHERE id = $1`, w.ID)
 	return env, c, w
 }
 

@@ -86,17 +86,22 @@ func refusalReason(ws workspace.Workspace, v verdict, now time.Time) string {
 	return "This workspace is starting again; the session of this window has ended. Reload the window to open it."
 }
 
-// ago is a rounded duration for people.
+// ago is a rounded time in the past for people.
 func ago(d time.Duration) string {
+	return span(d) + " ago"
+}
+
+// span is a rounded duration for people.
+func span(d time.Duration) string {
 	switch {
 	case d < time.Minute:
-		return "less than a minute ago"
+		return "less than a minute"
 	case d < 2*time.Minute:
-		return "1 minute ago"
+		return "1 minute"
 	case d < 2*time.Hour:
-		return fmt.Sprintf("%d minutes ago", int(d/time.Minute))
+		return fmt.Sprintf("%d minutes", int(d/time.Minute))
 	case d < 48*time.Hour:
-		return fmt.Sprintf("%d hours ago", int(d/time.Hour))
+		return fmt.Sprintf("%d hours", int(d/time.Hour))
 	}
-	return fmt.Sprintf("%d days ago", int(d/(24*time.Hour)))
+	return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
 }

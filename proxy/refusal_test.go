@@ -64,3 +64,40 @@ func TestRefusalReason(t *testing.T) {
 		t.Errorf("a minute and a half: %q", got)
 	}
 }
+
+func TestStoppedWords(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+	row := func(phase workspace.Phase, desired workspace.DesiredState, by workspace.Cause, asked *time.Time, used time.Duration) workspace.Workspace {
+		return workspace.Workspace{Phase: phase, DesiredState: desired, DesiredBy: by, DesiredAt: asked, LastAccessAt: now.Add(-used)}
+	}
+	cases := []struct {
+		name string
+		ws   workspace.Workspace
+		want string
+	}{
+		{"stopped by its owner", row(workspace.PhaseStandby, workspace.DesiredStandby, workspace.CauseUser, at(3*time.Minute), 4*time.Minute),
+			"You stopped it 3 minutes ago."},
+		{"stopping for its owner", row(workspace.PhaseRunning, workspace.DesiredStandby, workspace.CauseUser, at(5*time.Second), time.Minute),
+			"You stopped it less than a minute ago."},
+		{"idle stop", row(workspace.PhaseStandby, workspace.DesiredStandby, workspace.CauseIdle, at(20*time.Minute), 30*time.Minute),
+			"It stopped after 10 minutes without use, 20 minutes ago."},
+		{"archived by its owner", row(workspace.PhaseArchived, workspace.DesiredArchived, workspace.CauseUser, at(50*time.Hour), 60*time.Hour),
+			"You archived it 2 days ago."},
+		{"idle archive", row(workspace.PhaseArchived, workspace.DesiredArchived, workspace.CauseIdle, at(3*time.Hour), 3*time.Hour+7*24*time.Hour),
+			"It was archived after 7 days without use, 3 hours ago."},
+		{"being archived by its owner", row(workspace.PhaseStandby, workspace.DesiredArchived, workspace.CauseUser, at(time.Minute), time.Hour),
+			"You archived it 1 minute ago."},
+		{"created stopped", row(workspace.PhasePending, workspace.DesiredStandby, workspace.CauseUser, at(time.Minute), time.Minute),
+			"It has not been started yet."},
+		{"no time recorded", row(workspace.PhaseStandby, workspace.DesiredStandby, workspace.CauseUser, nil, time.Hour),
+			"You stopped it."},
+		{"stopped by a schedule", row(workspace.PhaseStandby, workspace.DesiredStandby, workspace.CauseSchedule, at(3*time.Hour), 3*time.Hour),
+			"It was stopped 3 hours ago."},
+	}
+	for _, tc := range cases {
+		if got := stoppedWords(tc.ws, now); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -65,3 +65,33 @@ func progressWords(phase workspace.Phase, op workspace.Operation) string {
 	}
 	return "Starting the editor. This page opens the workspace when it is ready."
 }
+
+// stoppedWords says in a user's words why a workspace is not running:
+// who stopped or archived it and when, and for an idle stop after how
+// long without use.
+func stoppedWords(ws workspace.Workspace, now time.Time) string {
+	archived := ws.Phase == workspace.PhaseArchived || ws.DesiredState == workspace.DesiredArchived
+	when := ""
+	if ws.DesiredAt != nil {
+		when = " " + ago(now.Sub(*ws.DesiredAt))
+	}
+	switch {
+	case ws.Phase == workspace.PhasePending && ws.DesiredState != workspace.DesiredArchived:
+		return "It has not been started yet."
+	case ws.DesiredState == workspace.DesiredRunning:
+		return "It is not running."
+	case ws.DesiredBy == workspace.CauseIdle && ws.DesiredAt != nil:
+		unused := span(ws.DesiredAt.Sub(ws.LastAccessAt))
+		if archived {
+			return "It was archived after " + unused + " without use," + when + "."
+		}
+		return "It stopped after " + unused + " without use," + when + "."
+	case ws.DesiredBy == workspace.CauseUser && archived:
+		return "You archived it" + when + "."
+	case ws.DesiredBy == workspace.CauseUser:
+		return "You stopped it" + when + "."
+	case archived:
+		return "It was archived" + when + "."
+	}
+	return "It was stopped" + when + "."
+}
