@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/codehub-io/codehub/activity"
 	"github.com/codehub-io/codehub/controller"
@@ -81,23 +82,27 @@ type Deps struct {
 	Redis      *redis.Client
 	Workspaces WorkspaceService
 	Upstreams  controller.Upstreams
+	// Progress, when set, reads the progress of archives and restores.
+	Progress ProgressReader
 }
 
 // Server is the http.Handler of CodeHub's HTTP surface. Run must run on
 // every replica while it serves.
 type Server struct {
-	logger     hclog.Logger
-	opts       Options
-	pool       *pgxpool.Pool
-	workspaces WorkspaceService
-	sites      proxy.Sites
-	sessions   *sessions
-	hub        *hub
-	activity   *activity.Recorder
-	proxy      *proxy.Proxy
-	metrics    *metrics
-	mux        *http.ServeMux
-	allowed    []string
+	logger        hclog.Logger
+	opts          Options
+	pool          *pgxpool.Pool
+	workspaces    WorkspaceService
+	sites         proxy.Sites
+	sessions      *sessions
+	hub           *hub
+	activity      *activity.Recorder
+	proxy         *proxy.Proxy
+	metrics       *metrics
+	mux           *http.ServeMux
+	allowed       []string
+	progress      ProgressReader
+	progressReads singleflight.Group
 }
 
 // New builds the HTTP surface.
@@ -132,6 +137,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 		activity: activity.NewRecorder(logger.Named("activity"), deps.Redis),
 		metrics:  m,
 		allowed:  []string{sites.PublicOrigin()},
+		progress: deps.Progress,
 	}
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
@@ -156,6 +162,7 @@ const (
 	routeDelete       = "DELETE /api/v1/workspaces/{id}"
 	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
 	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
+	routeProgress     = "GET /api/v1/workspaces/{id}/progress"
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
@@ -170,6 +177,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeList: s.listWorkspaces, routeCreate: s.createWorkspace,
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
+		routeProgress:  s.getProgress,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
 	}

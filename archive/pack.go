@@ -224,3 +224,44 @@ func compressTree(ctx context.Context, logger hclog.Logger, root string, enc io.
 	}
 	return walkErr
 }
+
+// homeBytes is the number of file bytes writeTree reads from root: regular
+// files, each multiply linked one once, the staging directory left out.
+// Files that change or vanish meanwhile only make it approximate.
+func homeBytes(ctx context.Context, root string) (int64, error) {
+	root, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	seen := make(map[fileID]bool)
+	err = filepath.WalkDir(root, func(file string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// What writeTree fails on, it reports; the estimate goes on.
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.IsDir() && filepath.Dir(file) == root && d.Name() == stagingName {
+			return fs.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			id := fileID{dev: uint64(st.Dev), ino: st.Ino}
+			if seen[id] {
+				return nil
+			}
+			seen[id] = true
+		}
+		total += info.Size()
+		return nil
+	})
+	return total, err
+}

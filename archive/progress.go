@@ -1,6 +1,8 @@
 package archive
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,8 +12,9 @@ import (
 	"time"
 )
 
-// progressInterval is how often a running archive or restore reports.
-const progressInterval = 5 * time.Second
+// progressInterval is how often a running archive or restore reports; the
+// dashboard shows the latest report.
+const progressInterval = 2 * time.Second
 
 // FormatFields renders key/value pairs as one job log line: KEY=value
 // separated by spaces, values quoted when they would not read back as one
@@ -67,14 +70,42 @@ type progress struct {
 	start time.Time
 	in    atomic.Int64
 	wrote atomic.Int64
+	// total is what in counts towards once known, -1 before.
+	total atomic.Int64
 	stopc chan struct{}
 	done  chan struct{}
 }
 
+// startProgress reports at once, so that a watcher learns the step has
+// begun, and then every progressInterval.
 func startProgress(out *lineWriter, step string) *progress {
 	p := &progress{out: out, step: step, start: time.Now(), stopc: make(chan struct{}), done: make(chan struct{})}
+	p.total.Store(-1)
+	p.report("")
 	go p.run()
 	return p
+}
+
+// sizeHome learns the total of an archive's step, the bytes of the home's
+// files, beside the upload rather than before it: a walk of metadata is
+// cheap next to reading the files, and the upload need not wait for it.
+// The returned function waits for the walk, cancelling it first if asked.
+func (p *progress) sizeHome(ctx context.Context, root string) func(cancel bool) {
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if n, err := homeBytes(ctx, root); err == nil {
+			p.total.Store(n)
+		}
+	}()
+	return func(cancel bool) {
+		if cancel {
+			stop()
+		}
+		<-done
+		stop()
+	}
 }
 
 func (p *progress) run() {
@@ -106,6 +137,9 @@ func (p *progress) report(result string) {
 		"BYTES_OUT", strconv.FormatInt(p.wrote.Load(), 10),
 		"MBPS", strconv.FormatFloat(mbps(p.in.Load(), elapsed), 'f', 1, 64),
 		"ELAPSED", elapsed.Round(time.Millisecond).String(),
+	}
+	if total := p.total.Load(); total >= 0 {
+		kv = append(kv, "TOTAL", strconv.FormatInt(total, 10))
 	}
 	if result != "" {
 		kv = append(kv, "RESULT", result)
@@ -144,3 +178,77 @@ func (c countingReader) Read(p []byte) (int, error) {
 	c.n.Add(int64(k))
 	return k, err
 }
+
+// Progress is the latest report of a running or finished archive or
+// restore: Done of Total bytes of its data step (an archive counts the
+// home's file bytes read, a restore the archive's bytes downloaded).
+type Progress struct {
+	Step string
+	Done int64
+	// Total is -1 while unknown (an archive still sizing the home).
+	Total int64
+	// Result is OK or FAIL once the step ended, empty while it runs.
+	Result string
+}
+
+// Percent is Done as a whole percentage of Total, or -1 when Total is not
+// known.
+func (p Progress) Percent() int {
+	switch {
+	case p.Total < 0:
+		return -1
+	case p.Total == 0 || p.Done >= p.Total:
+		return 100
+	}
+	return int(p.Done * 100 / p.Total)
+}
+
+// LastProgress returns the last progress report in a job's output (the
+// tail a backend read), and false when it holds none. Lines that are not
+// the job's own are passed over; maxLine bounds one line.
+func LastProgress(r io.Reader, maxLine int) (Progress, bool, error) {
+	var last Progress
+	found := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, min(maxLine, 64<<10)), maxLine)
+	for sc.Scan() {
+		if p, ok := parseProgress(sc.Text()); ok {
+			last, found = p, true
+		}
+	}
+	return last, found, sc.Err()
+}
+
+func parseProgress(line string) (Progress, bool) {
+	fields, err := ParseFields(line)
+	if err != nil || len(fields) == 0 || fields[0][0] != "STEP" {
+		return Progress{}, false
+	}
+	p := Progress{Step: fields[0][1], Total: -1}
+	seen := false
+	for _, f := range fields[1:] {
+		switch f[0] {
+		case "BYTES_IN":
+			n, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil || n < 0 {
+				return Progress{}, false
+			}
+			p.Done, seen = n, true
+		case "TOTAL":
+			n, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil || n < 0 {
+				return Progress{}, false
+			}
+			p.Total = n
+		case "RESULT":
+			p.Result = f[1]
+		}
+	}
+	// The check, meta and swap lines carry no byte counts.
+	return p, seen
+}
+
+// ProgressTail is how much of the end of a job's output a backend reads for
+// its latest progress report: reports come every progressInterval, and
+// the job's own log lines may sit between them.
+const ProgressTail = 16 << 10

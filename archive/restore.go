@@ -88,6 +88,7 @@ func (s *Store) fetch(ctx context.Context, log hclog.Logger, out *lineWriter, ke
 	defer root.Close()
 
 	prog := startProgress(out, "download")
+	prog.total.Store(meta.Size)
 	sum := sha256.New()
 	body := io.TeeReader(countingReader{r: objectReader{obj}, n: &prog.in}, sum)
 	extractErr := unpack(ctx, log, body, root, prog)

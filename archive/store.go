@@ -170,6 +170,7 @@ func (s *Store) upload(ctx context.Context, log hclog.Logger, out *lineWriter, s
 	}
 	defer up.close()
 	prog := startProgress(out, "upload")
+	sized := prog.sizeHome(ctx, srcDir)
 	// One encoder goroutine: an asynchronous encoder spends about a fifth
 	// more CPU for the same output, and the cores are better spent on
 	// walking the tree, hashing and uploading alongside.
@@ -184,6 +185,9 @@ func (s *Store) upload(ctx context.Context, log hclog.Logger, out *lineWriter, s
 	if err == nil {
 		err = up.complete()
 	}
+	// The walk for the size reads less than the upload did, so waiting for
+	// it costs little, and the final report then carries the total.
+	sized(err != nil)
 	if err != nil {
 		prog.stop("FAIL")
 		up.abort()

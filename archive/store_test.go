@@ -67,6 +67,11 @@ func TestRoundTrip(t *testing.T) {
 	if !strings.Contains(log.String(), "STEP=upload") || !strings.Contains(log.String(), "RESULT=OK") {
 		t.Fatalf("archive log lacks upload step:\n%s", log.String())
 	}
+	// The last report says how far the upload got of the home's bytes.
+	if p, ok, err := LastProgress(strings.NewReader(log.String()), ResultTail); err != nil || !ok ||
+		p.Step != "upload" || p.Result != "OK" || p.Total < 64<<20 || p.Done != p.Total || p.Percent() != 100 {
+		t.Fatalf("archive progress %+v (%v, %v)", p, ok, err)
+	}
 	stat, err := store.Stat(ctx, testKey)
 	if err != nil || stat != meta {
 		t.Fatalf("stat = %+v, %v; want %+v", stat, err, meta)
@@ -83,6 +88,10 @@ func TestRoundTrip(t *testing.T) {
 	}
 	t.Logf("restore log:\n%s", log.String())
 	compareTrees(t, want, snapshot(t, dst))
+	if p, ok, err := LastProgress(strings.NewReader(log.String()), ResultTail); err != nil || !ok ||
+		p.Step != "download" || p.Result != "OK" || p.Total != meta.Size || p.Done != meta.Size {
+		t.Fatalf("restore progress %+v (%v, %v), archive of %d bytes", p, ok, err, meta.Size)
+	}
 
 	// A second archive of the same key finds it complete and uploads nothing.
 	log.Reset()

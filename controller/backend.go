@@ -192,3 +192,14 @@ func WithOutput(msg, output string) string {
 	slices.Reverse(kept)
 	return msg + ", its output ending:\n" + strings.Join(kept, "\n")
 }
+
+// JobProgress is the latest progress report of a workspace's archive or
+// restore job, of the attempt of operation OpID.
+type JobProgress struct {
+	OpID string
+	archive.Progress
+}
+
+// ErrNoProgress means the job has reported no progress yet (or does not
+// exist).
+var ErrNoProgress = errors.New("no progress reported")

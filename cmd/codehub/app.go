@@ -141,7 +141,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			"GET /api/v1/health": healthHandler(d.healthChecks()),
 			"GET /dl/codehub":    self,
 		},
-	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams})
+	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams, Progress: progressOf(parts.backend)})
 	if err != nil {
 		a.close()
 		return nil, err
@@ -204,4 +204,12 @@ func upstreamTokens(ctx context.Context, cfg *config.Config, d *deps) (func(work
 		return nil, err
 	}
 	return tokens.For, nil
+}
+
+// progressOf is the backend's reader of job progress, if it has one.
+func progressOf(b controller.Backend) api.ProgressReader {
+	if p, ok := b.(api.ProgressReader); ok {
+		return p
+	}
+	return nil
 }

@@ -191,6 +191,7 @@ func testArchiveAndRestore(t *testing.T, s Subject, s3 testenv.S3) {
 		t.Fatalf("archive = %+v, want succeeded", *r)
 	}
 	finishedStays(t, s, controller.JobArchive, job, r)
+	finishedProgress(t, s, controller.JobArchive, job, "upload", int64(len(content)))
 	for _, key := range []string{job.ArchiveKey, archive.MetaKey(job.ArchiveKey)} {
 		if _, err := s3.Client.StatObject(ctx, s3.Bucket, key, minio.StatObjectOptions{}); err != nil {
 			t.Fatalf("archive object %s: %v", key, err)
@@ -207,6 +208,7 @@ func testArchiveAndRestore(t *testing.T, s Subject, s3 testenv.S3) {
 		t.Fatalf("restore = %+v, want succeeded", *r)
 	}
 	finishedStays(t, s, controller.JobRestore, job, r)
+	finishedProgress(t, s, controller.JobRestore, job, "download", 0)
 	if home, err = s.Home(ctx, wsID); err != nil {
 		t.Fatalf("home: %v", err)
 	}
@@ -216,6 +218,29 @@ func testArchiveAndRestore(t *testing.T, s Subject, s3 testenv.S3) {
 	purgeJob(t, s, wsID, controller.JobRestore)
 	deleteVolume(t, s, wsID, vol.VolumeID)
 	assertGone(t, s, wsID)
+}
+
+// progressReader is how the API reads a running job's progress.
+type progressReader interface {
+	JobProgress(ctx context.Context, wsID string, kind controller.JobKind) (controller.JobProgress, error)
+}
+
+// finishedProgress: a finished job's last progress report is its data
+// step's, complete, for the job's operation. An archive's total is the
+// home's file bytes (at least minTotal); a restore's the archive's size.
+func finishedProgress(t *testing.T, s Subject, kind controller.JobKind, job controller.JobSpec, step string, minTotal int64) {
+	t.Helper()
+	pr, ok := s.Backend.(progressReader)
+	if !ok {
+		t.Fatalf("%T reports no job progress", s.Backend)
+	}
+	p, err := pr.JobProgress(t.Context(), job.WorkspaceID, kind)
+	if err != nil {
+		t.Fatalf("%s progress: %v", kind, err)
+	}
+	if p.OpID != job.OpID || p.Step != step || p.Result != "OK" || p.Total < max(minTotal, 1) || p.Done != p.Total || p.Percent() != 100 {
+		t.Fatalf("%s progress %+v, want step %s of op %s complete with at least %d bytes", kind, p, step, job.OpID, minTotal)
+	}
 }
 
 // testFailingArchive: an archive the store refuses (its bucket is missing)

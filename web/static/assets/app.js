@@ -8,6 +8,7 @@ const state = {
   workspaces: new Map(), // id -> workspace object (highest version seen)
   pending: new Set(),    // ids with a request in flight from this page
   opSeen: new Map(),     // id -> {op, since}: when this page first saw the operation
+  moved: new Map(),      // id -> {op, view, timer}: progress of a running archive or restore
   events: null,
   limit: null,           // {id, message}: the start the running limit refused
   stopAsk: null,         // {stop, open}: a stop asked for by link (the proxy's limit page)
@@ -339,6 +340,7 @@ function renderCard(ws) {
   phase.className = `phase phase-${ws.phase}`;
 
   const prog = progressFor(ws);
+  const moved = watchMove(ws);
   const progEl = el.querySelector(".progress");
   progEl.hidden = !prog;
   if (prog) {
@@ -346,7 +348,7 @@ function renderCard(ws) {
     const seen = state.opSeen.get(ws.id);
     const key = ws.desired_state;
     if (!seen || seen.key !== key) state.opSeen.set(ws.id, { key, since: Date.now() });
-    el.querySelector(".progress-text").textContent = prog.label + "…";
+    el.querySelector(".progress-text").textContent = prog.label + "…" + movedText(moved);
     const since = state.opSeen.get(ws.id).since;
     el.querySelector(".progress-time").textContent = elapsed(since);
     el.querySelector(".progress-time").title = `Since ${new Date(since).toLocaleString()}`;
@@ -358,11 +360,17 @@ function renderCard(ws) {
       for (const [cond, label] of prog.steps) {
         const li = document.createElement("li");
         li.textContent = label;
-        if (condTrue(ws, cond)) { li.className = "done"; done++; }
+        if (stepDone(ws, cond)) { li.className = "done"; done++; }
+        else if (cond === "storage.volume_ready" && ws.operation === "RESTORING" && moved && moved.percent != null) {
+          li.textContent = `restoring home ${moved.percent}%`;
+        }
         steps.append(li);
       }
       bar.classList.remove("indeterminate");
       el.querySelector(".bar-fill").style.width = `${Math.max(8, (done / prog.steps.length) * 100)}%`;
+    } else if (moved && moved.percent != null) {
+      bar.classList.remove("indeterminate");
+      el.querySelector(".bar-fill").style.width = `${Math.max(2, moved.percent)}%`;
     } else {
       bar.classList.add("indeterminate");
       el.querySelector(".bar-fill").style.width = "";
@@ -407,6 +415,51 @@ function renderCard(ws) {
   timersEl.textContent = t.text;
   timersEl.title = t.title;
   return el;
+}
+
+// stepDone reports a step of coming up as done. The volume exists before a
+// restore fills it, so the home is ready only once nothing writes it.
+function stepDone(ws, cond) {
+  if (cond === "storage.volume_ready" && (ws.operation === "RESTORING" || ws.operation === "PROVISIONING" || ws.phase === "ARCHIVED")) {
+    return false;
+  }
+  return condTrue(ws, cond);
+}
+
+// watchMove polls the progress of a running archive or restore (the event
+// stream carries changes of state, not bytes) and answers the latest one
+// seen for the current operation, or null.
+function watchMove(ws) {
+  const moving = ws.operation === "ARCHIVING" || ws.operation === "RESTORING";
+  let m = state.moved.get(ws.id);
+  if (!moving || !m || m.op !== ws.operation) {
+    if (m) clearTimeout(m.timer);
+    state.moved.delete(ws.id);
+    if (!moving) return null;
+    m = { op: ws.operation, view: null, timer: 0 };
+    state.moved.set(ws.id, m);
+    pollMove(ws.id, m);
+  }
+  return m.view;
+}
+
+async function pollMove(id, m) {
+  try {
+    const view = await api("GET", `/api/v1/workspaces/${id}/progress`);
+    if (state.moved.get(id) !== m) return;
+    m.view = view;
+    const ws = state.workspaces.get(id);
+    if (ws) renderCard(ws);
+  } catch (err) {
+    // The operation goes on without its progress; try again.
+  }
+  if (state.moved.get(id) === m) m.timer = setTimeout(() => pollMove(id, m), 2000);
+}
+
+function movedText(v) {
+  if (!v || v.bytes_done == null) return "";
+  if (v.percent == null) return ` ${bytes(v.bytes_done)}`;
+  return ` ${v.percent}% (${bytes(v.bytes_done)} of ${bytes(v.bytes_total)})`;
 }
 
 // archiveMark changes whenever the workspace's archives may have: a new
@@ -512,6 +565,7 @@ function upsert(ws) {
 function forget(id) {
   state.workspaces.delete(id);
   state.opSeen.delete(id);
+  state.moved.delete(id);
   renderAll();
 }
 
