@@ -238,7 +238,12 @@ func openIdleWorkbench(t *testing.T, chromium string, srv *server, name string) 
 		}
 		// The explorer lists the home once the workbench reads it over
 		// its socket.
-		return wb.waitJS(ctx, 3*time.Minute, `document.querySelector(".explorer-folders-view .monaco-list-row")`)
+		if err := wb.waitJS(ctx, 3*time.Minute, `document.querySelector(".explorer-folders-view .monaco-list-row")`); err != nil {
+			return err
+		}
+		// The window is titled with the workspace's name, not the home's
+		// folder name.
+		return wb.waitJS(ctx, 30*time.Second, fmt.Sprintf(`(t => t === %[1]q || t.endsWith(" - " + %[1]q))(document.title)`, name))
 	})
 	wb.opened = time.Now()
 	return wb

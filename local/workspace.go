@@ -180,6 +180,12 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err := b.adoptHome(home); err != nil {
 		return fmt.Errorf("start %s: %w", wsID, err)
 	}
+	if b.opts.Command == "" && spec.Name != "" {
+		// The title is a courtesy; the workspace starts without it.
+		if err := brandWindow(home, spec.Name, b.runAs); err != nil {
+			b.logger.Warn("set the window title", "workspace_id", wsID, "error", err)
+		}
+	}
 	if err := resetDir(dir); err != nil {
 		return fmt.Errorf("start %s: %w", wsID, err)
 	}
@@ -233,7 +239,7 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 		l.args = (&config.Workspace{Args: b.opts.Args}).ExpandArgs(port, home)
 	} else {
 		l.program = b.opts.CodeServer
-		l.args = codeServerArgs(port, home, auth, spec.Name)
+		l.args = codeServerArgs(port, home, auth)
 	}
 	if b.runAs != nil {
 		l.program, l.args = b.runAs.wrap(b.setpriv, l.program, l.args)
@@ -247,8 +253,8 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 // code-server opens the folder it last opened, remembered inside the home,
 // before the one it is given; --ignore-last-opened makes it open the home
 // as it is now, so a home restored or moved to another path never reopens
-// a folder that is gone. The workspace's name brands the window title.
-func codeServerArgs(port int, home, auth, name string) []string {
+// a folder that is gone.
+func codeServerArgs(port int, home, auth string) []string {
 	args := []string{
 		"--auth", auth,
 		"--bind-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
@@ -258,9 +264,6 @@ func codeServerArgs(port int, home, auth, name string) []string {
 		"--ignore-last-opened",
 		"--user-data-dir", filepath.Join(home, ".local", "share", "code-server"),
 		"--extensions-dir", filepath.Join(home, ".local", "share", "code-server", "extensions"),
-	}
-	if name != "" {
-		args = append(args, "--app-name", name)
 	}
 	return append(args, home)
 }
