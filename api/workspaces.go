@@ -51,6 +51,8 @@ type workspaceView struct {
 	Conditions   workspace.Conditions   `json:"conditions"`
 	ErrorReason  *string                `json:"error_reason"`
 	ErrorMessage *string                `json:"error_message"`
+	// ErrorStep names the step the failure happened in (workspace.FailedStep).
+	ErrorStep string `json:"error_step,omitempty"`
 	// ErrorCount is the failed attempts in a row; NextAttemptAt when the
 	// engine tries again after the last one.
 	ErrorCount    int        `json:"error_count"`
@@ -78,7 +80,7 @@ func (s *Server) view(w workspace.Workspace) workspaceView {
 	v := workspaceView{
 		ID: w.ID, OwnerID: w.OwnerID, Name: w.Name, Description: w.Description, Image: w.Image,
 		Phase: workspace.DisplayPhase(w), DesiredState: w.DesiredState, Operation: w.Operation,
-		Conditions: w.Conditions, ErrorReason: w.ErrorReason, ErrorMessage: w.ErrorMessage,
+		Conditions: w.Conditions, ErrorReason: w.ErrorReason, ErrorMessage: w.ErrorMessage, ErrorStep: workspace.FailedStep(w),
 		ErrorCount: w.ErrorCount, NextAttemptAt: utc(w.NextAttemptAt),
 		LastAccessAt: w.LastAccessAt.UTC(), URL: s.sites.WorkspaceURL(w.ID),
 		StopsAt: utc(t.StopsAt), ArchivesAt: utc(t.ArchivesAt), DesiredBy: w.DesiredBy, DesiredAt: utc(w.DesiredAt),

@@ -26,6 +26,7 @@ type apiWorkspace struct {
 	Operation string `json:"operation"`
 	Desired   string `json:"desired_state"`
 	Reason    string `json:"error_reason"`
+	ErrorStep string `json:"error_step"`
 }
 
 func (c *apiClient) do(method, path string, body any, out any) int {

@@ -123,3 +123,55 @@ func DisplayPhase(w Workspace) string {
 	}
 	return string(w.Phase)
 }
+
+// Steps of bringing a workspace up or down, as error_step names the one a
+// failure happened in.
+const (
+	StepProvision = "provision" // making the home volume
+	StepRestore   = "restore"   // filling the home from its archive
+	StepArchive   = "archive"   // writing the home to the archive
+	StepSchedule  = "schedule"  // placing the program on a node
+	StepPull      = "pull"      // fetching the program's image
+	StepStart     = "start"     // starting the program
+	StepHealth    = "health"    // the program answering its health check
+	StepStop      = "stop"      // stopping the program
+)
+
+// FailedStep names the step the workspace's recorded failure happened
+// in, or "" without one. Reasons that belong to one step say it; the
+// others (a timeout, an unreachable backend) failed at the first step of
+// coming up whose condition does not hold.
+func FailedStep(w Workspace) string {
+	if w.ErrorReason == nil {
+		return ""
+	}
+	switch *w.ErrorReason {
+	case ReasonArchiveFailed:
+		return StepArchive
+	case ReasonRestoreFailed, ReasonArchiveCorrupted:
+		return StepRestore
+	case ReasonUnschedulable:
+		return StepSchedule
+	case ReasonImagePullFailed:
+		return StepPull
+	case ReasonStartFailed, ReasonContainerWithoutVolume:
+		return StepStart
+	case ReasonDataLost:
+		return StepProvision
+	}
+	switch {
+	case w.DesiredState == DesiredArchived:
+		return StepArchive
+	case w.DesiredState == DesiredStandby:
+		return StepStop
+	case !w.Conditions.isTrue(CondVolumeReady) && w.ArchiveKey != nil:
+		return StepRestore
+	case !w.Conditions.isTrue(CondVolumeReady):
+		return StepProvision
+	case !w.Conditions.isTrue(CondContainerReady):
+		return StepStart
+	case !w.Conditions.isTrue(CondUpstreamReady):
+		return StepHealth
+	}
+	return ""
+}

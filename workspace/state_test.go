@@ -94,3 +94,46 @@ func TestDisplayPhase(t *testing.T) {
 		}
 	}
 }
+
+func TestFailedStep(t *testing.T) {
+	ready := func(names ...string) Conditions {
+		c := Conditions{}
+		for _, n := range names {
+			c[n] = Condition{Status: ConditionTrue}
+		}
+		return c
+	}
+	key := "archives/x/y/home.tar.zst"
+	cases := []struct {
+		name    string
+		reason  string
+		desired DesiredState
+		conds   Conditions
+		archive *string
+		want    string
+	}{
+		{"no failure", "", DesiredRunning, nil, nil, ""},
+		{"image", ReasonImagePullFailed, DesiredRunning, ready(CondVolumeReady), nil, StepPull},
+		{"program exited", ReasonStartFailed, DesiredRunning, ready(CondVolumeReady), nil, StepStart},
+		{"no node fits", ReasonUnschedulable, DesiredRunning, ready(CondVolumeReady), nil, StepSchedule},
+		{"restore", ReasonRestoreFailed, DesiredRunning, ready(CondVolumeReady), &key, StepRestore},
+		{"damaged archive", ReasonArchiveCorrupted, DesiredRunning, nil, &key, StepRestore},
+		{"archive", ReasonArchiveFailed, DesiredArchived, ready(CondVolumeReady), nil, StepArchive},
+		{"timed out making the home", ReasonTimeout, DesiredRunning, nil, nil, StepProvision},
+		{"timed out before the restore", ReasonTimeout, DesiredRunning, nil, &key, StepRestore},
+		{"timed out starting", ReasonTimeout, DesiredRunning, ready(CondVolumeReady), nil, StepStart},
+		{"timed out answering", ReasonTimeout, DesiredRunning, ready(CondVolumeReady, CondContainerReady), nil, StepHealth},
+		{"backend down while archiving", ReasonBackendError, DesiredArchived, ready(CondVolumeReady), nil, StepArchive},
+		{"timed out stopping", ReasonTimeout, DesiredStandby, ready(CondVolumeReady, CondContainerReady), nil, StepStop},
+		{"nothing left to blame", ReasonTimeout, DesiredRunning, ready(CondVolumeReady, CondContainerReady, CondUpstreamReady), nil, ""},
+	}
+	for _, c := range cases {
+		w := Workspace{DesiredState: c.desired, Conditions: c.conds, ArchiveKey: c.archive}
+		if c.reason != "" {
+			w.ErrorReason = &c.reason
+		}
+		if got := FailedStep(w); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -59,6 +59,19 @@ const busyLabels = {
   DELETING: "Deleting",
 };
 
+// stepWords says in a user's words which step of coming up or going down
+// failed (error_step).
+const stepWords = {
+  provision: "Preparing the home directory failed",
+  restore: "Restoring the home directory failed",
+  archive: "Archiving failed",
+  schedule: "Finding a machine to run it failed",
+  pull: "Fetching the image failed",
+  start: "Starting the program failed",
+  health: "The program did not answer",
+  stop: "Stopping failed",
+};
+
 const towards = { RUNNING: "Starting", STANDBY: "Stopping", ARCHIVED: "Archiving" };
 
 // towardsLabel names the change a workspace waits for between operations.
@@ -383,7 +396,8 @@ function renderCard(ws) {
   const showErr = ws.phase === "ERROR" || (ws.error_reason && ws.operation === "NONE");
   errBox.hidden = !showErr;
   if (showErr) {
-    el.querySelector(".error-reason").textContent = ws.error_reason || "Error";
+    const step = stepWords[ws.error_step];
+    el.querySelector(".error-reason").textContent = (step ? `${step}: ` : "") + (ws.error_reason || "Error");
     el.querySelector(".error-message").textContent = ws.error_message || "";
     const retry = el.querySelector(".error-retry");
     retry.hidden = ws.phase === "ERROR";
