@@ -70,7 +70,7 @@ a{color:#2f6fde} .running{list-style:none;padding:0;margin:1rem 0}
 </style></head><body><main>
 <h1>{{if .Poll}}<span class="spinner"></span>{{end}}{{.Title}}</h1>
 {{with .Failure}}<div class="failure" role="alert">
-<p><strong>Attempt {{.Attempt}} of {{.Of}} failed: {{.Reason}}</strong></p>
+<p><strong>Attempt {{.Attempt}} of {{.Of}} failed{{.Step}}: {{.Reason}}</strong></p>
 {{if .Message}}<p>{{.Message}}</p>{{end}}
 <p>{{if .Next}}Next attempt at <time datetime="{{.Next.UTC.Format "2006-01-02T15:04:05Z07:00"}}">{{.Next.UTC.Format "15:04:05"}} UTC</time>.{{else}}Trying again shortly.{{end}}</p>
 </div>{{else}}<p id="message">{{.Message}}</p>{{end}}

@@ -493,7 +493,7 @@ func TestProxyStatusPages(t *testing.T) {
 		}
 	}
 	res := get(t, c, env.URL+"/w/"+retrying.ID+"/", "Accept", html)
-	for _, want := range []string{"Attempt 1 of 3 failed: StartFailed", "Next attempt at <time datetime="} {
+	for _, want := range []string{"Attempt 1 of 3 failed while starting the program: StartFailed", "Next attempt at <time datetime="} {
 		if !strings.Contains(string(res.Body), want) {
 			t.Errorf("retrying start page lacks %q: %s", want, res.Body)
 		}

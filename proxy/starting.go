@@ -10,6 +10,9 @@ import (
 // startFailure is a failed attempt of a workspace still on its way up: the
 // engine retries it at Next (or at once, when Next is nil or past).
 type startFailure struct {
+	// Step says in a user's words where it failed ("while starting the
+	// program"), empty when that cannot be told.
+	Step    string
 	Reason  string
 	Message string
 	// Attempt is how many attempts failed in a row, of at most Of before
@@ -26,7 +29,8 @@ type startFailure struct {
 // moves by itself.
 func startingWords(ws workspace.Workspace) (string, *startFailure) {
 	if ws.ErrorReason != nil {
-		f := &startFailure{Reason: *ws.ErrorReason, Attempt: ws.ErrorCount, Of: workspace.MaxErrorCount, Next: ws.NextAttemptAt}
+		f := &startFailure{Step: stepWords[workspace.FailedStep(ws)], Reason: *ws.ErrorReason,
+			Attempt: ws.ErrorCount, Of: workspace.MaxErrorCount, Next: ws.NextAttemptAt}
 		if ws.ErrorMessage != nil {
 			f.Message = *ws.ErrorMessage
 		}
@@ -35,8 +39,19 @@ func startingWords(ws workspace.Workspace) (string, *startFailure) {
 	return progressWords(ws.Phase, ws.Operation), nil
 }
 
+// stepWords says where a start failed (workspace.FailedStep), to follow
+// "Attempt n of m failed".
+var stepWords = map[string]string{
+	workspace.StepProvision: " while preparing the home directory",
+	workspace.StepRestore:   " while restoring the home directory",
+	workspace.StepSchedule:  " while finding a machine to run it",
+	workspace.StepPull:      " while fetching the image",
+	workspace.StepStart:     " while starting the program",
+	workspace.StepHealth:    " waiting for the program to answer",
+}
+
 func failureWords(f *startFailure, op workspace.Operation) string {
-	what := fmt.Sprintf("Attempt %d of %d failed: %s", f.Attempt, f.Of, f.Reason)
+	what := fmt.Sprintf("Attempt %d of %d failed%s: %s", f.Attempt, f.Of, f.Step, f.Reason)
 	if f.Message != "" {
 		what += " (" + f.Message + ")"
 	}

@@ -28,12 +28,24 @@ func TestStartingWords(t *testing.T) {
 		{"archiving", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpArchiving}, "Finishing archiving first", false},
 		{"retry waits", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpNone,
 			ErrorReason: &reason, ErrorMessage: &message, ErrorCount: 2, NextAttemptAt: &next},
-			"Attempt 2 of 3 failed: StartFailed (exited with code 1: Cannot find module './cli'). Next attempt at 23:40:05 UTC.", true},
+			"Attempt 2 of 3 failed while starting the program: StartFailed (exited with code 1: Cannot find module './cli'). Next attempt at 23:40:05 UTC.", true},
 		{"retry due", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpNone, ErrorReason: &reason, ErrorCount: 1},
-			"Attempt 1 of 3 failed: StartFailed. Trying again shortly.", true},
+			"Attempt 1 of 3 failed while starting the program: StartFailed. Trying again shortly.", true},
 		{"retry runs", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpStarting, ErrorReason: &reason, ErrorCount: 1},
-			"Attempt 1 of 3 failed: StartFailed. Trying again now.", true},
+			"Attempt 1 of 3 failed while starting the program: StartFailed. Trying again now.", true},
 	}
+	// A timeout says where it happened by what was up.
+	timeout := workspace.ReasonTimeout
+	cases = append(cases, struct {
+		name  string
+		ws    workspace.Workspace
+		words string
+		fails bool
+	}{"timed out answering", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpNone, ErrorReason: &timeout, ErrorCount: 1,
+		DesiredState: workspace.DesiredRunning, Conditions: workspace.Conditions{
+			workspace.CondVolumeReady:    {Status: workspace.ConditionTrue},
+			workspace.CondContainerReady: {Status: workspace.ConditionTrue}}},
+		"Attempt 1 of 3 failed waiting for the program to answer: Timeout. Trying again shortly.", true})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			words, f := startingWords(tc.ws)
