@@ -27,6 +27,8 @@ type apiWorkspace struct {
 	Desired   string `json:"desired_state"`
 	Reason    string `json:"error_reason"`
 	ErrorStep string `json:"error_step"`
+	// StopsAt is when the idle stop comes if nobody works in it.
+	StopsAt *time.Time `json:"stops_at"`
 }
 
 func (c *apiClient) do(method, path string, body any, out any) int {

@@ -57,15 +57,28 @@ func TestBrowserIdle(t *testing.T) {
 		// pass from marks flushed at most one flush interval late.
 		deadline := idleAt.Add(idleStandbyTTL + activity.FlushInterval + idleTTLInterval + stopAllowance)
 		var stopAsked time.Time
+		var promised *time.Time
 		wb.step("the workspace stops", func(ctx context.Context) error {
 			return waitUntil(ctx, time.Until(deadline), func() bool {
 				ws := wb.get()
 				if stopAsked.IsZero() && ws.Desired == "STANDBY" {
 					stopAsked = time.Now()
 				}
+				if stopAsked.IsZero() {
+					promised = ws.StopsAt
+				}
 				return ws.Phase == "STANDBY" && ws.Operation == "NONE"
 			})
 		})
+		// The API said when it would stop; the runner asks for the stop at
+		// its first pass after that.
+		if promised == nil {
+			t.Fatal("the API gave no stops_at before the stop")
+		}
+		t.Logf("stops_at said %s, stop asked at %s", promised.Format(time.TimeOnly), stopAsked.Format(time.TimeOnly))
+		if stopAsked.Before(promised.Add(-time.Second)) || stopAsked.After(promised.Add(idleTTLInterval+5*time.Second)) {
+			t.Errorf("stop asked at %s; stops_at said %s", stopAsked.Format(time.TimeOnly), promised.Format(time.TimeOnly))
+		}
 		t.Logf("stop asked %s after the workbench reported its user idle, STANDBY %s after",
 			stopAsked.Sub(idleAt).Round(time.Second), time.Since(idleAt).Round(time.Second))
 		// Until then the workbench said its user was active, and that kept
