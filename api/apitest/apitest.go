@@ -365,3 +365,18 @@ func HostOf(t testing.TB, raw string) string {
 	}
 	return u.Host
 }
+
+// Token makes a personal API token of u through the API and returns its
+// secret; body is the request (name, scope, expires_in_days, admin).
+func (e *Env) Token(u User, body map[string]any) string {
+	e.t.Helper()
+	res := e.Do(e.Login(u), http.MethodPost, "/api/v1/tokens", body)
+	if res.StatusCode != http.StatusCreated {
+		e.t.Fatalf("create token of %s: status %d: %s", u.Username, res.StatusCode, res.Body)
+	}
+	var created struct {
+		Secret string `json:"secret"`
+	}
+	res.Decode(e.t, &created)
+	return created.Secret
+}
