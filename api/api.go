@@ -1,6 +1,6 @@
 // Package api is CodeHub's HTTP surface: the REST API under /api/v1 (login
-// and sessions, workspaces, admin recovery, the SSE event stream and the
-// OpenAPI document), /metrics, and the mounting of the workspace proxy at
+// and sessions, personal API tokens, workspaces, admin recovery, the SSE
+// event stream and the OpenAPI document), /metrics, and the mounting of the workspace proxy at
 // /w/{id}/ or on workspace subdomains. It changes workspaces only through
 // the workspace service layer and never talks to the backend directly.
 package api

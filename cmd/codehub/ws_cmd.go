@@ -344,14 +344,13 @@ func (u *userCLI) wsSetDesired(c *client, ref, desired string, asJSON bool) erro
 }
 
 func (u *userCLI) wsOpen(c *client, ref string, printOnly, asJSON bool) error {
-	var ws wsInfo
-	var raw []byte
 	ws, err := u.resolve(c, ref)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		if raw, err = json.Marshal(map[string]string{"id": ws.ID, "name": ws.Name, "url": ws.URL}); err != nil {
+		raw, err := json.Marshal(map[string]string{"id": ws.ID, "name": ws.Name, "url": ws.URL})
+		if err != nil {
 			return err
 		}
 		if err := u.printJSON(raw); err != nil {
