@@ -22,14 +22,20 @@ type logEntry struct {
 // creation, the last change of its desired state, each condition's last
 // transition (the steps of a start: home ready, process running, editor
 // answering), a failed attempt with the retry planned, and where it is
-// now, in time order. The API keeps no history beyond these.
+// now, in time order after the creation. The API keeps no history beyond these.
 func workspaceLog(ws wsInfo) []logEntry {
 	entries := []logEntry{{Time: ws.CreatedAt, Event: "created", Message: "created with image " + ws.Image}}
 	if ws.DesiredAt != nil {
 		entries = append(entries, logEntry{Time: *ws.DesiredAt, Event: "desired",
 			Message: fmt.Sprintf("%s asked for %s", causeWords(ws.DesiredBy), ws.DesiredState)})
 	}
-	for name, c := range ws.Conditions {
+	names := make([]string, 0, len(ws.Conditions))
+	for name := range ws.Conditions {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		c := ws.Conditions[name]
 		msg := name + " is " + c.Status
 		if c.Reason != "" {
 			msg += ": " + c.Reason
@@ -50,7 +56,9 @@ func workspaceLog(ws wsInfo) []logEntry {
 		entries = append(entries, logEntry{Time: ws.UpdatedAt, Event: "error", Message: msg})
 	}
 	entries = append(entries, stateEntry(ws))
-	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Time.Before(entries[j].Time) })
+	// The creation comes first even when the engine's clock put a
+	// condition a moment before it.
+	sort.SliceStable(entries[1:], func(i, j int) bool { return entries[1+i].Time.Before(entries[1+j].Time) })
 	return entries
 }
 
