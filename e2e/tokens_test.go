@@ -121,6 +121,7 @@ func TestBrowserCLILoginAndTokens(t *testing.T) {
 		secret, err = chromedp.Run(ctx, chromedp.Text(chromedp.ID("token-secret")))
 		return err
 	})
+	t.Logf("token panel: %s", b.screenshot("token panel"))
 	if code := bearerStatus(t, srv, "GET", secret); code != http.StatusOK {
 		t.Fatalf("the dashboard's token reads: %d", code)
 	}

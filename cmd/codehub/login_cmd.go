@@ -54,7 +54,8 @@ By default the server's approval page opens in your browser; log in there
 if asked and approve. The server then gives this command a read-write token
 that lasts 90 days, named after this computer. With -token-stdin, paste a
 token made in the dashboard (API tokens) instead, for example a read-only
-one.
+one; that is also the way on a machine without a browser, since the
+approval returns to this computer's loopback address.
 
 The token is stored in your configuration directory
 (~/.config/codehub/credentials.json on Linux), readable by you alone. The
