@@ -56,20 +56,15 @@ const (
 // is their HMAC-SHA256 under a deployment key, which is fast enough for
 // every request and useless to whoever reads the table without the key.
 type tokens struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	cache *credentialCache[store.TokenSession]
 
-	mu    sync.Mutex
-	key   []byte
-	cache map[[sha256.Size]byte]cachedToken
-}
-
-type cachedToken struct {
-	token store.TokenSession
-	until time.Time
+	mu  sync.Mutex
+	key []byte
 }
 
 func newTokens(pool *pgxpool.Pool) *tokens {
-	return &tokens{pool: pool, cache: map[[sha256.Size]byte]cachedToken{}}
+	return &tokens{pool: pool, cache: newCredentialCache[store.TokenSession]()}
 }
 
 // hash is the stored hash of a secret. The key is read (or created) on
@@ -114,10 +109,9 @@ func wellFormedSecret(s string) bool {
 	return err == nil
 }
 
-// lookup returns the unexpired token with that secret. Like sessions, a
-// replica trusts what it looked up for sessionCacheTTL, so a revocation
-// elsewhere takes effect within that time. last_used_at is written when it
-// is older than lastUsedGranularity.
+// lookup returns the unexpired token with that secret, through the cache
+// sessions use too. last_used_at is written when it is older than
+// lastUsedGranularity.
 func (t *tokens) lookup(ctx context.Context, secret string) (store.TokenSession, bool, error) {
 	if !wellFormedSecret(secret) {
 		return store.TokenSession{}, false, nil
@@ -127,11 +121,8 @@ func (t *tokens) lookup(ctx context.Context, secret string) (store.TokenSession,
 		return store.TokenSession{}, false, err
 	}
 	now := time.Now()
-	t.mu.Lock()
-	cached, hit := t.cache[hash]
-	t.mu.Unlock()
-	if hit && now.Before(cached.until) && now.Before(cached.token.ExpiresAt) {
-		return cached.token, true, nil
+	if cached, hit := t.cache.get(hash, now); hit {
+		return cached, true, nil
 	}
 	tok, err := store.TokenBySecretHash(ctx, t.pool, hash[:])
 	if errors.Is(err, store.ErrNotFound) {
@@ -146,32 +137,13 @@ func (t *tokens) lookup(ctx context.Context, secret string) (store.TokenSession,
 		}
 		tok.LastUsedAt = &now
 	}
-	t.remember(hash, tok, now)
+	t.cache.put(hash, tok, tok.ExpiresAt, now)
 	return tok, true, nil
-}
-
-func (t *tokens) remember(hash [sha256.Size]byte, tok store.TokenSession, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.cache) >= 4096 {
-		for k, v := range t.cache {
-			if now.After(v.until) {
-				delete(t.cache, k)
-			}
-		}
-	}
-	t.cache[hash] = cachedToken{token: tok, until: now.Add(sessionCacheTTL)}
 }
 
 // forget drops a revoked token from this replica's cache at once.
 func (t *tokens) forget(id string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for k, v := range t.cache {
-		if v.token.ID == id {
-			delete(t.cache, k)
-		}
-	}
+	t.cache.deleteWhere(func(tok store.TokenSession) bool { return tok.ID == id })
 }
 
 // bearerToken returns the credential of an Authorization header. present
