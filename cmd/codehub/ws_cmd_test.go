@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codehub-io/codehub/api/apitest"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -46,25 +46,7 @@ type cliResult struct {
 	stdout, stderr string
 }
 
-// syncBuffer is written by a command while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (c *cliTest) cli(ctx context.Context, stdin string, stdout, stderr *syncBuffer) *userCLI {
+func (c *cliTest) cli(ctx context.Context, stdin string, stdout, stderr *nomadtest.LockedBuffer) *userCLI {
 	return &userCLI{ctx: ctx, stdin: strings.NewReader(stdin), stdout: stdout, stderr: stderr,
 		openURL: func(address string) error {
 			c.mu.Lock()
@@ -81,7 +63,7 @@ func (c *cliTest) cli(ctx context.Context, stdin string, stdout, stderr *syncBuf
 // run runs "codehub ARGS" with stdin and returns its exit status and output.
 func (c *cliTest) run(stdin string, args ...string) cliResult {
 	c.t.Helper()
-	var stdout, stderr syncBuffer
+	var stdout, stderr nomadtest.LockedBuffer
 	u := c.cli(c.t.Context(), stdin, &stdout, &stderr)
 	var code int
 	switch args[0] {
@@ -388,7 +370,7 @@ func TestLoginInBrowser(t *testing.T) {
 	c.browse = approve(false, func(string) string { return "forged" })
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr nomadtest.LockedBuffer
 	if code := c.cli(ctx, "", &stdout, &stderr).login([]string{c.env.URL}); code != exitFailed || len(callbacks) != 1 || callbacks[0] != 400 {
 		t.Fatalf("forged state: exit %d, callbacks %v: %s", code, callbacks, stderr.String())
 	}
@@ -404,7 +386,7 @@ func TestWsLogsFollow(t *testing.T) {
 	alice := c.env.CreateUser("alice", false)
 	w := c.env.CreateWorkspace(alice, "live")
 	c.loginAs(alice, "read")
-	var stdout, stderr syncBuffer
+	var stdout, stderr nomadtest.LockedBuffer
 	done := make(chan int, 1)
 	go func() { done <- c.cli(t.Context(), "", &stdout, &stderr).ws([]string{"logs", "-f", "live"}) }()
 	waitFor := func(want string) {
