@@ -1,6 +1,6 @@
 // Package api is CodeHub's HTTP surface: the REST API under /api/v1 (login
-// and sessions, workspaces, admin recovery, the SSE event stream and the
-// OpenAPI document), /metrics, and the mounting of the workspace proxy at
+// and sessions, personal API tokens, workspaces, admin recovery, the SSE
+// event stream and the OpenAPI document), /metrics, and the mounting of the workspace proxy at
 // /w/{id}/ or on workspace subdomains. It changes workspaces only through
 // the workspace service layer and never talks to the backend directly.
 package api
@@ -95,6 +95,7 @@ type Server struct {
 	workspaces    WorkspaceService
 	sites         proxy.Sites
 	sessions      *sessions
+	tokens        *tokens
 	hub           *hub
 	activity      *activity.Recorder
 	proxy         *proxy.Proxy
@@ -133,6 +134,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	s := &Server{
 		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites,
 		sessions: newSessions(deps.Pool, opts.SessionTTL, sites.Secure(), opts.CookieDomain),
+		tokens:   newTokens(deps.Pool),
 		hub:      newHub(logger.Named("events"), deps.Redis),
 		activity: activity.NewRecorder(logger.Named("activity"), deps.Redis),
 		metrics:  m,
@@ -168,6 +170,11 @@ const (
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
 	routeEvents       = "GET /api/v1/events"
 	routeOpenAPI      = "GET /api/v1/openapi.json"
+	routeTokens       = "GET /api/v1/tokens"
+	routeTokenCreate  = "POST /api/v1/tokens"
+	routeTokenRevoke  = "DELETE /api/v1/tokens/{id}"
+	routeTokenGrant   = "POST /api/v1/token-grants"
+	routeTokenRedeem  = "POST /api/v1/token-grants/redeem"
 )
 
 func (s *Server) routes() *http.ServeMux {
@@ -180,6 +187,8 @@ func (s *Server) routes() *http.ServeMux {
 		routeProgress:  s.getProgress,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
+		routeTokens: s.listTokens, routeTokenCreate: s.createToken, routeTokenRevoke: s.revokeToken,
+		routeTokenGrant: s.createGrant, routeTokenRedeem: s.redeemGrant,
 	}
 	allow := map[string][]string{}
 	for pattern, h := range handlers {
@@ -217,10 +226,15 @@ func methodNotAllowed(methods []string) http.Handler {
 	})
 }
 
-// guard refuses state-changing requests from other origins.
+// guard refuses state-changing requests from other origins. A request
+// with an Authorization header is judged by that header alone, never by
+// cookies, and no page can make a browser send one to another origin
+// (that needs a CORS preflight the API never grants), so it needs no such
+// check.
 func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !safeMethod(r.Method) && crossOrigin(r.Header, s.allowed) {
+		_, bearer := bearerToken(r.Header)
+		if !bearer && !safeMethod(r.Method) && crossOrigin(r.Header, s.allowed) {
 			WriteError(w, newError(http.StatusForbidden, CodeCrossOrigin, "cross-origin request refused"))
 			return
 		}
@@ -259,12 +273,13 @@ func (s *Server) workspacePath(r *http.Request) bool {
 // WorkspaceURL is where the user opens workspace id.
 func (s *Server) WorkspaceURL(id string) string { return s.sites.WorkspaceURL(id) }
 
-// sessionSweepInterval is how often expired sessions are deleted.
+// sessionSweepInterval is how often expired sessions and tokens are
+// deleted.
 const sessionSweepInterval = time.Hour
 
 // Run keeps the replica's background work going until ctx ends: the
 // subscription feeding event streams, the activity flush, and the sweep of
-// expired sessions. It runs on every replica, leader or not.
+// expired sessions and tokens. It runs on every replica, leader or not.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
@@ -299,6 +314,14 @@ func (s *Server) sweepSessions(ctx context.Context) error {
 			}
 			if n > 0 {
 				s.logger.Debug("swept expired sessions", "count", n)
+			}
+			n, err = store.DeleteExpiredTokens(ctx, s.pool, expiredTokenKeep)
+			if err != nil {
+				s.logger.Warn("sweep expired tokens", "error", err)
+				continue
+			}
+			if n > 0 {
+				s.logger.Debug("swept expired tokens", "count", n)
 			}
 		}
 	}

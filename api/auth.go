@@ -212,18 +212,42 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sessionView{User: userView{sess.UserID, sess.Username, sess.IsAdmin}, ExpiresAt: sess.ExpiresAt.UTC()})
 }
 
-// requireUser answers 401 (and returns false) unless the request has a session.
+// requireUser answers 401 (and returns false) unless the request has a
+// session or a valid token, and 403 to a read token sending a change.
 func (s *Server) requireUser(w http.ResponseWriter, r *http.Request) (store.Session, bool) {
-	sess, ok, err := s.sessions.fromRequest(r)
+	sess, ok, err := s.authenticate(r)
 	if err != nil {
 		s.fail(w, "authenticate", err)
 		return store.Session{}, false
 	}
 	if !ok {
-		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "log in first"))
+		msg := "log in first"
+		if _, bearer := bearerToken(r.Header); bearer {
+			msg = "the token is invalid, expired or revoked"
+		}
+		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, msg))
+		return store.Session{}, false
+	}
+	if sess.TokenID != "" && !tokenAllows(sess.TokenScope, r.Method) {
+		WriteError(w, newError(http.StatusForbidden, CodeReadOnlyToken, "this token may only read; make a read-write token to change things"))
 		return store.Session{}, false
 	}
 	return sess, true
+}
+
+// authenticate returns who sent an API request: the bearer token when an
+// Authorization header is sent (its cookies are then ignored), otherwise
+// the dashboard session cookie.
+func (s *Server) authenticate(r *http.Request) (store.Session, bool, error) {
+	secret, bearer := bearerToken(r.Header)
+	if !bearer {
+		return s.sessions.fromRequest(r)
+	}
+	t, ok, err := s.tokens.lookup(r.Context(), secret)
+	if !ok || err != nil {
+		return store.Session{}, false, err
+	}
+	return tokenSession(t), true, nil
 }
 
 // requireAdmin is requireUser for administrators; others get 403.

@@ -20,7 +20,7 @@ func BenchmarkSSEStateChange(b *testing.B) {
 	env := apitest.New(b, apitest.Config{})
 	alice := env.CreateUser("alice", false)
 	w := env.CreateWorkspace(alice, "bench")
-	startListener(b, env)
+	env.StartListener()
 	replica := env.NewReplica(apitest.Config{})
 	env.RunServer(replica)
 	srv := httptest.NewServer(replica)

@@ -34,6 +34,10 @@ const (
 	CodeLimitExceeded    = "LIMIT_EXCEEDED"
 	CodeTooManyAttempts  = "TOO_MANY_ATTEMPTS"
 	CodeInternal         = "INTERNAL"
+	// CodeReadOnlyToken refuses a change sent with a read token.
+	CodeReadOnlyToken = "READ_ONLY_TOKEN"
+	// CodeSessionRequired refuses to a token what needs a dashboard login.
+	CodeSessionRequired = "SESSION_REQUIRED"
 )
 
 // maxBodyBytes bounds every JSON request body.

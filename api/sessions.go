@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,18 +30,11 @@ type sessions struct {
 	ttl    time.Duration
 	secure bool
 	domain string
-
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]cachedSession
-}
-
-type cachedSession struct {
-	session store.Session
-	until   time.Time
+	cache  *credentialCache[store.Session]
 }
 
 func newSessions(pool *pgxpool.Pool, ttl time.Duration, secure bool, domain string) *sessions {
-	return &sessions{pool: pool, ttl: ttl, secure: secure, domain: domain, cache: map[[sha256.Size]byte]cachedSession{}}
+	return &sessions{pool: pool, ttl: ttl, secure: secure, domain: domain, cache: newCredentialCache[store.Session]()}
 }
 
 // newToken returns a random session token and the hash stored for it.
@@ -94,9 +86,7 @@ func (s *sessions) cookie(value string, expires time.Time) *http.Cookie {
 func (s *sessions) end(ctx context.Context, r *http.Request) (*http.Cookie, error) {
 	if c, err := r.Cookie(SessionCookie); err == nil {
 		hash := tokenHash(c.Value)
-		s.mu.Lock()
-		delete(s.cache, hash)
-		s.mu.Unlock()
+		s.cache.delete(hash)
 		if err := store.DeleteSession(ctx, s.pool, hash[:]); err != nil {
 			return nil, err
 		}
@@ -122,11 +112,8 @@ func (s *sessions) lookup(ctx context.Context, token, workspaceID string) (store
 	}
 	hash := tokenHash(token)
 	now := time.Now()
-	s.mu.Lock()
-	cached, hit := s.cache[hash]
-	s.mu.Unlock()
-	if hit && now.Before(cached.until) && now.Before(cached.session.ExpiresAt) {
-		return cached.session, cached.session.WorkspaceID == workspaceID, nil
+	if cached, hit := s.cache.get(hash, now); hit {
+		return cached, cached.WorkspaceID == workspaceID, nil
 	}
 	sess, err := store.SessionByTokenHash(ctx, s.pool, hash[:], workspaceID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -135,21 +122,8 @@ func (s *sessions) lookup(ctx context.Context, token, workspaceID string) (store
 	if err != nil {
 		return store.Session{}, false, err
 	}
-	s.remember(hash, sess, now)
+	s.cache.put(hash, sess, sess.ExpiresAt, now)
 	return sess, true, nil
-}
-
-func (s *sessions) remember(hash [sha256.Size]byte, sess store.Session, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.cache) >= 4096 {
-		for k, v := range s.cache {
-			if now.After(v.until) {
-				delete(s.cache, k)
-			}
-		}
-	}
-	s.cache[hash] = cachedSession{session: sess, until: now.Add(sessionCacheTTL)}
 }
 
 // SessionUser implements proxy.Authenticator. On a workspace's own host
@@ -207,7 +181,7 @@ func (s *sessions) Redeem(ctx context.Context, ticket, workspaceID string) (*htt
 	if err != nil {
 		return nil, false, err
 	}
-	s.remember(hash, sess, time.Now())
+	s.cache.put(hash, sess, sess.ExpiresAt, time.Now())
 	return &http.Cookie{
 		Name: proxy.HostSessionCookie, Value: token, Path: "/", Expires: sess.ExpiresAt,
 		HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode,

@@ -11,14 +11,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/codehub-io/codehub/api/apitest"
-	"github.com/codehub-io/codehub/events"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -113,41 +109,6 @@ func (s *sseStream) until(t *testing.T, ok func(sseEvent, wsJSON) bool) (sseEven
 	}
 }
 
-// startListener runs the EventListener (the leader's part) and waits until
-// it republishes notifications, so no notification of the test is missed:
-// it sends probe notifications until one arrives on Redis.
-func startListener(t testing.TB, env *apitest.Env) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l := events.NewListener(hclog.NewNullLogger(), env.DBURL, env.Redis, nil)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = l.Run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	probe := events.Notice{ID: "probe", OwnerID: "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36), Version: 1, Kind: events.KindUpdated}
-	payload, _ := json.Marshal(probe)
-	sub := env.Redis.Subscribe(ctx, events.Channel(probe.OwnerID))
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatalf("subscribe to the probe channel: %v", err)
-	}
-	received := sub.Channel()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if _, err := env.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, events.PGChannel, string(payload)); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-received:
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatal("listener did not republish a notification within 30 s")
-}
-
 func TestEventsAcrossReplicas(t *testing.T) {
 	env := apitest.New(t, apitest.Config{})
 	alice := env.CreateUser("alice", false)
@@ -155,7 +116,7 @@ func TestEventsAcrossReplicas(t *testing.T) {
 	w1 := env.CreateWorkspace(alice, "one")
 	w2 := env.CreateWorkspace(alice, "two")
 	bobs := env.CreateWorkspace(bob, "bobs")
-	startListener(t, env)
+	env.StartListener()
 
 	// Replica B serves the streams; changes go through replica A (env.URL).
 	replica := env.NewReplica(apitest.Config{HeartbeatInterval: 20 * time.Millisecond})
@@ -262,7 +223,7 @@ func TestEventsEndWithSession(t *testing.T) {
 	env := apitest.New(t, apitest.Config{HeartbeatInterval: 50 * time.Millisecond})
 	alice := env.CreateUser("alice", false)
 	w := env.CreateWorkspace(alice, "one")
-	startListener(t, env)
+	env.StartListener()
 	c := env.Login(alice)
 	stream := openStream(t, c, env.URL, "")
 	if ev := stream.next(t); ev.ID != w.ID+":1" {

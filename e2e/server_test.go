@@ -73,6 +73,8 @@ func localConfig(t testing.TB) serverConfig {
 }
 
 type server struct {
+	// bin is the codehub binary the server runs, for tests of its CLI.
+	bin     string
 	url     string
 	dataDir string
 	logPath string
@@ -97,6 +99,7 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 		host = "127.0.0.1"
 	}
 	srv := &server{
+		bin:     bin,
 		url:     fmt.Sprintf("http://%s:%d", host, port),
 		dataDir: filepath.Join(dir, "data"),
 		logPath: filepath.Join(dir, "server.log"),

@@ -19,6 +19,10 @@ type Session struct {
 	// WorkspaceID is set on a session of one workspace's host (subdomain
 	// mode), handed over from a dashboard session.
 	WorkspaceID string
+	// TokenID and TokenScope are set when a personal API token, not a
+	// login, authenticated the request.
+	TokenID    string
+	TokenScope string
 }
 
 // CreateSession stores a session under the hash of its token; the token

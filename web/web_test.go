@@ -20,6 +20,7 @@ func TestHandler(t *testing.T) {
 		{"GET", "/login", 200, "text/html", `id="login-form"`},
 		{"GET", "/login?next=/w/x/", 200, "text/html", `id="login-form"`},
 		{"GET", "/logout", 200, "text/html", `id="signout-confirm"`},
+		{"GET", "/cli-login?port=1&state=s&name=n", 200, "text/html", `id="cli-allow"`},
 		{"HEAD", "/", 200, "text/html", ""},
 		{"GET", "/assets/app.js", 200, "text/javascript", "EventSource"},
 		{"GET", "/assets/app.css", 200, "text/css", ".card"},

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/events"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -367,4 +369,54 @@ func HostOf(t testing.TB, raw string) string {
 		t.Fatalf("parse %s: %v", raw, err)
 	}
 	return u.Host
+}
+
+// Token makes a personal API token of u through the API and returns its
+// secret; body is the request (name, scope, expires_in_days, admin).
+func (e *Env) Token(u User, body map[string]any) string {
+	e.t.Helper()
+	res := e.Do(e.Login(u), http.MethodPost, "/api/v1/tokens", body)
+	if res.StatusCode != http.StatusCreated {
+		e.t.Fatalf("create token of %s: status %d: %s", u.Username, res.StatusCode, res.Body)
+	}
+	var created struct {
+		Secret string `json:"secret"`
+	}
+	res.Decode(e.t, &created)
+	return created.Secret
+}
+
+// StartListener runs the EventListener (the leader's part) and waits until
+// it republishes notifications, so no notification of the test is missed:
+// it sends probe notifications until one arrives on Redis.
+func (e *Env) StartListener() {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := events.NewListener(hclog.NewNullLogger(), e.DBURL, e.Redis, nil)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = l.Run(ctx)
+	}()
+	e.t.Cleanup(func() { cancel(); wg.Wait() })
+	probe := events.Notice{ID: "probe", OwnerID: "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36), Version: 1, Kind: events.KindUpdated}
+	payload, _ := json.Marshal(probe)
+	sub := e.Redis.Subscribe(ctx, events.Channel(probe.OwnerID))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		e.t.Fatalf("subscribe to the probe channel: %v", err)
+	}
+	received := sub.Channel()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if _, err := e.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, events.PGChannel, string(payload)); err != nil {
+			e.t.Fatal(err)
+		}
+		select {
+		case <-received:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	e.t.Fatal("listener did not republish a notification within 30 s")
 }

@@ -1,6 +1,7 @@
 // Command codehub is CodeHub's single binary: the server (API, proxy and
 // coordinator), migrations, the archive/restore data mover that runs inside
-// Nomad batch jobs, and the admin CLI.
+// Nomad batch jobs, the admin CLI, and the users' CLI (login, ws), which
+// talks to a server through its REST API only.
 package main
 
 import (
@@ -40,6 +41,8 @@ func commands() map[string]command {
 		"jobspec": {"print the HCL codehub would submit to Nomad", func(a []string, _ io.Reader, o, e io.Writer) int {
 			return runJobspec(a, o, e)
 		}},
+		"login": {"log in to a CodeHub server for the ws commands", runLogin},
+		"ws":    {"work with your workspaces on a server: list, create, start, stop, open, logs, ...", runWs},
 		"version": {"print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) int {
 			fmt.Fprintf(stdout, "codehub %s\n", version)
 			return 0

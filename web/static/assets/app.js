@@ -785,6 +785,152 @@ async function loadAll() {
   renderAll();
 }
 
+// ---------- API tokens ----------
+
+async function loadTokens() {
+  const list = await api("GET", "/api/v1/tokens");
+  $("token-rows").replaceChildren(...list.tokens.map(tokenRow));
+  $("token-table").hidden = list.tokens.length === 0;
+  $("token-empty").hidden = list.tokens.length > 0;
+}
+
+function localDate(iso) {
+  return new Date(Date.parse(iso)).toLocaleDateString();
+}
+
+function tokenRow(t) {
+  const tr = document.createElement("tr");
+  tr.dataset.token = t.id;
+  const expired = Date.parse(t.expires_at) <= Date.now();
+  if (expired) tr.classList.add("token-expired");
+  const cells = [
+    t.name + (t.admin ? " (admin)" : ""),
+    t.scope === "read" ? "read only" : "read and write",
+    localDate(t.created_at),
+    (expired ? "expired " : "") + localDate(t.expires_at),
+    t.last_used_at ? relTime(t.last_used_at) : "never",
+  ];
+  for (const text of cells) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    tr.append(td);
+  }
+  const td = document.createElement("td");
+  const btn = document.createElement("button");
+  btn.type = "button";
+  btn.className = "btn btn-small btn-danger-ghost act-revoke";
+  btn.textContent = "Revoke";
+  btn.addEventListener("click", () => revokeToken(t));
+  td.append(btn);
+  tr.append(td);
+  return tr;
+}
+
+async function revokeToken(t) {
+  if (!confirm(`Revoke the token "${t.name}"? Programs using it stop working at once.`)) return;
+  try {
+    await api("DELETE", `/api/v1/tokens/${t.id}`);
+  } catch (err) {
+    // Already gone is what was asked for.
+    if (!(err instanceof APIError && err.status === 404)) toast(err.message);
+  }
+  await loadTokens().catch(handleError);
+}
+
+async function createToken(e) {
+  e.preventDefault();
+  const errEl = $("token-error");
+  const btn = $("token-submit");
+  errEl.hidden = true;
+  btn.disabled = true;
+  try {
+    const body = {
+      name: $("token-name").value.trim(),
+      scope: $("token-scope").value,
+      expires_in_days: Number($("token-days").value),
+    };
+    if (state.user && state.user.is_admin && $("token-admin").checked) body.admin = true;
+    const created = await api("POST", "/api/v1/tokens", body);
+    $("token-secret").textContent = created.secret;
+    $("token-secret-box").hidden = false;
+    $("token-form").reset();
+    await loadTokens();
+  } catch (err) {
+    errEl.textContent = err.message;
+    errEl.hidden = false;
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+async function copySecret() {
+  try {
+    await navigator.clipboard.writeText($("token-secret").textContent);
+    toast("Token copied.");
+  } catch (_) {
+    toast("Select the token and copy it.");
+  }
+}
+
+// The secret is shown once: closing the box forgets it.
+function closeSecret() {
+  $("token-secret").textContent = "";
+  $("token-secret-box").hidden = true;
+}
+
+// ---------- CLI login ----------
+
+// cliRequest reads what "codehub login" asks to approve: the loopback port
+// its listener waits on, its state value and the token's name. Anything
+// else is no request. The answer only ever goes to 127.0.0.1.
+function cliRequest() {
+  const q = new URLSearchParams(location.search);
+  const port = Number(q.get("port"));
+  const st = q.get("state") || "";
+  const name = (q.get("name") || "codehub CLI").trim().slice(0, 100);
+  if (!Number.isInteger(port) || port < 1 || port > 65535 || !/^[A-Za-z0-9_-]{1,100}$/.test(st)) return null;
+  return { port, state: st, name };
+}
+
+function cliCallback(req, params) {
+  const q = new URLSearchParams({ ...params, state: req.state });
+  return `http://127.0.0.1:${req.port}/callback?${q}`;
+}
+
+function showCliLogin(user) {
+  const req = cliRequest();
+  $("boot").hidden = true;
+  $("login-view").hidden = true;
+  $("app-view").hidden = true;
+  $("signout-view").hidden = true;
+  $("cli-view").hidden = false;
+  $("cli-user").textContent = user.username;
+  $("cli-name").textContent = req ? `"${req.name}"` : "a program";
+  const errEl = $("cli-error");
+  const allow = $("cli-allow");
+  if (!req) {
+    errEl.textContent = "This approval address is incomplete. Run codehub login again.";
+    errEl.hidden = false;
+    allow.disabled = true;
+    $("cli-deny").onclick = () => showApp(user);
+    return;
+  }
+  allow.onclick = async () => {
+    allow.disabled = true;
+    errEl.hidden = true;
+    try {
+      const grant = await api("POST", "/api/v1/token-grants", { name: req.name });
+      location.assign(cliCallback(req, { code: grant.code }));
+    } catch (err) {
+      errEl.textContent = err.message;
+      errEl.hidden = false;
+      allow.disabled = false;
+    }
+  };
+  $("cli-deny").onclick = () => location.assign(cliCallback(req, { error: "denied" }));
+  allow.focus();
+}
+
 // ---------- Views ----------
 
 // loginTarget is where to go after logging in: a path on this site, or, in
@@ -815,8 +961,14 @@ function showLogin() {
   $("boot").hidden = true;
   $("app-view").hidden = true;
   $("signout-view").hidden = true;
+  $("cli-view").hidden = true;
   $("login-view").hidden = false;
-  if (location.pathname !== "/login") history.replaceState(null, "", "/login" + location.search);
+  if (location.pathname === "/cli-login") {
+    // Back to the approval once logged in.
+    history.replaceState(null, "", "/login?next=" + encodeURIComponent("/cli-login" + location.search));
+  } else if (location.pathname !== "/login") {
+    history.replaceState(null, "", "/login" + location.search);
+  }
   $("login-username").focus();
 }
 
@@ -825,15 +977,17 @@ async function showApp(user) {
   $("boot").hidden = true;
   $("login-view").hidden = true;
   $("signout-view").hidden = true;
+  $("cli-view").hidden = true;
   $("app-view").hidden = false;
   $("user-name").textContent = user.username;
   $("user-admin").hidden = !user.is_admin;
+  $("token-admin-label").hidden = !user.is_admin;
   const q = new URLSearchParams(location.search);
   if (q.get("stop")) state.stopAsk = { stop: q.get("stop"), open: q.get("open") };
   if (location.pathname !== "/" || location.search) history.replaceState(null, "", "/");
   connectEvents();
   try {
-    await Promise.all([loadAll(), loadImages()]);
+    await Promise.all([loadAll(), loadImages(), loadTokens()]);
   } catch (err) {
     handleError(err);
   }
@@ -902,6 +1056,9 @@ async function boot() {
   $("login-form").addEventListener("submit", login);
   $("create-form").addEventListener("submit", create);
   $("logout").addEventListener("click", logout);
+  $("token-form").addEventListener("submit", createToken);
+  $("token-copy").addEventListener("click", copySecret);
+  $("token-secret-close").addEventListener("click", closeSecret);
   $("signout-confirm").addEventListener("click", logout);
   $("limit-close").addEventListener("click", () => { state.limit = null; renderLimit(); });
   $("limit-retry").addEventListener("click", () => {
@@ -919,6 +1076,7 @@ async function boot() {
   try {
     const user = await checkSession();
     if (user && location.pathname === "/logout") showSignout(user);
+    else if (user && location.pathname === "/cli-login") showCliLogin(user);
     else if (user) await showApp(user);
   } catch (err) {
     $("boot").textContent = "CodeHub is not reachable: " + err.message;

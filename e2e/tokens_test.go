@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestBrowserCLILoginAndTokens: "codehub login" hands over to the
+// dashboard, where the user logs in and approves, and the browser brings
+// the approval back to the command, which can then work with workspaces;
+// the dashboard makes a token whose secret it shows once, and revokes it.
+func TestBrowserCLILoginAndTokens(t *testing.T) {
+	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
+	srv := startServer(t, localConfig(t))
+	b := newBrowser(t, chromium, srv)
+	home := t.TempDir()
+	cliEnv := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "CODEHUB_TOKEN=")
+
+	var stdout bytes.Buffer
+	login := exec.Command(srv.bin, "login", "-no-browser", "-name", "e2e laptop", srv.url)
+	login.Env, login.Stdout = cliEnv, &stdout
+	stderr, err := login.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	approval := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, srv.url+"/cli-login?") {
+				approval <- line
+			}
+		}
+		exited <- login.Wait()
+	}()
+	t.Cleanup(func() { _ = login.Process.Kill() })
+	var address string
+	select {
+	case address = <-approval:
+	case err := <-exited:
+		t.Fatalf("codehub login ended before asking for approval: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("codehub login printed no approval address")
+	}
+
+	b.step("log in on the approval page", func(ctx context.Context) error {
+		return chromedp.Do(ctx,
+			chromedp.Navigate(address),
+			chromedp.WaitVisible(chromedp.ID("login-form")),
+			chromedp.SendKeys(chromedp.ID("login-username"), "admin"),
+			chromedp.SendKeys(chromedp.ID("login-password"), adminPassword),
+			chromedp.Click(chromedp.ID("login-submit")),
+			chromedp.WaitVisible(chromedp.ID("cli-view")),
+		)
+	})
+	b.step("approve", func(ctx context.Context) error {
+		asked, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("cli-name")))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(asked, "e2e laptop") {
+			return fmt.Errorf("the page asks for %q", asked)
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("cli-allow"))); err != nil {
+			return err
+		}
+		return b.waitJS(ctx, 30*time.Second, `location.host.startsWith("127.0.0.1:") && document.body.innerText.includes("Login approved")`)
+	})
+	select {
+	case err := <-exited:
+		if err != nil || !strings.Contains(stdout.String(), "as admin") {
+			t.Fatalf("codehub login: %v: %s", err, stdout.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("codehub login did not finish after the approval")
+	}
+	ws := exec.Command(srv.bin, "ws", "create", "-json", "from-cli")
+	ws.Env = cliEnv
+	if out, err := ws.Output(); err != nil || !strings.Contains(string(out), `"name": "from-cli"`) {
+		t.Fatalf("codehub ws create after the browser login: %v: %s", err, out)
+	}
+
+	var secret string
+	b.step("make a read token in the dashboard", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx,
+			chromedp.Navigate(srv.url+"/"),
+			chromedp.WaitVisible(chromedp.ID("app-view")),
+			chromedp.Click(chromedp.CSS(`#tokens > summary`)),
+			chromedp.WaitVisible(chromedp.ID("token-form")),
+		); err != nil {
+			return err
+		}
+		if err := b.waitJS(ctx, 10*time.Second, `document.getElementById("token-rows").innerText.includes("e2e laptop")`); err != nil {
+			return fmt.Errorf("the CLI's token is not listed: %w", err)
+		}
+		if err := chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.ID("token-name"), "e2e script"),
+			chromedp.SetValue(chromedp.ID("token-scope"), "read"),
+			chromedp.Click(chromedp.ID("token-submit")),
+			chromedp.WaitVisible(chromedp.ID("token-secret-box")),
+		); err != nil {
+			return err
+		}
+		var err error
+		secret, err = chromedp.Run(ctx, chromedp.Text(chromedp.ID("token-secret")))
+		return err
+	})
+	t.Logf("token panel: %s", b.screenshot("token panel"))
+	if code := bearerStatus(t, srv, "GET", secret); code != http.StatusOK {
+		t.Fatalf("the dashboard's token reads: %d", code)
+	}
+	if code := bearerStatus(t, srv, "POST", secret); code != http.StatusForbidden {
+		t.Fatalf("the dashboard's read token writes: %d", code)
+	}
+	b.step("the secret is shown once", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("token-secret-close"))); err != nil {
+			return err
+		}
+		return b.waitJS(ctx, 10*time.Second, `document.getElementById("token-secret-box").hidden && !document.body.innerText.includes(`+jsString(secret)+`)`)
+	})
+	b.step("revoke it", func(ctx context.Context) error {
+		return b.acceptDialogsWhile(ctx, func() error {
+			row := `[...document.querySelectorAll("#token-rows tr")].find(r => r.innerText.includes("e2e script"))`
+			if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(r => { r.querySelector(".act-revoke").click(); return true; })(`+row+`)`)); err != nil {
+				return err
+			}
+			return b.waitJS(ctx, 10*time.Second, `!(`+row+`)`)
+		})
+	})
+	if code := bearerStatus(t, srv, "GET", secret); code != http.StatusUnauthorized {
+		t.Fatalf("the revoked token: %d", code)
+	}
+}
+
+// bearerStatus sends a workspace list (GET) or creation (POST) with a
+// token and returns the status.
+func bearerStatus(t *testing.T, srv *server, method, secret string) int {
+	t.Helper()
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader(`{"name":"by-token"}`)
+	}
+	req, err := http.NewRequest(method, srv.url+"/api/v1/workspaces", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
