@@ -17,6 +17,9 @@ type User struct {
 	IsAdmin      bool       `db:"is_admin"`
 	FailedLogins int        `db:"failed_logins"`
 	LockedUntil  *time.Time `db:"locked_until"`
+	Disabled     bool       `db:"disabled"`
+	OIDCIssuer   *string    `db:"oidc_issuer"`
+	OIDCSubject  *string    `db:"oidc_subject"`
 	CreatedAt    time.Time  `db:"created_at"`
 	UpdatedAt    time.Time  `db:"updated_at"`
 }
@@ -24,7 +27,7 @@ type User struct {
 // ErrUsernameTaken reports that another user already has the username.
 var ErrUsernameTaken = errors.New("store: username taken")
 
-const userColumns = `id, username, password_hash, is_admin, failed_logins, locked_until, created_at, updated_at`
+const userColumns = `id, username, password_hash, is_admin, failed_logins, locked_until, disabled, oidc_issuer, oidc_subject, created_at, updated_at`
 
 // CreateUser inserts a user; a duplicate username is ErrUsernameTaken.
 func CreateUser(ctx context.Context, q Querier, id, username, passwordHash string, isAdmin bool) (User, error) {
