@@ -231,26 +231,31 @@ func TestSSORefusesBadNonce(t *testing.T) {
 	}
 }
 
-// A callback reached from another browser (without the state cookie), or
-// a second time, is refused.
+// A callback reached in another browser than the one that started the
+// login (without its state cookie) is refused, and so is one used twice.
 func TestSSORefusesForeignOrReplayedCallback(t *testing.T) {
 	env, p := startSSO(t, nil)
 	frank := oidctest.User{Subject: "sub-frank", Username: "frank", Password: "pw-frank", Groups: []string{"dev"}}
 	p.AddUser(frank)
 	c := env.Client()
-	res, _ := ssoLogin(t, env, p, c, frank, nil)
-	if res.StatusCode != http.StatusFound {
-		t.Fatalf("login: %d", res.StatusCode)
-	}
-	for name, client := range map[string]*http.Client{"replayed": c, "other browser": env.Client()} {
-		again, err := client.Get(res.Request.URL.String())
+	callback := p.CallbackURL(t, c, env.URL+"/api/v1/auth/oidc/login", frank, nil).String()
+	get := func(client *http.Client) int {
+		t.Helper()
+		res, err := client.Get(callback)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again.Body.Close()
-		if again.StatusCode != http.StatusBadRequest {
-			t.Errorf("%s callback: status %d, want 400", name, again.StatusCode)
-		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if status := get(env.Client()); status != http.StatusBadRequest {
+		t.Errorf("callback in another browser: status %d, want 400", status)
+	}
+	if status := get(c); status != http.StatusFound {
+		t.Fatalf("callback in the browser that started: status %d, want 302", status)
+	}
+	if status := get(c); status != http.StatusBadRequest {
+		t.Errorf("callback used twice: status %d, want 400", status)
 	}
 }
 

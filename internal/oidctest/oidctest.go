@@ -207,6 +207,18 @@ func (l *loginForm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // authorization request on its way, as a meddling party could.
 func (p *Provider) Login(t testing.TB, client *http.Client, start string, u User, rewrite func(*url.URL)) *http.Response {
 	t.Helper()
+	next := p.CallbackURL(t, client, start, u, rewrite)
+	res, err := client.Get(next.String())
+	if err != nil {
+		t.Fatalf("get %s: %v", next, err)
+	}
+	return res
+}
+
+// CallbackURL is Login up to the provider's redirect back: it returns the
+// relying party's callback URL, with the code, without requesting it.
+func (p *Provider) CallbackURL(t testing.TB, client *http.Client, start string, u User, rewrite func(*url.URL)) *url.URL {
+	t.Helper()
 	authorize := p.redirectOf(t, client, start)
 	if rewrite != nil {
 		rewrite(authorize)
@@ -226,11 +238,7 @@ func (p *Provider) Login(t testing.TB, client *http.Client, start string, u User
 	for strings.HasPrefix(next.String(), p.Issuer) {
 		next = p.redirectOf(t, client, next.String())
 	}
-	res, err = client.Get(next.String())
-	if err != nil {
-		t.Fatalf("get %s: %v", next, err)
-	}
-	return res
+	return next
 }
 
 // redirectOf GETs raw and returns where it redirects.
