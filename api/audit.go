@@ -16,10 +16,6 @@ import (
 // says nothing.
 const DefaultAuditRetention = 90 * 24 * time.Hour
 
-// Audit is the recorder of the server's audit log, for code outside the
-// request handlers that acts on users' behalf.
-func (s *Server) Audit() audit.Recorder { return s.audit }
-
 // actor is who a request acts as: the session's user, from the client's
 // address.
 func (s *Server) actor(r *http.Request, sess store.Session) audit.Actor {

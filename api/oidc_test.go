@@ -45,6 +45,7 @@ func startSSO(t *testing.T, tune func(*api.OIDCOptions)) (*apitest.Env, *oidctes
 // callback's answer, with its body read.
 func ssoLogin(t *testing.T, env *apitest.Env, p *oidctest.Provider, c *http.Client, u oidctest.User, rewrite func(*url.URL)) (*http.Response, string) {
 	t.Helper()
+	validate(t, c)
 	res := p.Login(t, c, env.URL+"/api/v1/auth/oidc/login", u, rewrite)
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
@@ -256,6 +257,22 @@ func TestSSORefusesForeignOrReplayedCallback(t *testing.T) {
 	}
 	if status := get(c); status != http.StatusBadRequest {
 		t.Errorf("callback used twice: status %d, want 400", status)
+	}
+}
+
+func TestSSORefusesDisabledUser(t *testing.T) {
+	env, p := startSSO(t, nil)
+	jo := oidctest.User{Subject: "sub-jo", Username: "jo", Password: "pw-jo", Groups: []string{"dev"}}
+	p.AddUser(jo)
+	_, s := mustSSOLogin(t, env, p, jo)
+	env.Exec(`UPDATE users SET disabled = true WHERE id = $1`, s.User.ID)
+	res, body := ssoLogin(t, env, p, env.Client(), jo, nil)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "This account is disabled.") {
+		t.Errorf("login of a disabled user: status %d\n%s", res.StatusCode, body)
+	}
+	var actor string
+	if err := env.Pool.QueryRow(context.Background(), `SELECT actor_user_id FROM audit_events WHERE action = 'user.login' AND outcome = 'failure'`).Scan(&actor); err != nil || actor != s.User.ID {
+		t.Errorf("refused login recorded for %q, %v; want %s", actor, err, s.User.ID)
 	}
 }
 
