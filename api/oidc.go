@@ -193,8 +193,6 @@ type oidcRefusal struct {
 	err     error
 }
 
-func (e *oidcRefusal) Error() string { return e.err.Error() }
-
 func refuse(status int, message string, err error) *oidcRefusal {
 	return &oidcRefusal{status: status, message: message, err: err}
 }
@@ -212,7 +210,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	attempt := audit.Actor{Address: clientAddress(r, s.opts.TrustedProxies)}
 	user, refusal := s.oidcUser(r, &attempt)
 	if refusal != nil {
-		s.oidc.logger.Warn("sign-in refused", "subject", attempt.UserID, "client", attempt.Address, "error", refusal.err)
+		s.oidc.logger.Warn("sign-in refused", "user_id", attempt.UserID, "username", attempt.Username, "client", attempt.Address, "error", refusal.err)
 		s.metrics.loginFailures.Inc()
 		s.audit.Record(r.Context(), audit.Event{Actor: attempt, Action: audit.ActionLogin, Outcome: audit.Failure, Detail: refusal.err.Error()})
 		s.refusePage(w, refusal.status, refusal.message)
@@ -231,7 +229,8 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 }
 
 // oidcUser runs the callback's checks and returns the user to log in, or
-// why not. It fills attempt in as it learns who is logging in.
+// why not (with the user, when known). It fills attempt in as it learns
+// who is logging in.
 func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *oidcRefusal) {
 	ctx := r.Context()
 	q := r.URL.Query()
@@ -271,33 +270,32 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *o
 	if err != nil {
 		return store.User{}, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
 	}
-	attempt.UserID = idt.Subject
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
-		return store.User{}, refuse(http.StatusForbidden, "The ID token's claims cannot be read.", fmt.Errorf("read claims: %w", err))
+		return store.User{}, refuse(http.StatusForbidden, "The ID token's claims cannot be read.", fmt.Errorf("read claims of subject %s: %w", idt.Subject, err))
 	}
 	id, err := decideOIDCLogin(s.oidc.opts, claims)
 	attempt.Username = id.username
 	if err != nil {
 		if errors.Is(err, errNotAllowed) {
-			s.endOIDCSessions(ctx, idt.Subject)
+			attempt.UserID = s.endOIDCSessions(ctx, idt.Subject)
 		}
-		return store.User{}, refuse(http.StatusForbidden, err.Error(), err)
+		return store.User{}, refuse(http.StatusForbidden, err.Error(), fmt.Errorf("subject %s: %w", idt.Subject, err))
 	}
 	user, refusal := s.oidcAccount(r, idt.Subject, id)
-	if refusal == nil {
+	if user.ID != "" {
 		attempt.UserID, attempt.Username = user.ID, user.Username
 	}
 	return user, refusal
 }
 
 // endOIDCSessions ends the sessions of the user with that subject, if
-// known: a user taken out of allowed_groups is out everywhere once they
-// are refused.
-func (s *Server) endOIDCSessions(ctx context.Context, subject string) {
+// known, and returns their id: a user taken out of allowed_groups is out
+// everywhere once they are refused.
+func (s *Server) endOIDCSessions(ctx context.Context, subject string) string {
 	u, err := store.UserByOIDC(ctx, s.pool, s.oidc.opts.Issuer, subject)
 	if errors.Is(err, store.ErrNotFound) {
-		return
+		return ""
 	}
 	if err == nil {
 		err = store.EndUserSessions(ctx, s.pool, u.ID)
@@ -305,6 +303,7 @@ func (s *Server) endOIDCSessions(ctx context.Context, subject string) {
 	if err != nil {
 		s.oidc.logger.Error("end sessions of a refused user", "subject", subject, "error", err)
 	}
+	return u.ID
 }
 
 // oidcAccount returns the user known by (issuer, subject), creating it at
@@ -330,7 +329,7 @@ func (s *Server) oidcAccount(r *http.Request, subject string, id oidcIdentity) (
 		return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
 	}
 	if u.Disabled {
-		return store.User{}, refuse(http.StatusForbidden, "This account is disabled.", errors.New("account disabled"))
+		return u, refuse(http.StatusForbidden, "This account is disabled.", errors.New("account disabled"))
 	}
 	if id.adminFromGroups && id.admin != u.IsAdmin {
 		if err := store.SetAdmin(ctx, s.pool, u.ID, id.admin); err != nil {
