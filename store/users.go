@@ -93,13 +93,22 @@ func CountUsers(ctx context.Context, q Querier) (int, error) {
 	return n, nil
 }
 
+// ErrSingleSignOn reports a user who signs in through OIDC and so has no
+// password to set.
+var ErrSingleSignOn = errors.New("store: user signs in through single sign-on")
+
 // SetPassword replaces a user's password hash, clears its login backoff and
 // ends its sessions, so a changed password locks out whoever had the old one.
+// A user signing in through OIDC is ErrSingleSignOn: a password would open
+// a second way in that the provider does not control.
 func SetPassword(ctx context.Context, q Querier, username, passwordHash string) error {
 	var id string
 	err := q.QueryRow(ctx, `UPDATE users SET password_hash = $2, failed_logins = 0, locked_until = NULL, updated_at = now()
-		WHERE username = $1 RETURNING id`, username, passwordHash).Scan(&id)
+		WHERE username = $1 AND oidc_subject IS NULL RETURNING id`, username, passwordHash).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := UserByUsername(ctx, q, username); err == nil {
+			return ErrSingleSignOn
+		}
 		return ErrNotFound
 	}
 	if err != nil {
