@@ -212,7 +212,11 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	if refusal != nil {
 		s.oidc.logger.Warn("sign-in refused", "user_id", attempt.UserID, "username", attempt.Username, "client", attempt.Address, "error", refusal.err)
 		s.metrics.loginFailures.Inc()
-		s.audit.Record(r.Context(), audit.Event{Actor: attempt, Action: audit.ActionLogin, Outcome: audit.Failure, Detail: refusal.err.Error()})
+		detail := refusal.err.Error()
+		if refusal.status == http.StatusInternalServerError {
+			detail = "internal error"
+		}
+		s.audit.Record(r.Context(), audit.Event{Actor: attempt, Action: audit.ActionLogin, Outcome: audit.Failure, Detail: detail})
 		s.refusePage(w, refusal.status, refusal.message)
 		return
 	}
@@ -253,22 +257,9 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *o
 	if err != nil {
 		return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
 	}
-	p, err := s.oidc.discover()
-	if err != nil {
-		return store.User{}, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
-	}
-	token, err := s.oidc.oauth2Config(p).Exchange(providerContext(ctx), q.Get("code"), oauth2.VerifierOption(verifier))
-	if err != nil {
-		return store.User{}, refuse(http.StatusBadGateway, "The identity provider did not accept this sign-in. Start again from the login page.",
-			fmt.Errorf("redeem code: %w", err))
-	}
-	raw, _ := token.Extra("id_token").(string)
-	if raw == "" {
-		return store.User{}, refuse(http.StatusBadGateway, "The identity provider sent no ID token.", errors.New("no id_token in the token response"))
-	}
-	idt, err := s.oidc.verify(ctx, p, raw, nonce)
-	if err != nil {
-		return store.User{}, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
+	idt, refusal := s.oidc.redeem(ctx, q.Get("code"), verifier, nonce)
+	if refusal != nil {
+		return store.User{}, refusal
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
@@ -287,6 +278,29 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *o
 		attempt.UserID, attempt.Username = user.ID, user.Username
 	}
 	return user, refusal
+}
+
+// redeem exchanges the code, with the PKCE verifier, for the ID token and
+// verifies it against the nonce the login sent.
+func (o *oidcLogin) redeem(ctx context.Context, code, verifier, nonce string) (*oidc.IDToken, *oidcRefusal) {
+	p, err := o.discover()
+	if err != nil {
+		return nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
+	}
+	token, err := o.oauth2Config(p).Exchange(providerContext(ctx), code, oauth2.VerifierOption(verifier))
+	if err != nil {
+		return nil, refuse(http.StatusBadGateway, "The identity provider did not accept this sign-in. Start again from the login page.",
+			fmt.Errorf("redeem code: %w", err))
+	}
+	raw, _ := token.Extra("id_token").(string)
+	if raw == "" {
+		return nil, refuse(http.StatusBadGateway, "The identity provider sent no ID token.", errors.New("no id_token in the token response"))
+	}
+	idt, err := o.verify(ctx, p, raw, nonce)
+	if err != nil {
+		return nil, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
+	}
+	return idt, nil
 }
 
 // endOIDCSessions ends the sessions of the user with that subject, if
