@@ -11,18 +11,7 @@ import (
 
 // UserByOIDC returns the user signed in as subject at issuer, or ErrNotFound.
 func UserByOIDC(ctx context.Context, q Querier, issuer, subject string) (User, error) {
-	rows, err := q.Query(ctx, `SELECT `+userColumns+` FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2`, issuer, subject)
-	if err != nil {
-		return User{}, fmt.Errorf("select user: %w", err)
-	}
-	u, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[User])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return User{}, ErrNotFound
-	}
-	if err != nil {
-		return User{}, fmt.Errorf("select user: %w", err)
-	}
-	return u, nil
+	return oneUser(ctx, q, `oidc_issuer = $1 AND oidc_subject = $2`, issuer, subject)
 }
 
 // CreateOIDCUser inserts a user known by (issuer, subject), without a

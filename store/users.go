@@ -46,8 +46,8 @@ func CreateUser(ctx context.Context, q Querier, id, username, passwordHash strin
 	return u, nil
 }
 
-func oneUser(ctx context.Context, q Querier, where string, arg any) (User, error) {
-	rows, err := q.Query(ctx, `SELECT `+userColumns+` FROM users WHERE `+where, arg)
+func oneUser(ctx context.Context, q Querier, where string, args ...any) (User, error) {
+	rows, err := q.Query(ctx, `SELECT `+userColumns+` FROM users WHERE `+where, args...)
 	if err != nil {
 		return User{}, fmt.Errorf("select user: %w", err)
 	}
