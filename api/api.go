@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/codehub-io/codehub/activity"
+	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
@@ -69,6 +70,13 @@ type Options struct {
 	MetricsToken string
 	// Dashboard, when set, serves every path the API and proxy do not.
 	Dashboard http.Handler
+	// AuditRetention is how long audit events are kept; 0 means
+	// DefaultAuditRetention.
+	AuditRetention time.Duration
+	// NoPasswordLogin turns the login with a local password off.
+	NoPasswordLogin bool
+	// OIDC, when set, offers single sign-on through an OpenID Provider.
+	OIDC *OIDCOptions
 	// Routes are served beside the API's own, by ServeMux pattern: the
 	// server's health check and binary download. They share the API's
 	// route table rather than sit in one of their own in front of every
@@ -104,6 +112,8 @@ type Server struct {
 	allowed       []string
 	progress      ProgressReader
 	progressReads singleflight.Group
+	audit         *audit.Log
+	oidc          *oidcLogin
 }
 
 // New builds the HTTP surface.
@@ -123,6 +133,9 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
+	if opts.AuditRetention == 0 {
+		opts.AuditRetention = DefaultAuditRetention
+	}
 	sites, err := proxy.NewSites(opts.PublicURL, opts.SubdomainBase)
 	if err != nil {
 		return nil, err
@@ -140,6 +153,10 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 		metrics:  m,
 		allowed:  []string{sites.PublicOrigin()},
 		progress: deps.Progress,
+		audit:    audit.New(logger.Named("audit"), deps.Pool),
+	}
+	if opts.OIDC != nil {
+		s.oidc = newOIDCLogin(logger.Named("oidc"), *opts.OIDC, sites.PublicOrigin())
 	}
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
@@ -175,6 +192,14 @@ const (
 	routeTokenRevoke  = "DELETE /api/v1/tokens/{id}"
 	routeTokenGrant   = "POST /api/v1/token-grants"
 	routeTokenRedeem  = "POST /api/v1/token-grants/redeem"
+
+	routeAuthMethods    = "GET /api/v1/auth/methods"
+	routeOIDCLogin      = "GET /api/v1/auth/oidc/login"
+	routeOIDCCallback   = "GET /api/v1/auth/oidc/callback"
+	routeAdminUsers     = "GET /api/v1/admin/users"
+	routeAdminAddUser   = "POST /api/v1/admin/users"
+	routeAdminPatchUser = "PATCH /api/v1/admin/users/{id}"
+	routeAdminAudit     = "GET /api/v1/admin/audit"
 )
 
 func (s *Server) routes() *http.ServeMux {
@@ -189,6 +214,9 @@ func (s *Server) routes() *http.ServeMux {
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
 		routeTokens: s.listTokens, routeTokenCreate: s.createToken, routeTokenRevoke: s.revokeToken,
 		routeTokenGrant: s.createGrant, routeTokenRedeem: s.redeemGrant,
+		routeAuthMethods: s.authMethods, routeOIDCLogin: s.oidcStart, routeOIDCCallback: s.oidcCallback,
+		routeAdminUsers: s.adminListUsers, routeAdminAddUser: s.adminCreateUser, routeAdminPatchUser: s.adminPatchUser,
+		routeAdminAudit: s.listAudit,
 	}
 	allow := map[string][]string{}
 	for pattern, h := range handlers {
@@ -278,12 +306,14 @@ func (s *Server) WorkspaceURL(id string) string { return s.sites.WorkspaceURL(id
 const sessionSweepInterval = time.Hour
 
 // Run keeps the replica's background work going until ctx ends: the
-// subscription feeding event streams, the activity flush, and the sweep of
-// expired sessions and tokens. It runs on every replica, leader or not.
+// subscription feeding event streams, the activity flush, the sweep of
+// expired sessions and tokens and the pruning of the audit log. It runs on
+// every replica, leader or not.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	loops := []func(context.Context) error{s.hub.run, s.activity.Run, s.sweepSessions}
+	pruneAudit := func(ctx context.Context) error { return s.audit.RunPruner(ctx, s.opts.AuditRetention) }
+	loops := []func(context.Context) error{s.hub.run, s.activity.Run, s.sweepSessions, pruneAudit}
+	errs := make([]error, len(loops))
 	for i, loop := range loops {
 		wg.Add(1)
 		go func() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/store"
 )
 
@@ -57,6 +58,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	client := clientAddress(r, s.opts.TrustedProxies)
+	attempt := audit.Actor{Username: req.Username, Address: client}
+	if s.opts.NoPasswordLogin {
+		e := newError(http.StatusForbidden, CodeForbidden, "password login is turned off; use single sign-on")
+		s.record(r, attempt, audit.ActionLogin, audit.Target{}, e)
+		WriteError(w, e)
+		return
+	}
 	user, err := s.loginUser(ctx, req.Username)
 	if errors.Is(err, store.ErrNotFound) {
 		if _, err := verifyPasswordBounded(ctx, dummyHash(), req.Password); err != nil {
@@ -64,15 +73,17 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.metrics.loginFailures.Inc()
-		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "wrong username or password"))
+		e := newError(http.StatusUnauthorized, CodeUnauthenticated, "wrong username or password")
+		s.record(r, attempt, audit.ActionLogin, audit.Target{}, e)
+		WriteError(w, e)
 		return
 	}
 	if err != nil {
 		s.fail(w, "load user", err)
 		return
 	}
-	client := clientAddress(r, s.opts.TrustedProxies)
-	if refuseLocked(w, user.LockedUntil) {
+	attempt.UserID = user.ID
+	if s.refuseLockedLogin(w, r, attempt, user.LockedUntil) {
 		return
 	}
 	clientLock, err := store.ClientLoginLock(ctx, s.pool, user.ID, client)
@@ -80,7 +91,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "read login lock", err)
 		return
 	}
-	if refuseLocked(w, clientLock) {
+	if s.refuseLockedLogin(w, r, attempt, clientLock) {
 		return
 	}
 	failures, lockedUntil, err := s.claimAttempt(ctx, user.ID, client)
@@ -88,7 +99,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "count login attempt", err)
 		return
 	}
-	if refuseLocked(w, lockedUntil) {
+	if s.refuseLockedLogin(w, r, attempt, lockedUntil) {
 		return
 	}
 	ok, err := verifyPasswordBounded(ctx, user.PasswordHash, req.Password)
@@ -101,7 +112,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		if d := clientBackoff.after(failures); d > 0 {
 			s.logger.Warn("login backoff", "username", user.Username, "client", client, "failures", failures, "locked_for", d)
 		}
-		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "wrong username or password"))
+		e := newError(http.StatusUnauthorized, CodeUnauthenticated, "wrong username or password")
+		s.record(r, attempt, audit.ActionLogin, audit.Target{}, e)
+		WriteError(w, e)
+		return
+	}
+	if user.Disabled {
+		e := newError(http.StatusForbidden, CodeForbidden, "this account is disabled")
+		s.record(r, attempt, audit.ActionLogin, audit.Target{}, e)
+		WriteError(w, e)
 		return
 	}
 	if err := store.ResetLoginFailures(ctx, s.pool, user.ID); err != nil {
@@ -118,17 +137,32 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, cookie)
+	s.record(r, attempt, audit.ActionLogin, audit.Target{}, nil)
 	s.logger.Info("user logged in", "user_id", user.ID, "username", user.Username)
 	writeJSON(w, http.StatusOK, sessionView{User: userView{user.ID, user.Username, user.IsAdmin}, ExpiresAt: expires.UTC()})
 }
 
-// loginUser loads the user a login names. A username holding NUL cannot
-// exist, and PostgreSQL refuses to even compare one, so it is unknown.
+// loginUser loads the user a password login names. A username holding NUL
+// cannot exist, and PostgreSQL refuses to even compare one, so it is
+// unknown; so is a user who signs in through OIDC and has no password.
 func (s *Server) loginUser(ctx context.Context, username string) (store.User, error) {
 	if strings.ContainsRune(username, 0) {
 		return store.User{}, store.ErrNotFound
 	}
-	return store.UserByUsername(ctx, s.pool, username)
+	u, err := store.UserByUsername(ctx, s.pool, username)
+	if err == nil && u.PasswordHash == "" {
+		return store.User{}, store.ErrNotFound
+	}
+	return u, err
+}
+
+// refuseLockedLogin is refuseLocked for a login, recording the refusal.
+func (s *Server) refuseLockedLogin(w http.ResponseWriter, r *http.Request, attempt audit.Actor, lockedUntil *time.Time) bool {
+	if !refuseLocked(w, lockedUntil) {
+		return false
+	}
+	s.record(r, attempt, audit.ActionLogin, audit.Target{}, newError(http.StatusTooManyRequests, CodeTooManyAttempts, "too many failed logins"))
+	return true
 }
 
 // errLoginLocked ends the attempt's transaction when another attempt has
@@ -195,10 +229,18 @@ func refuseLocked(w http.ResponseWriter, lockedUntil *time.Time) bool {
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	sess, known, err := s.sessions.fromRequest(r)
+	if err != nil {
+		s.fail(w, "authenticate", err)
+		return
+	}
 	cookie, err := s.sessions.end(r.Context(), r)
 	if err != nil {
 		s.fail(w, "end session", err)
 		return
+	}
+	if known {
+		s.record(r, s.actor(r, sess), audit.ActionLogout, audit.Target{}, nil)
 	}
 	http.SetCookie(w, cookie)
 	w.WriteHeader(http.StatusNoContent)

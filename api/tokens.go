@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -299,7 +300,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, newError(http.StatusForbidden, CodeForbidden, "only administrators can make admin tokens"))
 		return
 	}
-	created, err := s.issueToken(r.Context(), sess.UserID, spec)
+	created, err := s.issueToken(r, s.actor(r, sess), sess.UserID, spec)
 	if err != nil {
 		s.fail(w, "create token", err)
 		return
@@ -308,8 +309,13 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, created)
 }
 
-// issueToken makes a token for userID: every token is made here.
-func (s *Server) issueToken(ctx context.Context, userID string, spec tokenSpec) (createdToken, error) {
+// issueToken makes a token for userID, on actor's request: every token is
+// made, and audited, here.
+func (s *Server) issueToken(r *http.Request, actor audit.Actor, userID string, spec tokenSpec) (created createdToken, err error) {
+	defer func() {
+		s.record(r, actor, audit.ActionTokenCreate, audit.Target{Type: audit.TargetToken, ID: created.Token.ID, Name: spec.name}, err)
+	}()
+	ctx := r.Context()
 	secret, err := newSecret()
 	if err != nil {
 		return createdToken{}, err
@@ -338,7 +344,7 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "token not found"))
 		return
 	}
-	err := s.deleteToken(r.Context(), sess.UserID, id)
+	err := s.deleteToken(r, s.actor(r, sess), sess.UserID, id)
 	if errors.Is(err, store.ErrNotFound) {
 		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "token not found"))
 		return
@@ -351,8 +357,14 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 }
 
 // deleteToken revokes the user's token id: every revocation happens here.
-func (s *Server) deleteToken(ctx context.Context, userID, id string) error {
-	if err := store.DeleteToken(ctx, s.pool, id, userID); err != nil {
+func (s *Server) deleteToken(r *http.Request, actor audit.Actor, userID, id string) error {
+	err := store.DeleteToken(r.Context(), s.pool, id, userID)
+	if errors.Is(err, store.ErrNotFound) {
+		// Nothing was revoked: another user's token, or none.
+		return err
+	}
+	s.record(r, actor, audit.ActionTokenRevoke, audit.Target{Type: audit.TargetToken, ID: id}, err)
+	if err != nil {
 		return err
 	}
 	s.tokens.forget(id)
@@ -437,7 +449,10 @@ func (s *Server) redeemGrant(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "redeem token grant", err)
 		return
 	}
-	created, err := s.issueToken(r.Context(), userID, tokenSpec{name: name, scope: ScopeReadWrite, days: cliTokenDays})
+	// The code stood for the user who approved it, at the client that
+	// redeems it.
+	actor := audit.Actor{UserID: userID, Address: clientAddress(r, s.opts.TrustedProxies)}
+	created, err := s.issueToken(r, actor, userID, tokenSpec{name: name, scope: ScopeReadWrite, days: cliTokenDays})
 	if err != nil {
 		s.fail(w, "create token", err)
 		return

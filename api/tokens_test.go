@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -388,4 +389,64 @@ func recordTo(srv http.Handler, req *http.Request) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	srv.ServeHTTP(rec, req)
 	return rec
+}
+
+// TestAuditOfTokens: making and revoking a token are audited, and what a
+// token does is recorded as done through it.
+func TestAuditOfTokens(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	root := env.CreateUser("root", true)
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	res := env.Do(c, "POST", "/api/v1/tokens", map[string]any{"name": "ci", "scope": "read-write", "expires_in_days": 1})
+	if res.StatusCode != 201 {
+		t.Fatalf("create token: %d %s", res.StatusCode, res.Body)
+	}
+	var created createdJSON
+	res.Decode(t, &created)
+	anon := env.Client()
+	if res := env.Do(anon, "POST", "/api/v1/workspaces", map[string]string{"name": "by-token"}, bearer(created.Secret)...); res.StatusCode != 201 {
+		t.Fatalf("create through the token: %d %s", res.StatusCode, res.Body)
+	}
+	if res := env.Do(c, "DELETE", "/api/v1/tokens/"+created.Token.ID, nil); res.StatusCode != 204 {
+		t.Fatalf("revoke: %d %s", res.StatusCode, res.Body)
+	}
+	// Revoking it again revokes nothing, and records nothing.
+	if res := env.Do(c, "DELETE", "/api/v1/tokens/"+created.Token.ID, nil); res.StatusCode != 404 {
+		t.Fatalf("revoke again: %d %s", res.StatusCode, res.Body)
+	}
+
+	var trail struct {
+		Events []struct {
+			Actor struct {
+				UserID  string `json:"user_id"`
+				TokenID string `json:"token_id"`
+			} `json:"actor"`
+			Action string `json:"action"`
+			Target *struct {
+				ID string `json:"id"`
+			} `json:"target"`
+			Outcome string `json:"outcome"`
+		} `json:"events"`
+	}
+	env.Do(env.Login(root), "GET", "/api/v1/admin/audit?user_id="+alice.ID, nil).Decode(t, &trail)
+	var got []string
+	for _, e := range trail.Events {
+		if e.Action == "user.login" {
+			continue
+		}
+		target := ""
+		if e.Target != nil && e.Target.ID == created.Token.ID {
+			target = " the token"
+		}
+		via := ""
+		if e.Actor.TokenID == created.Token.ID {
+			via = " through the token"
+		}
+		got = append(got, e.Action+":"+e.Outcome+target+via)
+	}
+	want := []string{"token.revoke:success the token", "workspace.create:success through the token", "token.create:success the token"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("alice's trail %q, want %q (newest first)", got, want)
+	}
 }

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -179,19 +181,32 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.writePage(w, r, sess.UserID)
+	s.writePage(w, r, sess.UserID, "")
 }
 
 func (s *Server) adminListWorkspaces(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.requireAdmin(w, r); !ok {
 		return
 	}
-	owner := r.URL.Query().Get("owner_id")
-	s.writePage(w, r, owner)
+	q := r.URL.Query()
+	phase := workspace.Phase(q.Get("state"))
+	if phase != "" && !slices.Contains(listablePhases, phase) {
+		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "state",
+			Message: "state: must be one of PENDING, ARCHIVED, STANDBY, RUNNING, ERROR, DELETING"})
+		return
+	}
+	s.writePage(w, r, q.Get("owner_id"), phase)
 }
 
-// writePage answers a list request; ownerID empty lists every owner.
-func (s *Server) writePage(w http.ResponseWriter, r *http.Request, ownerID string) {
+// listablePhases are the phases a live workspace can be in.
+var listablePhases = []workspace.Phase{
+	workspace.PhasePending, workspace.PhaseArchived, workspace.PhaseStandby,
+	workspace.PhaseRunning, workspace.PhaseError, workspace.PhaseDeleting,
+}
+
+// writePage answers a list request; ownerID empty lists every owner, phase
+// empty every phase.
+func (s *Server) writePage(w http.ResponseWriter, r *http.Request, ownerID string, phase workspace.Phase) {
 	limit, after, e := pageParams(r)
 	if e != nil {
 		WriteError(w, e)
@@ -203,7 +218,7 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, ownerID strin
 		return
 	}
 	// One extra row tells whether another page follows.
-	list, err := s.workspaces.List(r.Context(), workspace.ListFilter{OwnerID: ownerID, Limit: limit + 1, After: after})
+	list, err := s.workspaces.List(r.Context(), workspace.ListFilter{OwnerID: ownerID, Phase: phase, Limit: limit + 1, After: after})
 	if err != nil {
 		WriteError(w, serviceError(s.logger, err))
 		return
@@ -253,9 +268,12 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 		OwnerID: sess.UserID, Name: req.Name, Description: req.Description, Image: req.Image,
 	})
 	if err != nil {
-		WriteError(w, serviceError(s.logger, err))
+		e := serviceError(s.logger, err)
+		s.recordWorkspace(r, sess, audit.ActionWorkspaceCreate, workspace.Workspace{Name: req.Name}, e)
+		WriteError(w, e)
 		return
 	}
+	s.recordWorkspace(r, sess, audit.ActionWorkspaceCreate, c.Workspace, nil)
 	w.Header().Set("Location", "/api/v1/workspaces/"+c.ID)
 	if c.HeldBy != nil {
 		w.Header().Set(NoticeHeader, heldNotice(c.HeldBy))
@@ -428,11 +446,16 @@ func (s *Server) patchWorkspace(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if desired != "" {
+		action := desiredAction(ws, desired)
+		before := ws
 		ws, err = s.workspaces.SetDesired(r.Context(), ws.ID, desired, workspace.CauseUser)
 		if err != nil {
-			WriteError(w, serviceError(s.logger, err))
+			e := serviceError(s.logger, err)
+			s.recordWorkspace(r, sess, action, before, e)
+			WriteError(w, e)
 			return
 		}
+		s.recordWorkspace(r, sess, action, ws, nil)
 	}
 	writeJSON(w, http.StatusOK, s.view(ws))
 }
@@ -482,14 +505,21 @@ func (s *Server) extendWorkspace(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) {
-	ws, ok := s.userWorkspace(w, r)
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	ws, ok := s.ownedWorkspace(w, r, sess)
 	if !ok {
 		return
 	}
 	if err := s.workspaces.Delete(r.Context(), ws.ID); err != nil {
-		WriteError(w, serviceError(s.logger, err))
+		e := serviceError(s.logger, err)
+		s.recordWorkspace(r, sess, audit.ActionWorkspaceDelete, ws, e)
+		WriteError(w, e)
 		return
 	}
+	s.recordWorkspace(r, sess, audit.ActionWorkspaceDelete, ws, nil)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -505,9 +535,12 @@ func (s *Server) recoverWorkspace(w http.ResponseWriter, r *http.Request) {
 	}
 	ws, err := s.workspaces.Recover(r.Context(), id)
 	if err != nil {
-		WriteError(w, serviceError(s.logger, err))
+		e := serviceError(s.logger, err)
+		s.recordWorkspace(r, sess, audit.ActionWorkspaceRecover, workspace.Workspace{ID: id}, e)
+		WriteError(w, e)
 		return
 	}
+	s.recordWorkspace(r, sess, audit.ActionWorkspaceRecover, ws, nil)
 	s.logger.Info("workspace recovered by admin", "workspace_id", id, "admin", sess.Username)
 	writeJSON(w, http.StatusOK, s.view(ws))
 }

@@ -312,6 +312,57 @@ auth {
     # Env: CODEHUB_AUTH_BOOTSTRAP_ADMIN_PASSWORD.
     # password = ""
   }
+
+  # Offer the login with a local username and password. Turn it off when
+  # everyone signs in through auth.oidc (which must be set then); local
+  # users then cannot log in. Env: CODEHUB_AUTH_PASSWORD_LOGIN.
+  password_login = true
+
+  # Single sign-on through an OpenID Provider (authorization code flow with
+  # PKCE). It is on when issuer is set. Register codehub at the provider as a
+  # confidential web client with the redirect URI
+  # <public_url>/api/v1/auth/oidc/callback.
+  oidc {
+    # Issuer URL of the provider, where discovery starts: https://, or
+    # http:// to a provider on loopback. Env: CODEHUB_AUTH_OIDC_ISSUER.
+    # issuer = "https://idp.example.com/realms/company"
+
+    # The client registered at the provider. The secret is a secret: keep
+    # it in CODEHUB_AUTH_OIDC_CLIENT_SECRET rather than here.
+    # client_id     = "codehub"
+    # client_secret = ""
+
+    # Scopes asked for; must include "openid". Add the scope that makes
+    # your provider put groups into the ID token (often "groups").
+    scopes = ["openid", "profile", "email"]
+
+    # ID token claim whose value becomes the username at first login (it
+    # must be a valid codehub username). Users are known by the provider's
+    # issuer and subject, so a later change of this claim renames nobody.
+    username_claim = "preferred_username"
+
+    # ID token claim listing the user's groups.
+    groups_claim = "groups"
+
+    # When not empty, only members of one of these groups may log in; a
+    # user removed from them is refused at the next login, which also ends
+    # their sessions.
+    allowed_groups = []
+
+    # Members of these groups are administrators; checked at every login,
+    # so leaving the group takes the rights away at the next login.
+    admin_groups = []
+
+    # Shown on the login page as "Sign in with <label>".
+    label = "single sign-on"
+  }
+}
+
+# The audit log in PostgreSQL: logins, workspace actions and admin actions.
+audit {
+  # How long events are kept: whole days ("90d") or a duration ("720h").
+  # Older events are pruned every hour. Env: CODEHUB_AUDIT_RETENTION.
+  retention = "90d"
 }
 
 # Prometheus metrics are never served to the public: either on a listener of

@@ -70,6 +70,7 @@ type Config struct {
 	Jobspecs    *Jobspecs    `hcl:"jobspecs,block"`
 	Proxy       *Proxy       `hcl:"proxy,block"`
 	Metrics     *Metrics     `hcl:"metrics,block"`
+	Audit       *Audit       `hcl:"audit,block"`
 
 	// Backend comes from the labelled `backend "nomad"` or `backend "local"`
 	// block; it is decoded by hand because its body depends on the label.
@@ -250,11 +251,47 @@ type GC struct {
 	DryRun bool `hcl:"dry_run,optional"`
 }
 
-// Auth configures sessions and the first administrator.
+// Auth configures sessions, how users log in, and the first administrator.
 type Auth struct {
-	SessionTTLHCL  string `hcl:"session_ttl,optional"`
-	SessionTTL     time.Duration
+	SessionTTLHCL string `hcl:"session_ttl,optional"`
+	SessionTTL    time.Duration
+	// PasswordLogin offers the login with a local username and password;
+	// turned off, users log in only through OIDC.
+	PasswordLogin  bool            `hcl:"password_login,optional"`
 	BootstrapAdmin *BootstrapAdmin `hcl:"bootstrap_admin,block"`
+	OIDC           *OIDC           `hcl:"oidc,block"`
+}
+
+// OIDC is single sign-on through an OpenID Provider; it is on when Issuer
+// is set.
+type OIDC struct {
+	// Issuer is the provider's issuer URL, where discovery starts.
+	Issuer       string   `hcl:"issuer,optional"`
+	ClientID     string   `hcl:"client_id,optional"`
+	ClientSecret Secret   `hcl:"client_secret,optional"`
+	Scopes       []string `hcl:"scopes,optional"`
+	// UsernameClaim names the ID token claim that becomes the username
+	// at first login.
+	UsernameClaim string `hcl:"username_claim,optional"`
+	// GroupsClaim names the ID token claim listing the user's groups.
+	GroupsClaim string `hcl:"groups_claim,optional"`
+	// AllowedGroups, when not empty, admits only members of one of them.
+	AllowedGroups []string `hcl:"allowed_groups,optional"`
+	// AdminGroups makes their members administrators, at every login.
+	AdminGroups []string `hcl:"admin_groups,optional"`
+	// Label names the provider on the login page: "Sign in with <label>".
+	Label string `hcl:"label,optional"`
+}
+
+// Enabled reports whether single sign-on is configured.
+func (o *OIDC) Enabled() bool { return o != nil && o.Issuer != "" }
+
+// Audit configures the audit log.
+type Audit struct {
+	// Retention is how long events are kept: a duration, or whole days
+	// written like "90d".
+	RetentionHCL string `hcl:"retention,optional"`
+	Retention    time.Duration
 }
 
 // BootstrapAdmin is created at start when no user exists and Password is set.

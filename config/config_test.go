@@ -109,7 +109,11 @@ func TestDefaultIsFullyPopulated(t *testing.T) {
 		if *f.dst <= 0 {
 			t.Errorf("default %s = %s, want a positive duration", f.path, *f.dst)
 		}
-		d, err := time.ParseDuration(f.text)
+		parse := time.ParseDuration
+		if inDays[f.path] {
+			parse = parseRetention
+		}
+		d, err := parse(f.text)
 		if err != nil || d != *f.dst {
 			t.Errorf("default %s: text %q parses to %s (%v), field holds %s", f.path, f.text, d, err, *f.dst)
 		}

@@ -31,6 +31,7 @@ const (
 	defaultGCInterval       = 4 * time.Hour
 	defaultDeletedGrace     = 2 * time.Hour
 	defaultSessionTTL       = 24 * time.Hour
+	defaultAuditRetention   = 90 * 24 * time.Hour
 )
 
 const defaultWorkspaceImage = "codercom/code-server:4.100.3"
@@ -65,8 +66,16 @@ func Default() *Config {
 		Auth: &Auth{
 			SessionTTLHCL:  durationText(defaultSessionTTL),
 			SessionTTL:     defaultSessionTTL,
+			PasswordLogin:  true,
 			BootstrapAdmin: &BootstrapAdmin{Username: "admin"},
+			OIDC: &OIDC{
+				Scopes:        []string{"openid", "profile", "email"},
+				UsernameClaim: "preferred_username",
+				GroupsClaim:   "groups",
+				Label:         "single sign-on",
+			},
 		},
+		Audit:    &Audit{RetentionHCL: "90d", Retention: defaultAuditRetention},
 		Jobspecs: &Jobspecs{},
 		Proxy:    &Proxy{},
 		Metrics:  &Metrics{},

@@ -82,6 +82,7 @@ func (s S3) Format(f fmt.State, verb rune)             { formatFields(f, verb, r
 func (n NomadBackend) Format(f fmt.State, verb rune)   { formatFields(f, verb, reflect.ValueOf(n)) }
 func (c Consul) Format(f fmt.State, verb rune)         { formatFields(f, verb, reflect.ValueOf(c)) }
 func (b BootstrapAdmin) Format(f fmt.State, verb rune) { formatFields(f, verb, reflect.ValueOf(b)) }
+func (o OIDC) Format(f fmt.State, verb rune)           { formatFields(f, verb, reflect.ValueOf(o)) }
 
 // formatFields writes a struct the way %v, %+v or %#v would (any other verb
 // counts as %v), formatting each field through fmt so that fields with

@@ -37,6 +37,10 @@ type durationField struct {
 	dst  *time.Duration
 }
 
+// inDays are the durations that also take whole days ("90d"): retentions
+// that run into months.
+var inDays = map[string]bool{"audit.retention": true}
+
 func (c *Config) durationFields() []durationField {
 	w, co, gc := c.Workspace, c.Coordinator, c.GC
 	fields := []durationField{
@@ -60,6 +64,7 @@ func (c *Config) durationFields() []durationField {
 		{"gc.interval", gc.IntervalHCL, &gc.Interval},
 		{"gc.deleted_grace", gc.DeletedGraceHCL, &gc.DeletedGrace},
 		{"auth.session_ttl", c.Auth.SessionTTLHCL, &c.Auth.SessionTTL},
+		{"audit.retention", c.Audit.RetentionHCL, &c.Audit.Retention},
 	}
 	if c.Backend != nil && c.Backend.Nomad != nil {
 		n := c.Backend.Nomad
@@ -74,6 +79,15 @@ func (c *Config) durationFields() []durationField {
 func (c *Config) resolve() []problem {
 	var ps []problem
 	for _, f := range c.durationFields() {
+		if inDays[f.path] {
+			d, err := parseRetention(f.text)
+			if err != nil {
+				ps = append(ps, problem{f.path, err.Error()})
+				continue
+			}
+			*f.dst = d
+			continue
+		}
 		d, err := time.ParseDuration(f.text)
 		if err != nil {
 			ps = append(ps, problem{f.path, fmt.Sprintf(`%q is not a duration; write it like "90s", "15m" or "2h"`, f.text)})
@@ -157,6 +171,7 @@ func (c *Config) problems() []problem {
 	c.checkWorkspace(ch)
 	c.checkPolicies(ch)
 	c.checkProxy(ch)
+	c.checkIdentity(ch)
 	return ch.problems
 }
 

@@ -55,6 +55,10 @@ type serverConfig struct {
 	workspace string
 	// maxRunning is the running limit per user; 1 if zero.
 	maxRunning int
+	// port is the port the server listens on; a free one if zero.
+	port int
+	// oidc is an oidc block for the auth block.
+	oidc string
 	// ttlInterval is how often the TTL runner looks for idle workspaces,
 	// and standbyTTL how long a workspace may be idle (added to the
 	// workspace block); the defaults if empty.
@@ -93,7 +97,10 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 			t.Fatalf("build codehub: %v\n%s", err, out)
 		}
 	}
-	port := testenv.FreePort(t)
+	port := cfg.port
+	if port == 0 {
+		port = testenv.FreePort(t)
+	}
 	host := cfg.publicHost
 	if host == "" {
 		host = "127.0.0.1"
@@ -225,9 +232,9 @@ auth {
     username = "admin"
     password = %q
   }
-}
+%s}
 `, port, srv.url, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
-		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, ttlInterval, adminPassword)
+		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, ttlInterval, adminPassword, cfg.oidc)
 }
 
 func tail(path string, lines int) string {

@@ -44,7 +44,7 @@ func SessionByTokenHash(ctx context.Context, q Querier, tokenHash []byte, worksp
 	s := Session{WorkspaceID: workspaceID}
 	err := q.QueryRow(ctx, `SELECT u.id, u.username, u.is_admin, s.expires_at
 		FROM sessions s JOIN users u ON u.id = s.user_id
-		WHERE s.token_hash = $1 AND s.expires_at > now()
+		WHERE s.token_hash = $1 AND s.expires_at > now() AND NOT u.disabled
 			AND s.workspace_id IS NOT DISTINCT FROM NULLIF($2, '')`, tokenHash, workspaceID).
 		Scan(&s.UserID, &s.Username, &s.IsAdmin, &s.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -106,11 +106,15 @@ func DeleteSession(ctx context.Context, q Querier, tokenHash []byte) error {
 	return nil
 }
 
-// DeleteExpiredSessions removes sessions and handoff tickets past their
-// expiry and returns how many sessions went.
+// DeleteExpiredSessions removes sessions, handoff tickets and logins under
+// way at the OpenID Provider past their expiry and returns how many
+// sessions went.
 func DeleteExpiredSessions(ctx context.Context, q Querier) (int64, error) {
 	if _, err := q.Exec(ctx, `DELETE FROM session_handoffs WHERE expires_at <= now()`); err != nil {
 		return 0, fmt.Errorf("delete expired session handoffs: %w", err)
+	}
+	if _, err := q.Exec(ctx, `DELETE FROM oidc_logins WHERE expires_at <= now()`); err != nil {
+		return 0, fmt.Errorf("delete expired oidc logins: %w", err)
 	}
 	tag, err := q.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= now()`)
 	if err != nil {

@@ -17,6 +17,9 @@ type User struct {
 	IsAdmin      bool       `db:"is_admin"`
 	FailedLogins int        `db:"failed_logins"`
 	LockedUntil  *time.Time `db:"locked_until"`
+	Disabled     bool       `db:"disabled"`
+	OIDCIssuer   *string    `db:"oidc_issuer"`
+	OIDCSubject  *string    `db:"oidc_subject"`
 	CreatedAt    time.Time  `db:"created_at"`
 	UpdatedAt    time.Time  `db:"updated_at"`
 }
@@ -24,7 +27,7 @@ type User struct {
 // ErrUsernameTaken reports that another user already has the username.
 var ErrUsernameTaken = errors.New("store: username taken")
 
-const userColumns = `id, username, password_hash, is_admin, failed_logins, locked_until, created_at, updated_at`
+const userColumns = `id, username, password_hash, is_admin, failed_logins, locked_until, disabled, oidc_issuer, oidc_subject, created_at, updated_at`
 
 // CreateUser inserts a user; a duplicate username is ErrUsernameTaken.
 func CreateUser(ctx context.Context, q Querier, id, username, passwordHash string, isAdmin bool) (User, error) {
@@ -43,8 +46,8 @@ func CreateUser(ctx context.Context, q Querier, id, username, passwordHash strin
 	return u, nil
 }
 
-func oneUser(ctx context.Context, q Querier, where string, arg any) (User, error) {
-	rows, err := q.Query(ctx, `SELECT `+userColumns+` FROM users WHERE `+where, arg)
+func oneUser(ctx context.Context, q Querier, where string, args ...any) (User, error) {
+	rows, err := q.Query(ctx, `SELECT `+userColumns+` FROM users WHERE `+where, args...)
 	if err != nil {
 		return User{}, fmt.Errorf("select user: %w", err)
 	}
@@ -90,13 +93,22 @@ func CountUsers(ctx context.Context, q Querier) (int, error) {
 	return n, nil
 }
 
+// ErrSingleSignOn reports a user who signs in through OIDC and so has no
+// password to set.
+var ErrSingleSignOn = errors.New("store: user signs in through single sign-on")
+
 // SetPassword replaces a user's password hash, clears its login backoff and
 // ends its sessions, so a changed password locks out whoever had the old one.
+// A user signing in through OIDC is ErrSingleSignOn: a password would open
+// a second way in that the provider does not control.
 func SetPassword(ctx context.Context, q Querier, username, passwordHash string) error {
 	var id string
 	err := q.QueryRow(ctx, `UPDATE users SET password_hash = $2, failed_logins = 0, locked_until = NULL, updated_at = now()
-		WHERE username = $1 RETURNING id`, username, passwordHash).Scan(&id)
+		WHERE username = $1 AND oidc_subject IS NULL RETURNING id`, username, passwordHash).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := UserByUsername(ctx, q, username); err == nil {
+			return ErrSingleSignOn
+		}
 		return ErrNotFound
 	}
 	if err != nil {

@@ -54,11 +54,11 @@ func LockLiveWorkspace[T any](ctx context.Context, q Querier, id string) (T, err
 }
 
 // ListLiveWorkspaces pages through live workspaces by id, optionally of one
-// owner (ownerID empty: all owners).
-func ListLiveWorkspaces[T any](ctx context.Context, q Querier, ownerID, after string, limit int) ([]T, error) {
+// owner and in one phase (empty: any).
+func ListLiveWorkspaces[T any](ctx context.Context, q Querier, ownerID, phase, after string, limit int) ([]T, error) {
 	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
-		WHERE deleted_at IS NULL AND ($1 = '' OR owner_id = $1) AND id > $2
-		ORDER BY id LIMIT $3`, ownerID, after, limit))
+		WHERE deleted_at IS NULL AND ($1 = '' OR owner_id = $1) AND ($2 = '' OR phase = $2) AND id > $3
+		ORDER BY id LIMIT $4`, ownerID, phase, after, limit))
 }
 
 // ListDesiredRunning returns an owner's live workspaces whose desired state

@@ -29,7 +29,10 @@ func FS() fs.FS {
 
 // Pages the single-page app answers itself; everything else is an asset or
 // not found.
-var pages = map[string]bool{"/": true, "/login": true, "/logout": true, "/cli-login": true}
+var pages = map[string]bool{
+	"/": true, "/login": true, "/logout": true, "/cli-login": true,
+	"/admin/users": true, "/admin/workspaces": true, "/admin/audit": true,
+}
 
 // securityHeaders lock the dashboard to its own origin: no inline scripts,
 // no framing, no third-party requests.

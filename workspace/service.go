@@ -121,6 +121,8 @@ type UpdateRequest struct {
 type ListFilter struct {
 	// OwnerID empty lists every owner's workspaces (admin view).
 	OwnerID string
+	// Phase, when set, lists only the workspaces in that phase.
+	Phase Phase
 	// Limit 0 means DefaultListLimit; more than MaxListLimit is clamped.
 	Limit int
 	// After is the id of the last workspace of the previous page.
@@ -294,7 +296,7 @@ func (s *Service) List(ctx context.Context, f ListFilter) ([]Workspace, error) {
 	case f.Limit > MaxListLimit:
 		f.Limit = MaxListLimit
 	}
-	ws, err := store.ListLiveWorkspaces[Workspace](ctx, s.pool, f.OwnerID, f.After, f.Limit)
+	ws, err := store.ListLiveWorkspaces[Workspace](ctx, s.pool, f.OwnerID, string(f.Phase), f.After, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list workspaces: %w", err)
 	}

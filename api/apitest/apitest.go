@@ -64,6 +64,11 @@ type Config struct {
 	// Progress reads the progress of archive and restore jobs; nil for
 	// none.
 	Progress api.ProgressReader
+	// OIDC, when set, gives each replica's single sign-on settings from its
+	// public URL (which the provider needs as the redirect URI).
+	OIDC func(publicURL string) *api.OIDCOptions
+	// NoPasswordLogin turns the password login off.
+	NoPasswordLogin bool
 }
 
 // Env is one running CodeHub HTTP surface with its databases.
@@ -159,11 +164,15 @@ func (e *Env) NewReplica(cfg Config) *api.Server {
 	if cfg.PublicURL != "" {
 		publicURL = cfg.PublicURL
 	}
-	srv, err := api.New(hclog.NewNullLogger(), api.Options{
+	opts := api.Options{
 		PublicURL: publicURL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
 		HeartbeatInterval: cfg.HeartbeatInterval, StreamWriteTimeout: cfg.StreamWriteTimeout, BodyReadTimeout: cfg.BodyReadTimeout, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
-		MetricsToken: MetricsToken,
-	}, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams, Progress: cfg.Progress})
+		MetricsToken: MetricsToken, NoPasswordLogin: cfg.NoPasswordLogin,
+	}
+	if cfg.OIDC != nil {
+		opts.OIDC = cfg.OIDC(publicURL)
+	}
+	srv, err := api.New(hclog.NewNullLogger(), opts, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams, Progress: cfg.Progress})
 	if err != nil {
 		e.t.Fatalf("api.New: %v", err)
 	}

@@ -128,15 +128,18 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	srv, err := api.New(logger.Named("api"), api.Options{
-		PublicURL:      cfg.PublicURL,
-		SubdomainBase:  cfg.Proxy.SubdomainBase,
-		CookieDomain:   cfg.Proxy.CookieDomain,
-		SessionTTL:     cfg.Auth.SessionTTL,
-		TrustedProxies: cfg.Proxy.TrustedProxyPrefixes,
-		Registry:       registry,
-		MetricsToken:   cfg.Metrics.Token.Reveal(),
-		Dashboard:      web.Handler(),
-		UpstreamToken:  token,
+		PublicURL:       cfg.PublicURL,
+		SubdomainBase:   cfg.Proxy.SubdomainBase,
+		CookieDomain:    cfg.Proxy.CookieDomain,
+		SessionTTL:      cfg.Auth.SessionTTL,
+		TrustedProxies:  cfg.Proxy.TrustedProxyPrefixes,
+		Registry:        registry,
+		MetricsToken:    cfg.Metrics.Token.Reveal(),
+		Dashboard:       web.Handler(),
+		UpstreamToken:   token,
+		AuditRetention:  cfg.Audit.Retention,
+		NoPasswordLogin: !cfg.Auth.PasswordLogin,
+		OIDC:            oidcOptions(cfg.Auth.OIDC),
 		Routes: map[string]http.Handler{
 			"GET /api/v1/health": healthHandler(d.healthChecks()),
 			"GET /dl/codehub":    self,
@@ -212,4 +215,16 @@ func progressOf(b controller.Backend) api.ProgressReader {
 		return p
 	}
 	return nil
+}
+
+// oidcOptions is the API's single sign-on setting; nil when it is off.
+func oidcOptions(o *config.OIDC) *api.OIDCOptions {
+	if !o.Enabled() {
+		return nil
+	}
+	return &api.OIDCOptions{
+		Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret.Reveal(), Scopes: o.Scopes,
+		UsernameClaim: o.UsernameClaim, GroupsClaim: o.GroupsClaim,
+		AllowedGroups: o.AllowedGroups, AdminGroups: o.AdminGroups, Label: o.Label,
+	}
 }

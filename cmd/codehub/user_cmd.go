@@ -179,6 +179,8 @@ func setPassword(ctx context.Context, pool *pgxpool.Pool, username, password str
 	}
 	if err := store.SetPassword(ctx, pool, username, hash); errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("no user %q", username)
+	} else if errors.Is(err, store.ErrSingleSignOn) {
+		return fmt.Errorf("user %q signs in through single sign-on and has no password", username)
 	} else if err != nil {
 		return err
 	}
@@ -192,9 +194,13 @@ func listUsers(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error 
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "USERNAME\tID\tADMIN\tCREATED")
+	fmt.Fprintln(tw, "USERNAME\tID\tADMIN\tDISABLED\tSIGN-IN\tCREATED")
 	for _, u := range users {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", u.Username, u.ID, u.IsAdmin, u.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"))
+		signIn := "password"
+		if u.OIDCSubject != nil {
+			signIn = "oidc"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%s\t%s\n", u.Username, u.ID, u.IsAdmin, u.Disabled, signIn, u.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	return tw.Flush()
 }

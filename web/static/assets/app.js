@@ -970,6 +970,21 @@ function showLogin() {
     history.replaceState(null, "", "/login" + location.search);
   }
   $("login-username").focus();
+  offerSignIn();
+}
+
+// offerSignIn shows the ways to log in the server offers: the password
+// form, single sign-on, or both.
+async function offerSignIn() {
+  let methods;
+  try { methods = await api("GET", "/api/v1/auth/methods"); } catch (_) { return; }
+  $("login-password-fields").hidden = !methods.password;
+  $("login-sso").hidden = !methods.oidc;
+  $("login-or").hidden = !methods.password;
+  if (methods.oidc) {
+    $("login-sso-link").textContent = `Sign in with ${methods.oidc.label}`;
+    $("login-sso-link").href = methods.oidc.login_url;
+  }
 }
 
 async function showApp(user) {
@@ -982,9 +997,12 @@ async function showApp(user) {
   $("user-name").textContent = user.username;
   $("user-admin").hidden = !user.is_admin;
   $("token-admin-label").hidden = !user.is_admin;
+  $("admin-nav").hidden = !user.is_admin;
   const q = new URLSearchParams(location.search);
   if (q.get("stop")) state.stopAsk = { stop: q.get("stop"), open: q.get("open") };
-  if (location.pathname !== "/" || location.search) history.replaceState(null, "", "/");
+  const adminPage = user.is_admin && adminPages.has(location.pathname);
+  if (!adminPage && (location.pathname !== "/" || location.search)) history.replaceState(null, "", "/");
+  showView(adminPage ? location.pathname : "/");
   connectEvents();
   try {
     await Promise.all([loadAll(), loadImages(), loadTokens()]);

@@ -1,0 +1,70 @@
+package api
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/codehub-io/codehub/audit"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+func TestDecideOIDCLogin(t *testing.T) {
+	groups := OIDCOptions{UsernameClaim: "preferred_username", GroupsClaim: "groups", AllowedGroups: []string{"dev", "ops"}, AdminGroups: []string{"ops"}}
+	open := OIDCOptions{UsernameClaim: "preferred_username", GroupsClaim: "groups"}
+	list := func(gs ...any) []any { return gs }
+	for _, tc := range []struct {
+		name    string
+		opts    OIDCOptions
+		claims  map[string]any
+		want    oidcIdentity
+		wantErr bool
+		claim   bool // the refusal is a claimError
+		refused error
+	}{
+		{"member", groups, map[string]any{"preferred_username": "Ann", "groups": list("dev")}, oidcIdentity{username: "ann", adminFromGroups: true}, false, false, nil},
+		{"admin", groups, map[string]any{"preferred_username": "ann", "groups": list("dev", "ops")}, oidcIdentity{username: "ann", admin: true, adminFromGroups: true}, false, false, nil},
+		{"one group as text", groups, map[string]any{"preferred_username": "ann", "groups": "ops"}, oidcIdentity{username: "ann", admin: true, adminFromGroups: true}, false, false, nil},
+		{"no groups needed", open, map[string]any{"preferred_username": "ann"}, oidcIdentity{username: "ann"}, false, false, nil},
+		{"not allowed", groups, map[string]any{"preferred_username": "ann", "groups": list("sales")}, oidcIdentity{username: "ann"}, true, false, errNotAllowed},
+		{"no groups claim", groups, map[string]any{"preferred_username": "ann"}, oidcIdentity{username: "ann"}, true, true, nil},
+		{"groups not names", groups, map[string]any{"preferred_username": "ann", "groups": list("dev", 7.0)}, oidcIdentity{username: "ann"}, true, true, nil},
+		{"groups an object", groups, map[string]any{"preferred_username": "ann", "groups": map[string]any{"dev": true}}, oidcIdentity{username: "ann"}, true, true, nil},
+		{"no username claim", open, map[string]any{"sub": "x"}, oidcIdentity{}, true, true, nil},
+		{"username not text", open, map[string]any{"preferred_username": 12.0}, oidcIdentity{}, true, true, nil},
+		{"username invalid here", open, map[string]any{"preferred_username": "ann@example.com"}, oidcIdentity{username: "ann@example.com"}, true, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decideOIDCLogin(tc.opts, tc.claims)
+			if got != tc.want || (err != nil) != tc.wantErr {
+				t.Fatalf("decide = %+v, %v; want %+v (error %v)", got, err, tc.want, tc.wantErr)
+			}
+			var ce *claimError
+			if errors.As(err, &ce) != tc.claim {
+				t.Errorf("error %v: claim error %v, want %v", err, !tc.claim, tc.claim)
+			}
+			if tc.refused != nil && !errors.Is(err, tc.refused) {
+				t.Errorf("error %v, want %v", err, tc.refused)
+			}
+		})
+	}
+}
+
+func TestDesiredAction(t *testing.T) {
+	for _, tc := range []struct {
+		phase   workspace.Phase
+		was     workspace.DesiredState
+		desired workspace.DesiredState
+		want    string
+	}{
+		{workspace.PhaseStandby, workspace.DesiredStandby, workspace.DesiredRunning, audit.ActionWorkspaceStart},
+		{workspace.PhaseArchived, workspace.DesiredArchived, workspace.DesiredRunning, audit.ActionWorkspaceRestore},
+		{workspace.PhaseStandby, workspace.DesiredArchived, workspace.DesiredRunning, audit.ActionWorkspaceRestore},
+		{workspace.PhaseRunning, workspace.DesiredRunning, workspace.DesiredStandby, audit.ActionWorkspaceStop},
+		{workspace.PhaseRunning, workspace.DesiredRunning, workspace.DesiredArchived, audit.ActionWorkspaceArchive},
+	} {
+		ws := workspace.Workspace{Phase: tc.phase, DesiredState: tc.was}
+		if got := desiredAction(ws, tc.desired); got != tc.want {
+			t.Errorf("%s (wanted %s) -> %s: %s, want %s", tc.phase, tc.was, tc.desired, got, tc.want)
+		}
+	}
+}

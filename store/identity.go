@@ -1,0 +1,96 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// UserByOIDC returns the user signed in as subject at issuer, or ErrNotFound.
+func UserByOIDC(ctx context.Context, q Querier, issuer, subject string) (User, error) {
+	return oneUser(ctx, q, `oidc_issuer = $1 AND oidc_subject = $2`, issuer, subject)
+}
+
+// CreateOIDCUser inserts a user known by (issuer, subject), without a
+// password. A username another user has is ErrUsernameTaken.
+func CreateOIDCUser(ctx context.Context, q Querier, id, username, issuer, subject string, isAdmin bool) (User, error) {
+	rows, err := q.Query(ctx, `INSERT INTO users (id, username, password_hash, is_admin, oidc_issuer, oidc_subject)
+		VALUES ($1, $2, '', $3, $4, $5) RETURNING `+userColumns, id, username, isAdmin, issuer, subject)
+	if err != nil {
+		return User{}, fmt.Errorf("insert user: %w", err)
+	}
+	u, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[User])
+	if IsUniqueViolation(err, "users_username_key") {
+		return User{}, fmt.Errorf("%w: %w", ErrUsernameTaken, err)
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("insert user: %w", err)
+	}
+	return u, nil
+}
+
+// SetAdmin grants or withdraws administrator rights. The sessions stay;
+// they read the flag from the users row.
+func SetAdmin(ctx context.Context, q Querier, userID string, isAdmin bool) error {
+	tag, err := q.Exec(ctx, `UPDATE users SET is_admin = $2, updated_at = now() WHERE id = $1`, userID, isAdmin)
+	if err != nil {
+		return fmt.Errorf("set admin: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// SetDisabled disables or enables a user. Disabling ends every session of
+// the user in the same statement's transaction.
+func SetDisabled(ctx context.Context, q Querier, userID string, disabled bool) error {
+	tag, err := q.Exec(ctx, `UPDATE users SET disabled = $2, updated_at = now() WHERE id = $1`, userID, disabled)
+	if err != nil {
+		return fmt.Errorf("set disabled: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	if disabled {
+		return EndUserSessions(ctx, q, userID)
+	}
+	return nil
+}
+
+// EndUserSessions deletes every session of a user.
+func EndUserSessions(ctx context.Context, q Querier, userID string) error {
+	if _, err := q.Exec(ctx, `DELETE FROM sessions WHERE user_id = $1`, userID); err != nil {
+		return fmt.Errorf("end sessions: %w", err)
+	}
+	return nil
+}
+
+// CreateOIDCLogin stores a login under way at the OpenID Provider, valid
+// for ttl.
+func CreateOIDCLogin(ctx context.Context, q Querier, stateHash []byte, nonce, verifier string, ttl time.Duration) error {
+	_, err := q.Exec(ctx, `INSERT INTO oidc_logins (state_hash, nonce, code_verifier, expires_at)
+		VALUES ($1, $2, $3, now() + $4::interval)`, stateHash, nonce, verifier, ttl)
+	if err != nil {
+		return fmt.Errorf("create oidc login: %w", err)
+	}
+	return nil
+}
+
+// TakeOIDCLogin uses up the login under way with that state and returns its
+// nonce and PKCE verifier; an unknown, used or expired one is ErrNotFound.
+func TakeOIDCLogin(ctx context.Context, q Querier, stateHash []byte) (nonce, verifier string, err error) {
+	var live bool
+	err = q.QueryRow(ctx, `DELETE FROM oidc_logins WHERE state_hash = $1 RETURNING nonce, code_verifier, expires_at > now()`, stateHash).
+		Scan(&nonce, &verifier, &live)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !live) {
+		return "", "", ErrNotFound
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("take oidc login: %w", err)
+	}
+	return nonce, verifier, nil
+}

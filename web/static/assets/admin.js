@@ -1,0 +1,208 @@
+// CodeHub dashboard, admin pages: users, every workspace, the audit log.
+// It uses app.js's helpers ($, api, APIError, toast, relTime, exactTime).
+"use strict";
+
+const adminPages = new Set(["/admin/users", "/admin/workspaces", "/admin/audit"]);
+
+const adminState = {
+  users: [],           // from /api/v1/admin/users
+  wsNext: null,        // next page of the workspace list
+  auditNext: null,     // next page of the audit log
+};
+
+// showView shows the home page ("/") or one admin page.
+function showView(path) {
+  const admin = adminPages.has(path);
+  $("home-view").hidden = admin;
+  $("admin-view").hidden = !admin;
+  $("admin-users").hidden = path !== "/admin/users";
+  $("admin-workspaces").hidden = path !== "/admin/workspaces";
+  $("admin-audit").hidden = path !== "/admin/audit";
+  for (const a of $("admin-nav").querySelectorAll("a")) {
+    if (a.getAttribute("href") === path) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  if (!admin) return;
+  loadUsers().then(() => {
+    if (path === "/admin/users") renderUsers();
+    if (path === "/admin/workspaces") loadAllWorkspaces(false);
+    if (path === "/admin/audit") loadAudit(false);
+  }).catch((err) => toast(err.message));
+}
+
+async function loadUsers() {
+  adminState.users = (await api("GET", "/api/v1/admin/users")).users;
+  fillUserSelect($("ws-filter-owner"), "every owner");
+  fillUserSelect($("audit-user"), "every user");
+}
+
+function fillUserSelect(sel, all) {
+  const keep = sel.value;
+  sel.replaceChildren(new Option(all, ""));
+  for (const u of adminState.users) sel.add(new Option(u.username, u.id));
+  sel.value = keep;
+}
+
+function username(id) {
+  const u = adminState.users.find((x) => x.id === id);
+  return u ? u.username : id;
+}
+
+function cell(row, text, title) {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (title) td.title = title;
+  return td;
+}
+
+function smallButton(label, onClick) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = "btn btn-small";
+  b.textContent = label;
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+// ---------- Users ----------
+
+function renderUsers() {
+  const body = $("users-body");
+  body.replaceChildren();
+  for (const u of adminState.users) {
+    const row = body.insertRow();
+    row.dataset.user = u.username;
+    cell(row, u.username);
+    cell(row, u.sign_in === "oidc" ? "single sign-on" : "password");
+    cell(row, u.is_admin ? "administrator" : "user");
+    cell(row, u.disabled ? "disabled" : "active");
+    cell(row, relTime(u.created_at), exactTime(u.created_at));
+    const actions = row.insertCell();
+    if (u.id === state.user.id) continue;
+    actions.append(
+      smallButton(u.disabled ? "Enable" : "Disable", () => patchUser(u, { disabled: !u.disabled })),
+      smallButton(u.is_admin ? "Remove admin" : "Make admin", () => patchUser(u, { is_admin: !u.is_admin })),
+    );
+    if (u.sign_in === "password") {
+      actions.append(smallButton("Reset password", () => {
+        const password = prompt(`New password for ${u.username} (8 characters or more):`);
+        if (password) patchUser(u, { password });
+      }));
+    }
+  }
+}
+
+async function patchUser(u, change) {
+  try {
+    await api("PATCH", `/api/v1/admin/users/${u.id}`, change);
+    toast(change.password ? `Password of ${u.username} changed; their sessions ended.` : `${u.username} updated.`);
+    await loadUsers();
+    renderUsers();
+  } catch (err) {
+    toast(err.message);
+  }
+}
+
+async function createUser(e) {
+  e.preventDefault();
+  const errEl = $("user-create-error");
+  errEl.hidden = true;
+  try {
+    await api("POST", "/api/v1/admin/users", {
+      username: $("user-create-name").value.trim(),
+      password: $("user-create-password").value,
+      is_admin: $("user-create-admin").checked,
+    });
+    e.target.reset();
+    await loadUsers();
+    renderUsers();
+  } catch (err) {
+    errEl.textContent = err.message;
+    errEl.hidden = false;
+  }
+}
+
+// ---------- All workspaces ----------
+
+async function loadAllWorkspaces(more) {
+  const q = new URLSearchParams({ limit: "100" });
+  if ($("ws-filter-owner").value) q.set("owner_id", $("ws-filter-owner").value);
+  if ($("ws-filter-state").value) q.set("state", $("ws-filter-state").value);
+  if (more && adminState.wsNext) q.set("after", adminState.wsNext);
+  const page = await api("GET", `/api/v1/admin/workspaces?${q}`);
+  const body = $("all-ws-body");
+  if (!more) body.replaceChildren();
+  for (const ws of page.workspaces) {
+    const row = body.insertRow();
+    cell(row, ws.name, ws.id);
+    cell(row, username(ws.owner_id));
+    cell(row, ws.phase, ws.error_message || "");
+    cell(row, ws.desired_state);
+    cell(row, relTime(ws.last_access_at), exactTime(ws.last_access_at));
+    cell(row, relTime(ws.created_at), exactTime(ws.created_at));
+  }
+  adminState.wsNext = page.next;
+  $("all-ws-more").hidden = !page.next;
+}
+
+// ---------- Audit log ----------
+
+// isoFrom turns a datetime-local value (local time) into RFC 3339.
+function isoFrom(value) {
+  return value ? new Date(value).toISOString().replace(/\.\d+Z$/, "Z") : "";
+}
+
+async function loadAudit(more) {
+  const q = new URLSearchParams({ limit: "100" });
+  if ($("audit-user").value) q.set("user_id", $("audit-user").value);
+  if ($("audit-workspace").value.trim()) q.set("workspace_id", $("audit-workspace").value.trim());
+  if ($("audit-since").value) q.set("since", isoFrom($("audit-since").value));
+  if ($("audit-until").value) q.set("until", isoFrom($("audit-until").value));
+  if (more && adminState.auditNext) q.set("before", adminState.auditNext);
+  const errEl = $("audit-error");
+  errEl.hidden = true;
+  let page;
+  try {
+    page = await api("GET", `/api/v1/admin/audit?${q}`);
+  } catch (err) {
+    errEl.textContent = err.message;
+    errEl.hidden = false;
+    return;
+  }
+  const body = $("audit-body");
+  if (!more) body.replaceChildren();
+  for (const ev of page.events) {
+    const row = body.insertRow();
+    cell(row, new Date(Date.parse(ev.at)).toLocaleString());
+    const who = ev.actor.username || ev.actor.user_id || "unknown";
+    cell(row, ev.actor.token_id ? `${who} (token ${ev.actor.token_id})` : who);
+    cell(row, ev.actor.address);
+    cell(row, ev.action);
+    cell(row, ev.target ? `${ev.target.type} ${ev.target.name || ev.target.id}` : "", ev.target ? ev.target.id : "");
+    cell(row, ev.outcome).className = `outcome-${ev.outcome}`;
+    cell(row, ev.detail);
+  }
+  adminState.auditNext = page.next;
+  $("audit-more").hidden = !page.next;
+}
+
+// ---------- Wiring ----------
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("admin-nav").addEventListener("click", (e) => {
+    const a = e.target.closest("a");
+    if (!a) return;
+    e.preventDefault();
+    history.pushState(null, "", a.getAttribute("href"));
+    showView(location.pathname);
+  });
+  window.addEventListener("popstate", () => {
+    if (state.user) showView(state.user.is_admin && adminPages.has(location.pathname) ? location.pathname : "/");
+  });
+  $("user-create-form").addEventListener("submit", createUser);
+  $("ws-filter-owner").addEventListener("change", () => loadAllWorkspaces(false).catch((err) => toast(err.message)));
+  $("ws-filter-state").addEventListener("change", () => loadAllWorkspaces(false).catch((err) => toast(err.message)));
+  $("all-ws-more").addEventListener("click", () => loadAllWorkspaces(true).catch((err) => toast(err.message)));
+  $("audit-filter").addEventListener("submit", (e) => { e.preventDefault(); loadAudit(false); });
+  $("audit-more").addEventListener("click", () => loadAudit(true));
+});
