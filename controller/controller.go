@@ -95,6 +95,9 @@ type Config struct {
 	VolumeUID, VolumeGID int
 	// NewOpID returns a fresh operation id (default workspace.NewID).
 	NewOpID func() string
+	// BackupInterval is how old the last archive of a changed home in
+	// standby may get before it is archived again; 0 turns backups off.
+	BackupInterval time.Duration
 	// Metrics records committed transitions, operations and passes (nil:
 	// none); Plan ignores it.
 	Metrics *Metrics
@@ -124,6 +127,7 @@ func ConfigFrom(cfg *config.Config) Config {
 		VolumeUID:      cfg.Workspace.UID,
 		VolumeGID:      cfg.Workspace.GID,
 		NewOpID:        workspace.NewID,
+		BackupInterval: cfg.Workspace.BackupInterval,
 	}
 }
 
@@ -353,6 +357,9 @@ func (c *WorkspaceController) act(ctx context.Context, epoch int64, fence func(c
 		}
 		a.Next.Version = v
 		logTransition(log, w, a.Next)
+		if f := a.BackupFailure; f != nil {
+			log.Warn("backup failed, the home stays in its volume", "reason", f.Reason, "message", f.Message, "retry_at", a.Next.NextAttemptAt)
+		}
 	}
 	for _, step := range a.Steps {
 		if err := fence(ctx); err != nil {
@@ -390,9 +397,12 @@ func (c *WorkspaceController) recordFailure(ctx context.Context, epoch int64, lo
 	}
 	now := c.now()
 	next := failed(w, reason, stepErr.Error(), terminal || workspace.TerminalReason(reason), now, c.cfg)
+	if backingUp(w) {
+		next = backupFailed(w, now, c.cfg)
+	}
 	next.Conditions = maps.Clone(w.Conditions)
 	derive(w.Conditions, &next, now)
-	log.Warn("operation attempt failed", "operation", w.Operation, "step", step, "reason", reason, "error_count", next.ErrorCount, "error", stepErr)
+	log.Warn("operation attempt failed", "operation", w.Operation, "step", step, "reason", reason, "error_count", next.ErrorCount, "backup", backingUp(w), "error", stepErr)
 	if _, err := c.write(ctx, epoch, w, next, stats); err != nil {
 		return w, err
 	}
@@ -432,9 +442,11 @@ func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next
 		OpID:          next.OpID,
 		OpStartedAt:   next.OpStartedAt,
 		OpAttempt:     next.OpAttempt,
+		OpBackup:      next.OpBackup,
 		ArchiveKey:    next.ArchiveKey,
 		RestoreMarker: next.RestoreMarker,
 		RunID:         next.RunID,
+		ArchiveRunID:  next.ArchiveRunID,
 		ErrorReason:   next.ErrorReason,
 		ErrorMessage:  next.ErrorMessage,
 		ErrorCount:    next.ErrorCount,
