@@ -156,6 +156,7 @@ const (
 	routeDelete       = "DELETE /api/v1/workspaces/{id}"
 	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
 	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
+	routeArchive      = "GET /api/v1/workspaces/{id}/archives/{archive}/home.tar.zst"
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
@@ -170,6 +171,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeList: s.listWorkspaces, routeCreate: s.createWorkspace,
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
+		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
 	}
