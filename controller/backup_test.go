@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	cryptorand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
@@ -271,4 +272,59 @@ func TestRandomHistoriesWithBackupsLoseNoHome(t *testing.T) {
 			randomHistory(t, rand.New(rand.NewPCG(seed, 0x6261636b75707321)), steps, time.Minute)
 		})
 	}
+}
+
+// TestGCKeepsBackups: with backups piling up, the GC keeps the newest
+// gc.keep_archives of them, never the volume's business, and never the
+// archive the workspace points to, even when newer complete archives (of
+// attempts never committed) push it out of the newest.
+func TestGCKeepsBackups(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.BackupInterval = time.Hour
+	cfg.NewOpID = func() string { return opAt(h.now()) }
+	c := h.controllerWith(cfg)
+	w := h.create("dev")
+	h.converge(c)
+	for i := range 5 {
+		h.setDesired(w.ID, workspace.DesiredRunning)
+		h.converge(c)
+		h.backend.writeHome(w.ID, fmt.Sprint("v", i))
+		h.setDesired(w.ID, workspace.DesiredStandby)
+		h.converge(c)
+		h.advance(cfg.BackupInterval)
+		h.converge(c)
+	}
+	current := h.expect(w.ID, workspace.PhaseStandby, "volume")
+	if keys := h.backend.store.keys(w.ID); len(keys) != 5 || keys[4] != deref(current.ArchiveKey) {
+		t.Fatalf("archives after five backups: %v, current %s", keys, deref(current.ArchiveKey))
+	}
+
+	gc := NewGCRunner(hclog.NewNullLogger(), h.svc, h.backend.store, GCConfig{KeepArchives: 3, DeletedGrace: time.Hour})
+	if _, err := gc.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := h.backend.store.keys(w.ID)
+	if len(kept) != 3 || kept[2] != deref(current.ArchiveKey) {
+		t.Fatalf("kept %v, want the newest 3 with the current one", kept)
+	}
+
+	// Three newer complete archives no backup committed: the current one
+	// is no longer among the newest 3, and stays all the same.
+	for range 3 {
+		h.advance(time.Minute)
+		h.backend.store.put(archive.Key(w.ID, opAt(h.now())), "uncommitted")
+	}
+	if _, err := gc.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept = h.backend.store.keys(w.ID)
+	if len(kept) != 4 || kept[0] != deref(current.ArchiveKey) {
+		t.Fatalf("kept %v, want the current archive and the newest 3", kept)
+	}
+	if data, _ := h.backend.store.data(deref(current.ArchiveKey)); data != "v4" {
+		t.Fatalf("current archive holds %q", data)
+	}
+	h.expect(w.ID, workspace.PhaseStandby, "volume")
 }
