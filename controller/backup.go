@@ -6,17 +6,18 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/workspace"
 )
 
 // Backups: a home in standby that changed since its last archive is
 // archived again once that archive is BackupInterval old, and keeps its
 // volume. A backup is an ARCHIVING marked op_backup, so it runs the archive
-// job and its checks exactly as an archiving does.
-// It differs in its end: the archive is committed together with the
-// restore marker (the volume holds what the archive holds, so the home stays
-// in the volume and nothing may delete it), and a failure leaves the
-// workspace as it was instead of counting toward ERROR.
+// job and its checks exactly as an archiving does. It differs in its end:
+// the archive is committed together with the restore marker (the volume
+// holds what the archive holds, so the home stays in the volume and nothing
+// may delete it), and a failure leaves the workspace as it was instead of
+// counting toward ERROR.
 
 // HomeChanged reports whether the home of w may hold writes its archive
 // lacks: it ran since the archive at archive_key was made (each start is a
@@ -43,7 +44,7 @@ func BackupDue(w workspace.Workspace, now time.Time, interval time.Duration) boo
 // archiveTime is when the operation that made the archive at key began:
 // its op id is a ULID.
 func archiveTime(key string) (time.Time, bool) {
-	id, err := ulid.ParseStrict(strings.ToUpper(archiveOpID(key)))
+	id, err := ulid.ParseStrict(strings.ToUpper(archive.OpID(key)))
 	if err != nil {
 		return time.Time{}, false
 	}
@@ -77,7 +78,7 @@ func jobLive(j *JobResult) bool { return j != nil && !terminalJob(j) }
 
 // committed records the archive of the op id as the workspace's archive,
 // made of the volume under the current run. A backup ends there: the
-// volume stays the home, restored from that archive so to speak.
+// volume stays the home, as if restored from that archive.
 func (p *planner) committed(key string, steps ...Step) Action {
 	p.next.ArchiveKey = &key
 	p.next.ArchiveRunID = p.w.RunID

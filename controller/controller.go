@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -495,7 +494,7 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 		return c.backend.SubmitArchive(ctx, JobSpec{WorkspaceID: w.ID, OpID: deref(w.OpID),
 			ArchiveKey: archive.Key(w.ID, deref(w.OpID)), Attempt: w.OpAttempt})
 	case StepSubmitRestore:
-		return c.backend.SubmitRestore(ctx, JobSpec{WorkspaceID: w.ID, OpID: archiveOpID(deref(w.ArchiveKey)),
+		return c.backend.SubmitRestore(ctx, JobSpec{WorkspaceID: w.ID, OpID: archive.OpID(deref(w.ArchiveKey)),
 			ArchiveKey: deref(w.ArchiveKey), Attempt: w.OpAttempt})
 	case StepCreateEmptyArchive:
 		return c.archives.CreateEmpty(ctx, archive.Key(w.ID, deref(w.OpID)))
@@ -509,14 +508,4 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 		return c.backend.PurgeJob(ctx, w.ID, JobWorkspace)
 	}
 	return fmt.Errorf("unknown step %q", step)
-}
-
-// archiveOpID is the op id inside an archive key
-// (archives/{workspace}/{op}/home.tar.zst): the operation that made it.
-func archiveOpID(key string) string {
-	parts := strings.Split(key, "/")
-	if len(parts) != 4 || parts[0] != "archives" {
-		return ""
-	}
-	return parts[2]
 }

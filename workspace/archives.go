@@ -61,7 +61,7 @@ func (s *Service) Archives(ctx context.Context, id string) ([]Archive, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read archive %s: %w", key, err)
 		}
-		out = append(out, Archive{ID: archiveID(key), Key: key, CreatedAt: meta.CreatedAt, Size: meta.Size,
+		out = append(out, Archive{ID: archive.OpID(key), Key: key, CreatedAt: meta.CreatedAt, Size: meta.Size,
 			Current: w.ArchiveKey != nil && *w.ArchiveKey == key})
 	}
 	return out, nil
@@ -96,15 +96,6 @@ func (s *Service) OpenArchive(ctx context.Context, id, archiveID string) (io.Rea
 	}
 	return body, Archive{ID: archiveID, Key: key, CreatedAt: meta.CreatedAt, Size: meta.Size,
 		Current: w.ArchiveKey != nil && *w.ArchiveKey == key}, nil
-}
-
-// archiveID is the op id in an archive key (archives/{ws}/{op}/home.tar.zst).
-func archiveID(key string) string {
-	parts := strings.Split(key, "/")
-	if len(parts) != 4 {
-		return ""
-	}
-	return parts[2]
 }
 
 // validArchiveID accepts op ids as NewID makes them: 26 characters of
