@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,14 +29,32 @@ type archiveJSON struct {
 	Current   bool      `json:"current"`
 }
 
+// archiveFixture is alice's workspace "dev", her validated API client and
+// bob, on an API whose archives are in a bucket of the real S3 server.
+type archiveFixture struct {
+	s3         testenv.S3
+	store      *archive.Store
+	env        *apitest.Env
+	alice, bob apitest.User
+	w          workspace.Workspace
+	c          *http.Client
+	v          *validating
+}
+
+func newArchiveFixture(t *testing.T) archiveFixture {
+	f := archiveFixture{s3: testenv.NewS3(t)}
+	f.store = archive.NewStore(hclog.NewNullLogger(), f.s3.Client, f.s3.Bucket)
+	f.env = apitest.New(t, apitest.Config{Archives: f.store})
+	f.alice, f.bob = f.env.CreateUser("alice", false), f.env.CreateUser("bob", false)
+	f.w = f.env.CreateWorkspace(f.alice, "dev")
+	f.c = f.env.Login(f.alice)
+	f.v = validate(t, f.c)
+	return f
+}
+
 func TestArchives(t *testing.T) {
-	s3 := testenv.NewS3(t)
-	store := archive.NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket)
-	env := apitest.New(t, apitest.Config{Archives: store})
-	alice, bob := env.CreateUser("alice", false), env.CreateUser("bob", false)
-	w := env.CreateWorkspace(alice, "dev")
-	c := env.Login(alice)
-	v := validate(t, c)
+	f := newArchiveFixture(t)
+	s3, store, env, bob, w, c, v := f.s3, f.store, f.env, f.bob, f.w, f.c, f.v
 	ctx := context.Background()
 
 	list := func() []archiveJSON {
@@ -146,13 +165,8 @@ func TestRetryShown(t *testing.T) {
 // server: the stored bytes as home.tar.zst, and a damaged object never as a
 // complete download.
 func TestArchiveDownload(t *testing.T) {
-	s3 := testenv.NewS3(t)
-	store := archive.NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket)
-	env := apitest.New(t, apitest.Config{Archives: store})
-	alice, bob := env.CreateUser("alice", false), env.CreateUser("bob", false)
-	w := env.CreateWorkspace(alice, "dev")
-	c := env.Login(alice)
-	v := validate(t, c)
+	f := newArchiveFixture(t)
+	s3, store, env, alice, bob, w, c, v := f.s3, f.store, f.env, f.alice, f.bob, f.w, f.c, f.v
 	ctx := context.Background()
 
 	home := t.TempDir()
