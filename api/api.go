@@ -182,6 +182,7 @@ const (
 	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
 	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
 	routeProgress     = "GET /api/v1/workspaces/{id}/progress"
+	routeArchive      = "GET /api/v1/workspaces/{id}/archives/{archive}/home.tar.zst"
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
@@ -210,6 +211,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
 		routeProgress:  s.getProgress,
+		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
 		routeTokens: s.listTokens, routeTokenCreate: s.createToken, routeTokenRevoke: s.revokeToken,

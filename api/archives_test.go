@@ -3,7 +3,13 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,19 +23,38 @@ import (
 )
 
 type archiveJSON struct {
+	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"created_at"`
 	SizeBytes int64     `json:"size_bytes"`
 	Current   bool      `json:"current"`
 }
 
+// archiveFixture is alice's workspace "dev", her validated API client and
+// bob, on an API whose archives are in a bucket of the real S3 server.
+type archiveFixture struct {
+	s3         testenv.S3
+	store      *archive.Store
+	env        *apitest.Env
+	alice, bob apitest.User
+	w          workspace.Workspace
+	c          *http.Client
+	v          *validating
+}
+
+func newArchiveFixture(t *testing.T) archiveFixture {
+	f := archiveFixture{s3: testenv.NewS3(t)}
+	f.store = archive.NewStore(hclog.NewNullLogger(), f.s3.Client, f.s3.Bucket)
+	f.env = apitest.New(t, apitest.Config{Archives: f.store})
+	f.alice, f.bob = f.env.CreateUser("alice", false), f.env.CreateUser("bob", false)
+	f.w = f.env.CreateWorkspace(f.alice, "dev")
+	f.c = f.env.Login(f.alice)
+	f.v = validate(t, f.c)
+	return f
+}
+
 func TestArchives(t *testing.T) {
-	s3 := testenv.NewS3(t)
-	store := archive.NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket)
-	env := apitest.New(t, apitest.Config{Archives: store})
-	alice, bob := env.CreateUser("alice", false), env.CreateUser("bob", false)
-	w := env.CreateWorkspace(alice, "dev")
-	c := env.Login(alice)
-	v := validate(t, c)
+	f := newArchiveFixture(t)
+	s3, store, env, bob, w, c, v := f.s3, f.store, f.env, f.bob, f.w, f.c, f.v
 	ctx := context.Background()
 
 	list := func() []archiveJSON {
@@ -134,4 +159,111 @@ func TestRetryShown(t *testing.T) {
 	if got.ErrorReason != "StartFailed" || got.ErrorCount != 2 || got.NextAttemptAt == nil || !got.NextAttemptAt.Equal(next) {
 		t.Fatalf("failing workspace: %s", res.Body)
 	}
+}
+
+// TestArchiveDownload downloads an archive through the API from the real S3
+// server: the stored bytes as home.tar.zst, and a damaged object never as a
+// complete download.
+func TestArchiveDownload(t *testing.T) {
+	f := newArchiveFixture(t)
+	s3, store, env, alice, bob, w, c, v := f.s3, f.store, f.env, f.alice, f.bob, f.w, f.c, f.v
+	ctx := context.Background()
+
+	home := t.TempDir()
+	content := make([]byte, 3<<20)
+	if _, err := rand.Read(content); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "project.bin"), content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	op := workspace.NewID()
+	key := archive.Key(w.ID, op)
+	meta, err := store.Archive(ctx, home, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := readObject(t, s3, key)
+
+	res := env.Do(c, "GET", "/api/v1/workspaces/"+w.ID+"/archives", nil)
+	var list struct {
+		Archives []archiveJSON `json:"archives"`
+	}
+	res.Decode(t, &list)
+	if len(list.Archives) != 1 || list.Archives[0].ID != op {
+		t.Fatalf("archives: %s", res.Body)
+	}
+	path := "/api/v1/workspaces/" + w.ID + "/archives/" + op + "/home.tar.zst"
+	res = env.Do(c, "GET", path, nil)
+	if res.StatusCode != 200 || !bytes.Equal(res.Body, stored) || int64(len(res.Body)) != meta.Size {
+		t.Fatalf("download: %d, %d bytes, want the %d stored", res.StatusCode, len(res.Body), len(stored))
+	}
+	if cd := res.Header.Get("Content-Disposition"); cd != `attachment; filename="home.tar.zst"` {
+		t.Errorf("Content-Disposition %q", cd)
+	}
+	if cl := res.Header.Get("Content-Length"); cl != strconv.FormatInt(meta.Size, 10) {
+		t.Errorf("Content-Length %q, want %d", cl, meta.Size)
+	}
+	// What was downloaded restores to the home.
+	restored := t.TempDir()
+	if _, err := store.Restore(ctx, key, restored, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(restored, "project.bin")); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("restored file: %v", err)
+	}
+
+	for name, p := range map[string]string{
+		"unknown archive":   "/api/v1/workspaces/" + w.ID + "/archives/" + workspace.NewID() + "/home.tar.zst",
+		"malformed archive": "/api/v1/workspaces/" + w.ID + "/archives/..%2f..%2fx/home.tar.zst",
+		"unknown workspace": "/api/v1/workspaces/" + workspace.NewID() + "/archives/" + op + "/home.tar.zst",
+	} {
+		if res := env.Do(c, "GET", p, nil); res.StatusCode != 404 {
+			t.Errorf("%s: %d %s", name, res.StatusCode, res.Body)
+		}
+	}
+	if res := env.Do(env.Login(bob), "GET", path, nil); res.StatusCode != 403 {
+		t.Errorf("another user's archive: %d %s", res.StatusCode, res.Body)
+	}
+	if res := env.Do(env.Client(), "GET", path, nil); res.StatusCode != 401 {
+		t.Errorf("without a session: %d %s", res.StatusCode, res.Body)
+	}
+	if v.seen[200] == 0 || v.seen[404] == 0 {
+		t.Fatalf("validated statuses %v", v.seen)
+	}
+
+	// The object damaged in the bucket, its size and meta unchanged: the
+	// download starts, then breaks off short of its announced length.
+	damaged := bytes.Clone(stored)
+	damaged[len(damaged)/2] ^= 0xff
+	if _, err := s3.Client.PutObject(ctx, s3.Bucket, key, bytes.NewReader(damaged), int64(len(damaged)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	raw := env.Login(alice)
+	resp, err := raw.Get(env.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || err == nil || int64(len(got)) >= meta.Size {
+		t.Fatalf("damaged archive: status %d, read %d of %d bytes, error %v", resp.StatusCode, len(got), meta.Size, err)
+	}
+	if !bytes.Equal(got, damaged[:len(got)]) {
+		t.Fatal("the bytes sent are not the stored ones")
+	}
+}
+
+func readObject(t *testing.T, s3 testenv.S3, key string) []byte {
+	t.Helper()
+	obj, err := s3.Client.GetObject(context.Background(), s3.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	b, err := io.ReadAll(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

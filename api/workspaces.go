@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -31,6 +32,7 @@ type WorkspaceService interface {
 	SetAutostart(ctx context.Context, id string, sched *workspace.Schedule) (workspace.Workspace, error)
 	Timers(w workspace.Workspace) workspace.Timers
 	Archives(ctx context.Context, id string) ([]workspace.Archive, error)
+	OpenArchive(ctx context.Context, id, archiveID string) (io.ReadCloser, workspace.Archive, error)
 	Images() []string
 }
 
@@ -298,6 +300,7 @@ func heldNotice(le *workspace.LimitError) string {
 
 // archiveView is one archive of a workspace's home (docs/api.md).
 type archiveView struct {
+	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"created_at"`
 	SizeBytes int64     `json:"size_bytes"`
 	Current   bool      `json:"current"`
@@ -319,7 +322,7 @@ func (s *Server) listArchives(w http.ResponseWriter, r *http.Request) {
 	}
 	list := archiveList{Archives: make([]archiveView, 0, len(archives))}
 	for _, a := range archives {
-		list.Archives = append(list.Archives, archiveView{CreatedAt: a.CreatedAt.UTC(), SizeBytes: a.Size, Current: a.Current})
+		list.Archives = append(list.Archives, archiveView{ID: a.ID, CreatedAt: a.CreatedAt.UTC(), SizeBytes: a.Size, Current: a.Current})
 	}
 	writeJSON(w, http.StatusOK, list)
 }

@@ -30,6 +30,16 @@ func Key(workspaceID, opID string) string {
 	return "archives/" + workspaceID + "/" + opID + "/home.tar.zst"
 }
 
+// OpID is the op id inside an archive key (archives/{workspace}/{op}/home.tar.zst):
+// the operation that made it. Any other key has none ("").
+func OpID(key string) string {
+	parts := strings.Split(key, "/")
+	if len(parts) != 4 || parts[0] != "archives" {
+		return ""
+	}
+	return parts[2]
+}
+
 // MetaKey returns the key of the meta object of the archive at key.
 func MetaKey(key string) string {
 	return key + metaSuffix

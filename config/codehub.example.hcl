@@ -244,6 +244,13 @@ workspace {
   # zone); an archived workspace is restored this long before, so it is
   # ready on time.
   autostart_lead = "15m"
+
+  # Backups: a workspace in standby whose home changed since its last
+  # archive is archived again once that archive is this old, and keeps its
+  # volume, so a lost disk costs at most this much work. A running
+  # workspace is backed up after it stops. "0s" (the default) turns
+  # backups off; e.g. "24h". gc.keep_archives bounds how many are kept.
+  backup_interval = "0s"
 }
 
 limits {

@@ -201,6 +201,11 @@ type Workspace struct {
 	// archived workspace is restored.
 	AutostartLeadHCL string `hcl:"autostart_lead,optional"`
 	AutostartLead    time.Duration
+	// BackupInterval bounds how long a changed home in standby goes
+	// without an archive of its own: it is archived again, volume kept,
+	// once its last archive is this old. "0s" turns backups off.
+	BackupIntervalHCL string `hcl:"backup_interval,optional"`
+	BackupInterval    time.Duration
 }
 
 // Limits caps how many workspaces may run.

@@ -105,8 +105,10 @@ func TestDefaultIsFullyPopulated(t *testing.T) {
 	if c.Backend.Kind != BackendNomad || c.Backend.Local != nil {
 		t.Errorf("Default().Backend = %+v, want the nomad backend only", c.Backend)
 	}
+	// Backups cost storage, so an operator turns them on.
+	offByDefault := map[string]bool{"workspace.backup_interval": true}
 	for _, f := range c.durationFields() {
-		if *f.dst <= 0 {
+		if *f.dst < 0 || (*f.dst == 0 && !offByDefault[f.path]) {
 			t.Errorf("default %s = %s, want a positive duration", f.path, *f.dst)
 		}
 		parse := time.ParseDuration

@@ -138,6 +138,8 @@ func defaultWorkspace() *Workspace {
 		MaxExtend:        defaultMaxExtend,
 		AutostartLeadHCL: durationText(defaultAutostartLead),
 		AutostartLead:    defaultAutostartLead,
+		// Off: an operator opts into the storage backups cost.
+		BackupIntervalHCL: "0s",
 	}
 }
 

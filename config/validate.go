@@ -50,6 +50,7 @@ func (c *Config) durationFields() []durationField {
 		{"workspace.max_archive_ttl", w.MaxArchiveTTLHCL, &w.MaxArchiveTTL},
 		{"workspace.max_extend", w.MaxExtendHCL, &w.MaxExtend},
 		{"workspace.autostart_lead", w.AutostartLeadHCL, &w.AutostartLead},
+		{"workspace.backup_interval", w.BackupIntervalHCL, &w.BackupInterval},
 		{"coordinator.idle_interval", co.IdleIntervalHCL, &co.IdleInterval},
 		{"coordinator.ttl_interval", co.TTLIntervalHCL, &co.TTLInterval},
 		{"coordinator.active_interval", co.ActiveIntervalHCL, &co.ActiveInterval},
@@ -408,6 +409,9 @@ func (c *Config) checkWorkspace(ch *checker) {
 	}
 	if w.MaxExtend < 0 {
 		ch.add("workspace.max_extend", "must not be negative")
+	}
+	if w.BackupInterval < 0 {
+		ch.add("workspace.backup_interval", "must not be negative (\"0s\" turns backups off)")
 	}
 	if w.AutostartLead < 0 || w.AutostartLead > 24*time.Hour {
 		ch.add("workspace.autostart_lead", "must be between 0s and 24h")

@@ -159,6 +159,8 @@ func TestValidateRules(t *testing.T) {
 		{"memory zero", func(c *Config) { c.Workspace.Memory = 0 }, []string{"workspace.memory"}},
 		{"standby_ttl zero", func(c *Config) { c.Workspace.StandbyTTL = 0 }, []string{"workspace.standby_ttl"}},
 		{"archive_ttl negative", func(c *Config) { c.Workspace.ArchiveTTL = -time.Minute }, []string{"workspace.archive_ttl"}},
+		{"backup_interval negative", func(c *Config) { c.Workspace.BackupInterval = -time.Hour }, []string{"workspace.backup_interval"}},
+		{"backup_interval set", func(c *Config) { c.Workspace.BackupInterval = 24 * time.Hour }, nil},
 
 		{"per-user limit zero", func(c *Config) { c.Limits.MaxRunningPerUser = 0 }, []string{"limits.max_running_per_user"}},
 		{"global limit zero", func(c *Config) {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -95,6 +94,9 @@ type Config struct {
 	VolumeUID, VolumeGID int
 	// NewOpID returns a fresh operation id (default workspace.NewID).
 	NewOpID func() string
+	// BackupInterval is how old the last archive of a changed home in
+	// standby may get before it is archived again; 0 turns backups off.
+	BackupInterval time.Duration
 	// Metrics records committed transitions, operations and passes (nil:
 	// none); Plan ignores it.
 	Metrics *Metrics
@@ -124,6 +126,7 @@ func ConfigFrom(cfg *config.Config) Config {
 		VolumeUID:      cfg.Workspace.UID,
 		VolumeGID:      cfg.Workspace.GID,
 		NewOpID:        workspace.NewID,
+		BackupInterval: cfg.Workspace.BackupInterval,
 	}
 }
 
@@ -353,6 +356,9 @@ func (c *WorkspaceController) act(ctx context.Context, epoch int64, fence func(c
 		}
 		a.Next.Version = v
 		logTransition(log, w, a.Next)
+		if f := a.BackupFailure; f != nil {
+			log.Warn("backup failed, the home stays in its volume", "reason", f.Reason, "message", f.Message, "retry_at", a.Next.NextAttemptAt)
+		}
 	}
 	for _, step := range a.Steps {
 		if err := fence(ctx); err != nil {
@@ -390,9 +396,12 @@ func (c *WorkspaceController) recordFailure(ctx context.Context, epoch int64, lo
 	}
 	now := c.now()
 	next := failed(w, reason, stepErr.Error(), terminal || workspace.TerminalReason(reason), now, c.cfg)
+	if backingUp(w) {
+		next = backupFailed(w, now, c.cfg)
+	}
 	next.Conditions = maps.Clone(w.Conditions)
 	derive(w.Conditions, &next, now)
-	log.Warn("operation attempt failed", "operation", w.Operation, "step", step, "reason", reason, "error_count", next.ErrorCount, "error", stepErr)
+	log.Warn("operation attempt failed", "operation", w.Operation, "step", step, "reason", reason, "error_count", next.ErrorCount, "backup", backingUp(w), "error", stepErr)
 	if _, err := c.write(ctx, epoch, w, next, stats); err != nil {
 		return w, err
 	}
@@ -432,9 +441,11 @@ func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next
 		OpID:          next.OpID,
 		OpStartedAt:   next.OpStartedAt,
 		OpAttempt:     next.OpAttempt,
+		OpBackup:      next.OpBackup,
 		ArchiveKey:    next.ArchiveKey,
 		RestoreMarker: next.RestoreMarker,
 		RunID:         next.RunID,
+		ArchiveRunID:  next.ArchiveRunID,
 		ErrorReason:   next.ErrorReason,
 		ErrorMessage:  next.ErrorMessage,
 		ErrorCount:    next.ErrorCount,
@@ -483,7 +494,7 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 		return c.backend.SubmitArchive(ctx, JobSpec{WorkspaceID: w.ID, OpID: deref(w.OpID),
 			ArchiveKey: archive.Key(w.ID, deref(w.OpID)), Attempt: w.OpAttempt})
 	case StepSubmitRestore:
-		return c.backend.SubmitRestore(ctx, JobSpec{WorkspaceID: w.ID, OpID: archiveOpID(deref(w.ArchiveKey)),
+		return c.backend.SubmitRestore(ctx, JobSpec{WorkspaceID: w.ID, OpID: archive.OpID(deref(w.ArchiveKey)),
 			ArchiveKey: deref(w.ArchiveKey), Attempt: w.OpAttempt})
 	case StepCreateEmptyArchive:
 		return c.archives.CreateEmpty(ctx, archive.Key(w.ID, deref(w.OpID)))
@@ -497,14 +508,4 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 		return c.backend.PurgeJob(ctx, w.ID, JobWorkspace)
 	}
 	return fmt.Errorf("unknown step %q", step)
-}
-
-// archiveOpID is the op id inside an archive key
-// (archives/{workspace}/{op}/home.tar.zst): the operation that made it.
-func archiveOpID(key string) string {
-	parts := strings.Split(key, "/")
-	if len(parts) != 4 || parts[0] != "archives" {
-		return ""
-	}
-	return parts[2]
 }

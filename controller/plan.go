@@ -53,6 +53,9 @@ type Action struct {
 	WriteLast bool
 	// VolumeID is the observed volume StepDeleteVolume deletes.
 	VolumeID string
+	// BackupFailure is logged once the write commits: a backup's failure,
+	// which the row does not record.
+	BackupFailure *Failure
 }
 
 // ArchiveCheck is the result of looking at one archive object in S3 (Key
@@ -107,6 +110,12 @@ func plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time
 	p := planner{w: w, obs: obs, check: check, now: now, cfg: cfg, home: locateHome(w, obs)}
 	p.next = w
 	p.next.Conditions = observeConditions(w, obs, now)
+	if !obs.VolumeExists {
+		// The restore marker speaks of a volume that is gone: a new one
+		// holds nothing until a restore fills it. Kept, it would pass an
+		// empty volume off as the home once an admin recovered a lost one.
+		p.next.RestoreMarker = nil
+	}
 	if reason, msg := p.broken(); reason != "" {
 		return p.fail(reason, msg, true)
 	}
@@ -194,6 +203,7 @@ func (p *planner) claim(op workspace.Operation, steps ...Step) Action {
 	started := p.now
 	n.OpStartedAt = &started
 	n.OpAttempt = p.w.OpAttempt + 1
+	n.OpBackup = false
 	switch op {
 	case workspace.OpArchiving, workspace.OpCreateEmptyArchive:
 		// A retry reuses the op id of an archive not yet committed, so
@@ -285,6 +295,8 @@ func (p *planner) idle() Action {
 		// held the home (the archive is the only copy), and nobody will
 		// finish it now that the workspace is to stay archived.
 		return p.settle(append(p.purgeStale(), StepDeleteVolume)...)
+	case p.backupDue(phase):
+		return p.claimBackup(append(p.purgeStale(), StepSubmitArchive)...)
 	}
 	return p.settle(p.purgeStale()...)
 }
@@ -343,7 +355,11 @@ func (p *planner) inFlight() Action {
 	if w.Operation == workspace.OpArchiving && locateHome(a.Next, p.obs).Archived() {
 		return p.complete(a.Steps...)
 	}
-	return p.fail(workspace.ReasonTimeout, string(w.Operation)+" did not finish in time", true)
+	msg := string(w.Operation) + " did not finish in time"
+	if w.Operation == workspace.OpArchiving {
+		return p.archiveFailed(workspace.ReasonTimeout, msg, true)
+	}
+	return p.fail(workspace.ReasonTimeout, msg, true)
 }
 
 // operation plans the running operation's next step, deadline aside.
@@ -480,25 +496,24 @@ func (p *planner) archiving() Action {
 		return p.verified(StepPurgeArchiveJob)
 	case JobFailed:
 		reason := archiveFailureReason(job.ErrorCode)
-		return p.fail(reason, jobMessage(job), workspace.TerminalReason(reason), StepPurgeArchiveJob)
+		return p.archiveFailed(reason, jobMessage(job), workspace.TerminalReason(reason), StepPurgeArchiveJob)
 	}
 	return p.settle()
 }
 
 // verified commits the archive of the op id once S3 shows it complete.
-// Only then may the volume be deleted (next pass).
+// Only then may the volume be deleted (next pass); a backup keeps it.
 func (p *planner) verified(steps ...Step) Action {
 	key := archive.Key(p.w.ID, *p.w.OpID)
 	switch err := p.check.Err; {
 	case p.check.Key != key:
 		return p.settle()
 	case err == nil:
-		p.next.ArchiveKey = &key
-		return p.settle(steps...)
+		return p.committed(key, steps...)
 	case errors.Is(err, archive.ErrChecksumMismatch):
-		return p.fail(workspace.ReasonArchiveCorrupted, err.Error(), true, steps...)
+		return p.archiveFailed(workspace.ReasonArchiveCorrupted, err.Error(), true, steps...)
 	case missing(err):
-		return p.fail(workspace.ReasonArchiveFailed, "archive job succeeded but "+err.Error(), false, steps...)
+		return p.archiveFailed(workspace.ReasonArchiveFailed, "archive job succeeded but "+err.Error(), false, steps...)
 	}
 	// S3 unreachable: look again next pass.
 	return p.settle()
@@ -659,7 +674,7 @@ func condition(ok bool, trueReason, falseReason, message string) workspace.Condi
 
 // changed reports whether the controller's columns differ.
 func changed(a, b workspace.Workspace) bool {
-	return a.Phase != b.Phase || a.Operation != b.Operation || a.OpAttempt != b.OpAttempt ||
+	return a.Phase != b.Phase || a.Operation != b.Operation || a.OpAttempt != b.OpAttempt || a.OpBackup != b.OpBackup ||
 		a.ErrorCount != b.ErrorCount || !eqPtr(a.OpID, b.OpID) ||
 		!eqPtr(a.ArchiveKey, b.ArchiveKey) || !eqPtr(a.RestoreMarker, b.RestoreMarker) ||
 		!eqPtr(a.ErrorReason, b.ErrorReason) || !eqPtr(a.ErrorMessage, b.ErrorMessage) ||

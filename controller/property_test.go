@@ -23,16 +23,19 @@ func TestRandomHistoriesLoseNoHome(t *testing.T) {
 	const histories, steps = 32, 80
 	for seed := range uint64(histories) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			randomHistory(t, rand.New(rand.NewPCG(seed, 0x636f646568756221)), steps)
+			randomHistory(t, rand.New(rand.NewPCG(seed, 0x636f646568756221)), steps, 0)
 		})
 	}
 }
 
-func randomHistory(t *testing.T, rng *rand.Rand, steps int) {
+// randomHistory runs one history; backups every backupInterval (0: off).
+func randomHistory(t *testing.T, rng *rand.Rand, steps int, backupInterval time.Duration) {
 	h := newHarness(t)
 	h.checkVolumeDeletions()
 	h.checkRestores()
-	c := h.controller()
+	cfg := DefaultConfig()
+	cfg.BackupInterval = backupInterval
+	c := h.controllerWith(cfg)
 	w := h.create("random")
 	desired := []workspace.DesiredState{workspace.DesiredRunning, workspace.DesiredStandby, workspace.DesiredArchived}
 	methods := []string{"ProvisionVolume", "StartWorkspace", "StopWorkspace", "SubmitArchive", "SubmitRestore", "DeleteVolume", "PurgeJob", "StopJob"}

@@ -293,10 +293,10 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(card+" .archives summary"))); err != nil {
 			return err
 		}
-		// One archive, with its date, its size and the mark that a
-		// restore reads it.
+		// One archive, with its date, its size, the mark that a
+		// restore reads it and its download.
 		list := cardSelector(id) + `.querySelector(".archive-list")`
-		if err := b.waitJS(ctx, 30*time.Second, list+`.children.length === 1 && `+list+`.textContent.includes("current") && /\d (bytes|KB|MB)/.test(`+list+`.textContent) && `+list+`.querySelector("time").title`); err != nil {
+		if err := b.waitJS(ctx, 30*time.Second, list+`.children.length === 1 && `+list+`.textContent.includes("current") && /\d (bytes|KB|MB)/.test(`+list+`.textContent) && `+list+`.querySelector("time").title && /\/archives\/[0-9a-z]{26}\/home\.tar\.zst$/.test(`+list+`.querySelector("a.archive-download[download]").href)`); err != nil {
 			return err
 		}
 		return b.narrow(ctx, "archives-375", func() error { return nil })

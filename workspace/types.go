@@ -123,12 +123,14 @@ type Workspace struct {
 	OpID          *string      `db:"op_id"`
 	OpStartedAt   *time.Time   `db:"op_started_at"`
 	OpAttempt     int          `db:"op_attempt"`
+	OpBackup      bool         `db:"op_backup"` // an ARCHIVING that is a backup keeps the volume
 	Conditions    Conditions   `db:"conditions"`
 	ArchiveKey    *string      `db:"archive_key"`
 	RestoreMarker *string      `db:"restore_marker"`
 	// RunID names the current run of the workspace's program; every
 	// start is a new run (see UpstreamTokens).
 	RunID          string         `db:"run_id"`
+	ArchiveRunID   string         `db:"archive_run_id"` // the RunID archive_key was made under
 	ErrorReason    *string        `db:"error_reason"`
 	ErrorMessage   *string        `db:"error_message"`
 	ErrorCount     int            `db:"error_count"`

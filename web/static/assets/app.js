@@ -491,7 +491,7 @@ async function loadArchives(id) {
   const list = el.querySelector(".archive-list");
   try {
     const { archives } = await api("GET", `/api/v1/workspaces/${id}/archives`);
-    list.replaceChildren(...archives.map(archiveItem));
+    list.replaceChildren(...archives.map((a) => archiveItem(id, a)));
     if (archives.length === 0) list.textContent = "No archives.";
   } catch (err) {
     list.textContent = err instanceof APIError && err.status === 401 ? "" : "The archives could not be read: " + err.message;
@@ -499,7 +499,7 @@ async function loadArchives(id) {
   }
 }
 
-function archiveItem(a) {
+function archiveItem(id, a) {
   const li = document.createElement("li");
   const when = document.createElement("time");
   when.dateTime = a.created_at;
@@ -516,6 +516,15 @@ function archiveItem(a) {
     badge.title = "A restore reads this archive; older ones are kept a while";
     li.append(badge);
   }
+  // The server checks the archive's checksum as it streams: a damaged one
+  // breaks off, and the browser reports the download failed.
+  const download = document.createElement("a");
+  download.className = "archive-download";
+  download.href = `/api/v1/workspaces/${encodeURIComponent(id)}/archives/${encodeURIComponent(a.id)}/home.tar.zst`;
+  download.download = "home.tar.zst";
+  download.textContent = "Download";
+  download.title = "The home as a zstd-compressed tar archive";
+  li.append(download);
   return li;
 }
 

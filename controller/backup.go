@@ -1,0 +1,117 @@
+package controller
+
+import (
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// Backups: a home in standby that changed since its last archive is
+// archived again once that archive is BackupInterval old, and keeps its
+// volume. A backup is an ARCHIVING marked op_backup, so it runs the archive
+// job and its checks exactly as an archiving does. It differs in its end:
+// the archive is committed together with the restore marker (the volume
+// holds what the archive holds, so the home stays in the volume and nothing
+// may delete it), and a failure leaves the workspace as it was instead of
+// counting toward ERROR.
+
+// HomeChanged reports whether the home of w may hold writes its archive
+// lacks: it ran since the archive at archive_key was made (each start is a
+// new run id), or it ran and was never archived. A home changes only while
+// its program runs; a restore writes what the archive holds.
+func HomeChanged(w workspace.Workspace) bool {
+	return w.RunID != "" && w.RunID != w.ArchiveRunID
+}
+
+// BackupDue reports whether the home of w, in standby on its volume, is to
+// be archived again at now: it changed, and its last archive (if any) is at
+// least interval old. interval 0 turns backups off.
+func BackupDue(w workspace.Workspace, now time.Time, interval time.Duration) bool {
+	if interval <= 0 || !HomeChanged(w) {
+		return false
+	}
+	if w.ArchiveKey == nil {
+		return true
+	}
+	made, ok := archiveTime(*w.ArchiveKey)
+	return !ok || !now.Before(made.Add(interval))
+}
+
+// archiveTime is when the operation that made the archive at key began:
+// its op id is a ULID.
+func archiveTime(key string) (time.Time, bool) {
+	id, err := ulid.ParseStrict(strings.ToUpper(archive.OpID(key)))
+	if err != nil {
+		return time.Time{}, false
+	}
+	return ulid.Time(id.Time()), true
+}
+
+// backingUp reports whether the operation of w is a backup.
+func backingUp(w workspace.Workspace) bool {
+	return w.Operation == workspace.OpArchiving && w.OpBackup
+}
+
+// claimBackup claims an ARCHIVING marked as a backup (every other claim
+// clears the mark).
+func (p *planner) claimBackup(steps ...Step) Action {
+	a := p.claim(workspace.OpArchiving, steps...)
+	a.Next.OpBackup = true
+	return a
+}
+
+// backupDue reports whether the idle plan archives the home again now:
+// it is in standby (phase) on its ready volume, nothing runs on it, and it
+// is due.
+func (p *planner) backupDue(phase workspace.Phase) bool {
+	return phase == workspace.PhaseStandby && p.w.DesiredState == workspace.DesiredStandby &&
+		p.home == workspace.HomeInVolume && p.obs.VolumeReady && !p.obs.ContainerLive &&
+		!jobLive(p.obs.Archive) && !jobLive(p.obs.Restore) &&
+		BackupDue(p.w, p.now, p.cfg.BackupInterval)
+}
+
+func jobLive(j *JobResult) bool { return j != nil && !terminalJob(j) }
+
+// committed records the archive of the op id as the workspace's archive,
+// made of the volume under the current run. A backup ends there: the
+// volume stays the home, as if restored from that archive.
+func (p *planner) committed(key string, steps ...Step) Action {
+	p.next.ArchiveKey = &key
+	p.next.ArchiveRunID = p.w.RunID
+	if !backingUp(p.w) {
+		return p.settle(steps...)
+	}
+	p.next.RestoreMarker = &key
+	p.next.OpBackup = false
+	return p.complete(steps...)
+}
+
+// archiveFailed ends a failed ARCHIVING. A backup's failure is not the
+// workspace's: the home is safe in its volume, so no error is recorded and
+// nothing counts toward ERROR; the backup is tried again after BackoffMax.
+func (p *planner) archiveFailed(reason, message string, terminal bool, steps ...Step) Action {
+	if !backingUp(p.w) {
+		return p.fail(reason, message, terminal, steps...)
+	}
+	p.next = backupFailed(p.next, p.now, p.cfg)
+	a := p.settle(steps...)
+	a.BackupFailure = &Failure{Reason: reason, Message: message, Terminal: terminal}
+	return a
+}
+
+// backupFailed ends the backup of w without an error. The retry waits, but
+// a deletion does not.
+func backupFailed(w workspace.Workspace, now time.Time, cfg Config) workspace.Workspace {
+	w.Operation = workspace.OpNone
+	w.OpBackup = false
+	w.OpStartedAt = nil
+	if w.DeletedAt == nil {
+		at := now.Add(cfg.BackoffMax)
+		w.NextAttemptAt = &at
+	}
+	return w
+}
