@@ -239,7 +239,7 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 		l.args = (&config.Workspace{Args: b.opts.Args}).ExpandArgs(port, home)
 	} else {
 		l.program = b.opts.CodeServer
-		l.args = codeServerArgs(port, home, auth)
+		l.args = codeServerArgs(port, home, auth, spec.Name)
 	}
 	if b.runAs != nil {
 		l.program, l.args = b.runAs.wrap(b.setpriv, l.program, l.args)
@@ -253,8 +253,9 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 // code-server opens the folder it last opened, remembered inside the home,
 // before the one it is given; --ignore-last-opened makes it open the home
 // as it is now, so a home restored or moved to another path never reopens
-// a folder that is gone.
-func codeServerArgs(port int, home, auth string) []string {
+// a folder that is gone. The workspace's name names the workbench installed
+// as an app (brandWindow titles its window).
+func codeServerArgs(port int, home, auth, name string) []string {
 	args := []string{
 		"--auth", auth,
 		"--bind-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
@@ -264,6 +265,9 @@ func codeServerArgs(port int, home, auth string) []string {
 		"--ignore-last-opened",
 		"--user-data-dir", filepath.Join(home, ".local", "share", "code-server"),
 		"--extensions-dir", filepath.Join(home, ".local", "share", "code-server", "extensions"),
+	}
+	if name != "" {
+		args = append(args, "--app-name", name)
 	}
 	return append(args, home)
 }
