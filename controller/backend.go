@@ -139,6 +139,13 @@ type Observed struct {
 	VolumeReady bool
 	// VolumeID is the backend's id of that volume.
 	VolumeID string
+	// Node names the node holding the volume ("" where the backend has
+	// no nodes). NodeAway is set while that node cannot serve the volume:
+	// workspace.ReasonNodeDown or ReasonNodeGone (the volume then is not
+	// ready), or ReasonNodeIneligible (ready, but nothing new can be
+	// placed on it).
+	Node     string
+	NodeAway string
 	// ContainerLive: some allocation/process of ws-{id} is not terminal.
 	ContainerLive bool
 	// UpstreamReady: the workspace passes its health check.

@@ -30,6 +30,9 @@ type listing struct {
 	jobs     []*api.JobListStub
 	allocs   []*api.AllocationListStub
 	volumes  []*api.HostVolumeStub
+	// nodes are every client node, by id: where each volume is and
+	// whether that node can serve it.
+	nodes    map[string]*api.NodeListStub
 	services map[string]bool // nil: readiness not gated on registration
 	// checks holds per-allocation check results of workspaces being started.
 	checks map[string]api.AllocCheckStatuses
@@ -183,6 +186,15 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 		return l, classify("list host volumes", err)
 	}
 	l.volumes = vols
+
+	nodes, _, err := b.client.Nodes().List(b.query(ctx))
+	if err != nil {
+		return l, classify("list nodes", err)
+	}
+	l.nodes = make(map[string]*api.NodeListStub, len(nodes))
+	for _, n := range nodes {
+		l.nodes[n.ID] = n
+	}
 
 	if b.opts.ServiceProvider != ProviderNomad {
 		return l, nil
@@ -453,8 +465,11 @@ func assemble(l listing) controller.Snapshot {
 		}
 		o := get(wsID)
 		o.VolumeExists = true
-		o.VolumeReady = v.State == api.HostVolumeStateReady
 		o.VolumeID = v.ID
+		o.Node, o.NodeAway = nodeOf(l.nodes, v.NodeID)
+		// Nomad keeps calling the volumes of a node that is down ready.
+		o.VolumeReady = v.State == api.HostVolumeStateReady &&
+			o.NodeAway != workspace.ReasonNodeDown && o.NodeAway != workspace.ReasonNodeGone
 		snap.Workspaces[wsID] = o
 	}
 
@@ -661,4 +676,24 @@ func exitBeforeKill(a *api.AllocationListStub) (code int, ok bool) {
 		}
 	}
 	return code, ok
+}
+
+// nodeOf names the node with id and says why it cannot serve its volumes:
+// down or disconnected, gone from the cluster, or taking no new
+// allocations (drained, ineligible). A node that is gone is named by its
+// id.
+func nodeOf(nodes map[string]*api.NodeListStub, id string) (name, away string) {
+	if id == "" {
+		return "", ""
+	}
+	n, ok := nodes[id]
+	switch {
+	case !ok:
+		return id, workspace.ReasonNodeGone
+	case n.Status != api.NodeStatusReady:
+		return n.Name, workspace.ReasonNodeDown
+	case n.Drain || n.SchedulingEligibility != api.NodeSchedulingEligible:
+		return n.Name, workspace.ReasonNodeIneligible
+	}
+	return n.Name, ""
 }

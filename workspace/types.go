@@ -74,10 +74,13 @@ const (
 
 // Condition is one observed fact about a workspace.
 type Condition struct {
-	Status             ConditionStatus `json:"status"`
-	Reason             string          `json:"reason,omitempty"`
-	Message            string          `json:"message,omitempty"`
-	LastTransitionTime time.Time       `json:"last_transition_time"`
+	Status  ConditionStatus `json:"status"`
+	Reason  string          `json:"reason,omitempty"`
+	Message string          `json:"message,omitempty"`
+	// Node names the node holding the home volume (storage.volume_ready
+	// only), so admins see where a home is.
+	Node               string    `json:"node,omitempty"`
+	LastTransitionTime time.Time `json:"last_transition_time"`
 }
 
 // Conditions maps condition names to their latest observation.
