@@ -27,9 +27,9 @@ func clientTerminal(status string) bool {
 // listing is the raw result of one observation's list calls plus the few
 // targeted reads they made necessary.
 type listing struct {
-	jobs     []*api.JobListStub
-	allocs   []*api.AllocationListStub
-	volumes  []*api.HostVolumeStub
+	jobs    []*api.JobListStub
+	allocs  []*api.AllocationListStub
+	volumes []*api.HostVolumeStub
 	// nodes are every client node, by id: where each volume is and
 	// whether that node can serve it.
 	nodes    map[string]*api.NodeListStub
