@@ -385,9 +385,13 @@ func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws worksp
 			return
 		}
 		ws.DesiredState = workspace.DesiredRunning
-		render(w, r, p.startingPage(ws))
+		if !p.unavailable(w, r, ws) {
+			render(w, r, p.startingPage(ws))
+		}
 	case verdictStarting:
-		render(w, r, p.startingPage(ws))
+		if !p.unavailable(w, r, ws) {
+			render(w, r, p.startingPage(ws))
+		}
 	case verdictArchived:
 		render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeArchived,
 			Title:       ws.Name + " is archived",
@@ -402,6 +406,21 @@ func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws worksp
 	default:
 		p.notFound(w, r)
 	}
+}
+
+// unavailable answers with the unavailable page, and returns true, when the
+// workspace's home sits on a node that cannot serve it: starting would
+// only wait, and the user should know for what.
+func (p *Proxy) unavailable(w http.ResponseWriter, r *http.Request, ws workspace.Workspace) bool {
+	msg, away := workspace.Unavailable(ws)
+	if !away {
+		return false
+	}
+	render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+		Title:   ws.Name + " is unavailable",
+		Message: "Its files are on a machine that cannot serve them right now. Nothing is lost: the workspace opens again once the machine is back, or an administrator moves it.",
+		Detail:  msg, Dashboard: p.opts.Sites.DashboardURL()})
+	return true
 }
 
 func (p *Proxy) errorPage(ws workspace.Workspace) page {

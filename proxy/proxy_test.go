@@ -450,6 +450,12 @@ func TestProxyStatusPages(t *testing.T) {
 	retrying := env.CreateWorkspace(alice, "retrying")
 	env.Exec(`UPDATE workspaces SET phase = 'STANDBY', error_reason = 'StartFailed', error_count = 1,
 		error_message = 'exited with code 1: Cannot find module', next_attempt_at = now() + interval '30 seconds' WHERE id = $1`, retrying.ID)
+	// A home on a node that is down: opening it waits for the node, and
+	// the page says which one.
+	away := env.CreateWorkspace(alice, "away")
+	env.Exec(`UPDATE workspaces SET phase = 'PENDING', conditions = jsonb_build_object('storage.volume_ready',
+		jsonb_build_object('status', 'False', 'reason', 'NodeDown', 'message', 'unavailable: node node-a is down', 'node', 'node-a',
+			'last_transition_time', now())) WHERE id = $1`, away.ID)
 
 	for _, tc := range []struct {
 		id, code, text string
@@ -459,6 +465,7 @@ func TestProxyStatusPages(t *testing.T) {
 		{failed.ID, "WORKSPACE_ERROR", "ImagePullFailed"},
 		{stopping.ID, "STARTING", "Starting stopping"},
 		{retrying.ID, "STARTING", "Cannot find module"},
+		{away.ID, "UNAVAILABLE", "unavailable: node node-a is down"},
 	} {
 		if res := get(t, c, env.URL+"/w/"+tc.id+"/"); res.StatusCode != 503 || res.ErrorCode() != tc.code {
 			t.Errorf("%s (JSON): %d %s", tc.code, res.StatusCode, res.Body)
