@@ -276,7 +276,7 @@ func (p *planner) idle() Action {
 	if phase == workspace.PhaseError {
 		return p.settle(p.purgeStale()...)
 	}
-	target := workspace.TargetPhase(w.DesiredState)
+	target := p.target()
 	switch {
 	case workspace.Level(phase) < workspace.Level(target):
 		return p.stepUp(phase)
@@ -293,6 +293,17 @@ func (p *planner) idle() Action {
 		return p.settle(append(p.purgeStale(), StepDeleteVolume)...)
 	}
 	return p.settle(p.purgeStale()...)
+}
+
+// target is the steady phase to head for: the desired one, or ARCHIVED
+// while the home moves off an evacuated node. Once the archive is
+// committed and the volume gone, the move no longer applies and the
+// workspace comes back up to its desired phase, restored on another node.
+func (p *planner) target() workspace.Phase {
+	if p.obs.Move && (p.home == workspace.HomeInVolume || p.home == workspace.HomeInBoth) {
+		return workspace.PhaseArchived
+	}
+	return workspace.TargetPhase(p.w.DesiredState)
 }
 
 func (p *planner) stepUp(phase workspace.Phase) Action {
@@ -666,8 +677,11 @@ func observeConditions(w workspace.Workspace, obs Observed, now time.Time) works
 		if !obs.VolumeReady {
 			volume.Reason = workspace.ReasonVolumeCreating
 		}
-		if obs.NodeAway != "" {
+		switch {
+		case obs.NodeAway != "":
 			volume.Reason, volume.Message = obs.NodeAway, workspace.NodeAwayMessage(obs.NodeAway, obs.Node)
+		case obs.Evacuating && obs.VolumeReady:
+			volume.Reason, volume.Message = workspace.ReasonNodeEvacuating, workspace.EvacuationMessage(obs.Node, obs.Move)
 		}
 	}
 	container := condition(obs.ContainerLive, "Live", "NotRunning", "")

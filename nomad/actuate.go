@@ -52,7 +52,7 @@ func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpe
 	if err != nil {
 		return classify("list nodes", err)
 	}
-	node, err := placeNode(nodes, vols, b.opts.NodePool, b.opts.Datacenters)
+	node, err := placeNode(nodes, vols, b.opts.NodePool, b.opts.Datacenters, spec.AvoidNodes)
 	if err != nil {
 		return err
 	}

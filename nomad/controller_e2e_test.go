@@ -117,9 +117,11 @@ type controllerHarness struct {
 	agent   *nomadtest.Agent
 	backend *Backend
 	ctl     *controller.WorkspaceController
-	svc     *workspace.Service
-	owner   string
-	epoch   int64
+	// newController makes a controller as a fresh codehub process would.
+	newController func() *controller.WorkspaceController
+	svc           *workspace.Service
+	owner         string
+	epoch         int64
 }
 
 // newControllerHarness starts everything; withCodehub builds the codehub
@@ -164,7 +166,10 @@ func newControllerHarnessOn(tb testing.TB, withCodehub bool, start func() *nomad
 		tb.Fatal(err)
 	}
 	cfg.VolumeUID, cfg.VolumeGID = os.Getuid(), os.Getgid()
-	h.ctl = controller.NewWorkspaceController(logger, pool, h.backend, archive.NewStore(logger, h.s3.Client, h.s3.Bucket), cfg)
+	h.newController = func() *controller.WorkspaceController {
+		return controller.NewWorkspaceController(logger, pool, h.backend, archive.NewStore(logger, h.s3.Client, h.s3.Bucket), cfg)
+	}
+	h.ctl = h.newController()
 	h.svc = workspace.NewService(logger, pool, workspace.Options{DefaultImage: "wsserver:test"})
 	return h
 }

@@ -12,8 +12,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
+	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -210,4 +212,115 @@ func TestE2EFleetDrain(t *testing.T) {
 		}
 	}
 	_ = ctx
+}
+
+// restartController replaces the controller with a new one under a new
+// leader epoch, as a codehub killed with SIGKILL and started again: only
+// the database and Nomad remember anything.
+func (f *fleetHarness) restartController(t *testing.T) {
+	t.Helper()
+	epoch, err := store.BumpEpoch(t.Context(), f.pool, "nomad-e2e-restarted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ctl, f.epoch = f.newController(), epoch
+}
+
+// tickAllUntil runs passes until cond holds for every workspace.
+func (f *fleetHarness) tickAllUntil(t *testing.T, what string, ids []string, cond func(workspace.Workspace) bool) {
+	t.Helper()
+	nomadtest.Eventually(t, 5*time.Minute, what, func() bool {
+		if _, err := f.ctl.Tick(t.Context(), f.epoch); err != nil {
+			t.Fatalf("tick: %v", err)
+		}
+		for _, id := range ids {
+			w, err := f.svc.Get(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Phase == workspace.PhaseError {
+				t.Fatalf("workspace %s in ERROR: %v %v", id, deref(w.ErrorReason), deref(w.ErrorMessage))
+			}
+			if !cond(w) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestE2EFleetEvacuate evacuates the node holding a RUNNING, a STANDBY and
+// an ARCHIVED workspace, with codehub's controller replaced (as after a
+// kill -9) half-way: every home ends on the other node byte-identical and
+// in its desired state, the evacuated node holds no ws- volume, each moved
+// home was archived once, and nothing went to ERROR.
+func TestE2EFleetEvacuate(t *testing.T) {
+	f := newFleetHarness(t, true)
+	ctx := t.Context()
+	a, b := f.cluster.Node(t, "node-a"), f.cluster.Node(t, "node-b")
+	if _, err := f.cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	running, standby, archived := f.create(t, "running"), f.create(t, "standby"), f.create(t, "archived")
+	ids := []string{running, standby, archived}
+	f.tickAllUntil(t, "all RUNNING", ids, settled(workspace.PhaseRunning))
+	files := map[string][]byte{}
+	for _, id := range ids {
+		files[id] = f.writeHome(t, id)
+	}
+	f.desire(t, standby, workspace.DesiredStandby)
+	f.desire(t, archived, workspace.DesiredArchived)
+	f.tickUntil(standby, "STANDBY", settled(workspace.PhaseStandby))
+	w := f.tickUntil(archived, "ARCHIVED", settled(workspace.PhaseArchived))
+	archiveKey := deref(w.ArchiveKey)
+	if _, err := f.cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := store.StartEvacuation(ctx, f.pool, store.Evacuation{NodeID: a.NodeID, NodeName: a.Name, RequestedBy: "e2e"}); err != nil {
+		t.Fatal(err)
+	}
+	f.tickAllUntil(t, "a move under way", []string{running}, func(w workspace.Workspace) bool {
+		return w.Operation == workspace.OpArchiving || w.Operation == workspace.OpStopping
+	})
+	f.restartController(t)
+	f.tickAllUntil(t, "every home in its desired state", ids, func(w workspace.Workspace) bool {
+		return w.Operation == workspace.OpNone && w.Phase == workspace.TargetPhase(w.DesiredState)
+	})
+
+	for _, id := range []string{running, standby} {
+		if got := f.holder(t, id); got != b {
+			t.Errorf("home of %s is on %s, want %s", id, got.Name, b.Name)
+		}
+		home, err := f.backend.HomeDir(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(home, "project.bin"))
+		if err != nil || !bytes.Equal(got, files[id]) {
+			t.Errorf("home of %s after the move differs from before (%v)", id, err)
+		}
+		list, err := archive.NewStore(hclog.NewNullLogger(), f.s3.Client, f.s3.Bucket).List(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(list.Complete); n != 1 {
+			t.Errorf("workspace %s has %d archives after one move, want 1", id, n)
+		}
+	}
+	if !bytes.Equal(f.served(t, running), files[running]) {
+		t.Error("the moved running workspace serves other bytes")
+	}
+	if w, _ := f.svc.Get(ctx, archived); deref(w.ArchiveKey) != archiveKey || len(f.homeVolumes(t, archived)) != 0 {
+		t.Errorf("the archived workspace changed: key %s, volumes %v", deref(w.ArchiveKey), f.homeVolumes(t, archived))
+	}
+	vols, _, err := f.cluster.Client.HostVolumes().List(nil, &api.QueryOptions{Prefix: controller.NamePrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols {
+		if v.NodeID == a.NodeID {
+			t.Errorf("evacuated node still holds %s", v.Name)
+		}
+	}
 }

@@ -466,6 +466,7 @@ func assemble(l listing) controller.Snapshot {
 		o := get(wsID)
 		o.VolumeExists = true
 		o.VolumeID = v.ID
+		o.NodeID = v.NodeID
 		o.Node, o.NodeAway = nodeOf(l.nodes, v.NodeID)
 		// Nomad keeps calling the volumes of a node that is down ready.
 		o.VolumeReady = v.State == api.HostVolumeStateReady &&

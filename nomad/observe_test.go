@@ -144,12 +144,12 @@ func TestObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]controller.Observed{
-		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", Node: "node-up", ContainerLive: true, UpstreamReady: true},
-		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", Node: "node-up", ContainerLive: true, UpstreamReady: true},
-		wsStopping: {VolumeExists: true, VolumeID: "v3", Node: "node-up", ContainerLive: true},
-		wsDown:     {VolumeExists: true, VolumeID: "v5", Node: "node-down", NodeAway: workspace.ReasonNodeDown},
-		wsDrained:  {VolumeExists: true, VolumeReady: true, VolumeID: "v6", Node: "node-drained", NodeAway: workspace.ReasonNodeIneligible},
-		wsGhost:    {VolumeExists: true, VolumeID: "v7", Node: "n-removed", NodeAway: workspace.ReasonNodeGone},
+		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", NodeID: "n-up", Node: "node-up", ContainerLive: true, UpstreamReady: true},
+		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, UpstreamReady: true},
+		wsStopping: {VolumeExists: true, VolumeID: "v3", NodeID: "n-up", Node: "node-up", ContainerLive: true},
+		wsDown:     {VolumeExists: true, VolumeID: "v5", NodeID: "n-down", Node: "node-down", NodeAway: workspace.ReasonNodeDown},
+		wsDrained:  {VolumeExists: true, VolumeReady: true, VolumeID: "v6", NodeID: "n-drained", Node: "node-drained", NodeAway: workspace.ReasonNodeIneligible},
+		wsGhost:    {VolumeExists: true, VolumeID: "v7", NodeID: "n-removed", Node: "n-removed", NodeAway: workspace.ReasonNodeGone},
 		wsArchive: {Archive: &controller.JobResult{
 			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/k", Attempt: 2,
 			Status: controller.JobFailed, ExitCode: 1, ErrorCode: "DISK_FULL", Message: "task archive exited with code 1",

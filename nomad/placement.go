@@ -3,6 +3,7 @@ package nomad
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 
 	"github.com/hashicorp/nomad/api"
@@ -12,12 +13,13 @@ import (
 )
 
 // placeNode picks the node for a new home volume: a ready, eligible node
-// that is not draining, in pool and one of datacenters, holding the fewest
+// that is not draining nor in avoid (evacuated), in pool and one of
+// datacenters, holding the fewest
 // home volumes (ws-*-home, whatever their state); ties go to the node
 // whose name sorts first, then its id. With no such node it fails without
 // creating anything: Nomad would place the volume on a drained node, where
 // no job could use it.
-func placeNode(nodes []*api.NodeListStub, vols []*api.HostVolumeStub, pool string, datacenters []string) (string, error) {
+func placeNode(nodes []*api.NodeListStub, vols []*api.HostVolumeStub, pool string, datacenters, avoid []string) (string, error) {
 	homes := make(map[string]int)
 	for _, v := range vols {
 		if _, ok := controller.ParseVolumeName(v.Name); ok {
@@ -30,14 +32,14 @@ func placeNode(nodes []*api.NodeListStub, vols []*api.HostVolumeStub, pool strin
 		if n.Status != api.NodeStatusReady || n.Drain || n.SchedulingEligibility != api.NodeSchedulingEligible {
 			continue
 		}
-		if (pool != api.NodePoolAll && n.NodePool != pool) || !inDC(n.Datacenter) {
+		if (pool != api.NodePoolAll && n.NodePool != pool) || !inDC(n.Datacenter) || slices.Contains(avoid, n.ID) {
 			continue
 		}
 		candidates = append(candidates, n)
 	}
 	if len(candidates) == 0 {
 		return "", &controller.Failure{Reason: workspace.ReasonUnschedulable,
-			Message: fmt.Sprintf("no ready, eligible node in pool %q and datacenters %v for a home volume", pool, datacenters)}
+			Message: fmt.Sprintf("no ready, eligible node in pool %q and datacenters %v (evacuated nodes excluded) for a home volume", pool, datacenters)}
 	}
 	sort.Slice(candidates, func(i, k int) bool {
 		a, b := candidates[i], candidates[k]

@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
@@ -29,39 +30,76 @@ func TestPlaceNode(t *testing.T) {
 		vols        []*api.HostVolumeStub
 		pool        string
 		datacenters []string
+		avoid       []string
 		want        string
 	}{
 		{"fewest homes", []*api.NodeListStub{node("1", "a", nil), node("2", "b", nil)},
-			[]*api.HostVolumeStub{home("1"), home("1"), home("2")}, "default", []string{"*"}, "2"},
+			[]*api.HostVolumeStub{home("1"), home("1"), home("2")}, "default", []string{"*"}, nil, "2"},
 		{"tie goes to the first name", []*api.NodeListStub{node("1", "b", nil), node("2", "a", nil)},
-			[]*api.HostVolumeStub{home("1"), home("2")}, "default", []string{"*"}, "2"},
+			[]*api.HostVolumeStub{home("1"), home("2")}, "default", []string{"*"}, nil, "2"},
 		{"other volumes do not count", []*api.NodeListStub{node("1", "a", nil), node("2", "b", nil)},
-			[]*api.HostVolumeStub{{Name: "scratch", NodeID: "1"}, {Name: "scratch2", NodeID: "1"}, home("2")}, "default", []string{"*"}, "1"},
+			[]*api.HostVolumeStub{{Name: "scratch", NodeID: "1"}, {Name: "scratch2", NodeID: "1"}, home("2")}, "default", []string{"*"}, nil, "1"},
 		{"drained node never, however empty", []*api.NodeListStub{node("1", "a", drained), node("2", "b", nil)},
-			[]*api.HostVolumeStub{home("2"), home("2")}, "default", []string{"*"}, "2"},
+			[]*api.HostVolumeStub{home("2"), home("2")}, "default", []string{"*"}, nil, "2"},
 		{"draining node never", []*api.NodeListStub{node("1", "a", func(n *api.NodeListStub) { n.Drain = true }), node("2", "b", nil)},
-			[]*api.HostVolumeStub{home("2")}, "default", []string{"*"}, "2"},
+			[]*api.HostVolumeStub{home("2")}, "default", []string{"*"}, nil, "2"},
 		{"down node never", []*api.NodeListStub{node("1", "a", func(n *api.NodeListStub) { n.Status = api.NodeStatusDown }), node("2", "b", nil)},
-			[]*api.HostVolumeStub{home("2")}, "default", []string{"*"}, "2"},
+			[]*api.HostVolumeStub{home("2")}, "default", []string{"*"}, nil, "2"},
 		{"other pool never", []*api.NodeListStub{node("1", "a", func(n *api.NodeListStub) { n.NodePool = "gpu" }), node("2", "b", nil)},
-			[]*api.HostVolumeStub{home("2")}, "default", []string{"*"}, "2"},
+			[]*api.HostVolumeStub{home("2")}, "default", []string{"*"}, nil, "2"},
 		{"pool all takes any pool", []*api.NodeListStub{node("1", "a", func(n *api.NodeListStub) { n.NodePool = "gpu" }), node("2", "b", nil)},
-			[]*api.HostVolumeStub{home("2")}, api.NodePoolAll, []string{"*"}, "1"},
+			[]*api.HostVolumeStub{home("2")}, api.NodePoolAll, []string{"*"}, nil, "1"},
 		{"datacenter globs", []*api.NodeListStub{node("1", "a", nil), node("2", "b", func(n *api.NodeListStub) { n.Datacenter = "eu-west" })},
-			[]*api.HostVolumeStub{home("2")}, "default", []string{"eu-*"}, "2"},
+			[]*api.HostVolumeStub{home("2")}, "default", []string{"eu-*"}, nil, "2"},
 	}
+	cases = append(cases, struct {
+		name        string
+		nodes       []*api.NodeListStub
+		vols        []*api.HostVolumeStub
+		pool        string
+		datacenters []string
+		avoid       []string
+		want        string
+	}{"evacuated node never, however empty", []*api.NodeListStub{node("1", "a", nil), node("2", "b", nil)},
+		[]*api.HostVolumeStub{home("2"), home("2")}, "default", []string{"*"}, []string{"1"}, "2"})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := placeNode(c.nodes, c.vols, c.pool, c.datacenters)
+			got, err := placeNode(c.nodes, c.vols, c.pool, c.datacenters, c.avoid)
 			if err != nil || got != c.want {
 				t.Fatalf("placeNode = %q, %v; want %q", got, err, c.want)
 			}
 		})
 	}
 
-	_, err := placeNode([]*api.NodeListStub{node("1", "a", drained)}, nil, "default", []string{"*"})
+	_, err := placeNode([]*api.NodeListStub{node("1", "a", drained)}, nil, "default", []string{"*"}, nil)
 	var f *controller.Failure
 	if !errors.As(err, &f) || f.Reason != workspace.ReasonUnschedulable || f.Terminal {
 		t.Fatalf("no eligible node: err = %v, want a retryable Unschedulable failure", err)
+	}
+}
+
+func TestFleet(t *testing.T) {
+	ws1, ws2, ws3 := workspace.NewID(), workspace.NewID(), workspace.NewID()
+	nodes := []*api.NodeListStub{
+		{ID: "2", Name: "node-b", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible, NodePool: "default", Datacenter: "dc1"},
+		{ID: "1", Name: "node-a", Status: api.NodeStatusDown, SchedulingEligibility: api.NodeSchedulingIneligible, Drain: true},
+	}
+	vols := []*api.HostVolumeStub{
+		{ID: "v1", Name: controller.VolumeName(ws1), NodeID: "1", State: "ready", CapacityBytes: 5},
+		{ID: "v2", Name: controller.VolumeName(ws2), NodeID: "2", State: "ready"},
+		{ID: "v3", Name: controller.VolumeName(ws3), NodeID: "9", State: "unavailable"},
+		{ID: "v4", Name: "scratch", NodeID: "1"},
+	}
+	got := fleet(nodes, vols)
+	want := []controller.FleetNode{
+		{ID: "1", Name: "node-a", Status: api.NodeStatusDown, Draining: true,
+			Volumes: []controller.FleetVolume{{WorkspaceID: ws1, VolumeID: "v1", State: "ready", CapacityBytes: 5}}},
+		{ID: "2", Name: "node-b", Status: api.NodeStatusReady, Eligible: true, Pool: "default", Datacenter: "dc1",
+			Volumes: []controller.FleetVolume{{WorkspaceID: ws2, VolumeID: "v2", State: "ready"}}},
+		{ID: "9", Name: "9", Status: controller.NodeGone,
+			Volumes: []controller.FleetVolume{{WorkspaceID: ws3, VolumeID: "v3", State: "unavailable"}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("fleet:\n got %+v\nwant %+v", got, want)
 	}
 }

@@ -1,0 +1,128 @@
+package controller
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// TestPlanMove: a home leaving an evacuated node goes down the ladder to
+// ARCHIVED whatever its desired state (stop, archive, delete the volume
+// once the archive is committed), and once its volume is gone comes back
+// up to the desired state like any archived workspace.
+func TestPlanMove(t *testing.T) {
+	moving := func(phase workspace.Phase) Observed {
+		obs := observed(phase)
+		obs.NodeID, obs.Node, obs.Evacuating, obs.Move = "n1", "node-a", true, true
+		return obs
+	}
+	committed := func() workspace.Workspace {
+		w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+		w.OpID, w.ArchiveKey = ptr(opOld), ptr(keyOld)
+		return w
+	}()
+	cases := []struct {
+		name  string
+		w     workspace.Workspace
+		obs   Observed
+		op    workspace.Operation
+		steps []Step
+	}{
+		{"running is stopped", stored(workspace.PhaseRunning, workspace.DesiredRunning, observed(workspace.PhaseRunning)),
+			moving(workspace.PhaseRunning), workspace.OpStopping, []Step{StepStopWorkspace}},
+		{"stopped, wanted running, is archived", stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby)),
+			moving(workspace.PhaseStandby), workspace.OpArchiving, []Step{StepSubmitArchive}},
+		{"standby is archived", stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby)),
+			moving(workspace.PhaseStandby), workspace.OpArchiving, []Step{StepSubmitArchive}},
+		{"archived with its volume left deletes the volume", committed,
+			moving(workspace.PhaseStandby), workspace.OpArchiving, []Step{StepDeleteVolume}},
+		{"volume gone: restored elsewhere", stored(workspace.PhaseArchived, workspace.DesiredRunning, Observed{}),
+			Observed{}, workspace.OpRestoring, []Step{StepProvisionVolume}},
+		{"waiting for its turn stays", stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby)),
+			func() Observed { o := moving(workspace.PhaseStandby); o.Move = false; return o }(), workspace.OpNone, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := Plan(c.w, c.obs, ArchiveCheck{}, t0, testCfg)
+			if a.Next.Operation != c.op || !slices.Equal(a.Steps, c.steps) {
+				t.Fatalf("plan = op %s steps %v, want op %s steps %v", a.Next.Operation, a.Steps, c.op, c.steps)
+			}
+			if a.Next.DesiredState != c.w.DesiredState {
+				t.Errorf("a move changed the desired state to %s", a.Next.DesiredState)
+			}
+			if c.obs.Evacuating {
+				msg, ok := workspace.Moving(a.Next)
+				want := workspace.EvacuationMessage("node-a", c.obs.Move)
+				if !ok || msg != want {
+					t.Errorf("progress %q (%v), want %q", msg, ok, want)
+				}
+			}
+		})
+	}
+}
+
+// TestMoves: every home already on its way keeps moving; new ones start in
+// id order up to the bound; homes on other nodes, on an evacuated node
+// that is away, in ERROR or deleted never move.
+func TestMoves(t *testing.T) {
+	ids := []string{"01a", "01b", "01c", "01d", "01e", "01f", "01g", "01h", "01i"}
+	row := func(id string, phase workspace.Phase, desired workspace.DesiredState, op workspace.Operation) *workspace.Workspace {
+		w := stored(phase, desired, observed(phase))
+		w.ID, w.Operation = id, op
+		if op != workspace.OpNone {
+			w.OpStartedAt = ptr(t0)
+		}
+		return &w
+	}
+	on := func(node string, phase workspace.Phase) Observed {
+		o := observed(phase)
+		o.NodeID = node
+		return o
+	}
+	deleted := row(ids[7], workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone)
+	deleted.DeletedAt = ptr(t0)
+	ws := []*workspace.Workspace{
+		row(ids[0], workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone),
+		row(ids[1], workspace.PhaseRunning, workspace.DesiredRunning, workspace.OpNone),
+		row(ids[2], workspace.PhaseRunning, workspace.DesiredRunning, workspace.OpStopping),
+		// Stopped on its way out, desired still RUNNING.
+		row(ids[3], workspace.PhaseStandby, workspace.DesiredRunning, workspace.OpNone),
+		row(ids[4], workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone),
+		row(ids[5], workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone),
+		row(ids[6], workspace.PhaseError, workspace.DesiredStandby, workspace.OpNone),
+		deleted,
+		row(ids[8], workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone),
+	}
+	away := on("gone", workspace.PhaseStandby)
+	away.NodeAway, away.VolumeReady = workspace.ReasonNodeDown, false
+	snap := Snapshot{Workspaces: map[string]Observed{
+		ids[0]: on("n1", workspace.PhaseStandby),
+		ids[1]: on("n1", workspace.PhaseRunning),
+		ids[2]: on("n1", workspace.PhaseRunning),
+		ids[3]: on("n1", workspace.PhaseStandby),
+		ids[4]: on("n2", workspace.PhaseStandby),
+		ids[5]: away,
+		ids[6]: on("n1", workspace.PhaseStandby),
+		ids[7]: on("n1", workspace.PhaseStandby),
+		ids[8]: on("n1", workspace.PhaseStandby),
+	}}
+	evacuating := map[string]bool{"n1": true, "gone": true}
+	for _, c := range []struct {
+		parallel int
+		want     []string
+	}{
+		{1, []string{ids[2], ids[3]}},
+		{3, []string{ids[0], ids[2], ids[3]}},
+		{10, []string{ids[0], ids[1], ids[2], ids[3], ids[8]}},
+	} {
+		got := slices.Sorted(maps.Keys(Moves(ws, snap, evacuating, c.parallel)))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("parallel %d: moves %v, want %v", c.parallel, got, c.want)
+		}
+	}
+	if got := Moves(ws, snap, nil, 10); len(got) != 0 {
+		t.Errorf("moves %v with no node evacuated", got)
+	}
+}
