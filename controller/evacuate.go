@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -39,4 +41,35 @@ func Moves(ws []*workspace.Workspace, snap Snapshot, evacuating map[string]bool,
 		moves[id] = true
 	}
 	return moves
+}
+
+// moveCondition sets storage.moving on conds, the progress of a home on an
+// evacuated node: waiting for its turn, leaving (down to ARCHIVED),
+// arriving (restored and brought back up elsewhere), moved. A workspace
+// that never sat on an evacuated node gets no such condition.
+func moveCondition(w workspace.Workspace, obs Observed, conds workspace.Conditions, now time.Time) workspace.Conditions {
+	prev, had := w.Conditions[workspace.CondMoving]
+	var c workspace.Condition
+	switch {
+	case obs.Move:
+		c = condition(true, workspace.ReasonMoveLeaving, "", fmt.Sprintf("moving to another machine: leaving node %s", obs.Node))
+	case obs.Evacuating && obs.VolumeExists:
+		c = condition(false, "", workspace.ReasonMoveWaiting, fmt.Sprintf("waiting to move off node %s", obs.Node))
+	case !had:
+		return conds
+	case prev.Status == workspace.ConditionTrue && !arrived(w):
+		c = condition(true, workspace.ReasonMoveArriving, "", "moving to another machine: bringing it back up there")
+	default:
+		c = condition(false, "", workspace.ReasonMoved, "moved to another machine")
+	}
+	return withConditions(conds, w.Conditions, now, namedCondition{workspace.CondMoving, c})
+}
+
+// arrived reports a moved workspace back in its desired phase, or with no
+// operation left to get there (a failure, which the error fields show).
+func arrived(w workspace.Workspace) bool {
+	if w.Operation != workspace.OpNone {
+		return false
+	}
+	return w.Phase == workspace.TargetPhase(w.DesiredState) || w.ErrorReason != nil
 }

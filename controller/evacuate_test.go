@@ -3,6 +3,7 @@ package controller
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/workspace"
@@ -52,12 +53,14 @@ func TestPlanMove(t *testing.T) {
 			if a.Next.DesiredState != c.w.DesiredState {
 				t.Errorf("a move changed the desired state to %s", a.Next.DesiredState)
 			}
-			if c.obs.Evacuating {
-				msg, ok := workspace.Moving(a.Next)
-				want := workspace.EvacuationMessage("node-a", c.obs.Move)
-				if !ok || msg != want {
-					t.Errorf("progress %q (%v), want %q", msg, ok, want)
-				}
+			msg, moving := workspace.Moving(a.Next)
+			switch cond := a.Next.Conditions[workspace.CondMoving]; {
+			case c.obs.Move && (!moving || !strings.Contains(msg, "leaving node node-a")):
+				t.Errorf("progress %q (%v), want it leaving node-a", msg, moving)
+			case c.obs.Evacuating && !c.obs.Move && (moving || cond.Reason != workspace.ReasonMoveWaiting):
+				t.Errorf("progress %+v, want it waiting", cond)
+			case !c.obs.Evacuating && moving:
+				t.Errorf("moving %q without an evacuation", msg)
 			}
 		})
 	}
@@ -124,5 +127,39 @@ func TestMoves(t *testing.T) {
 	}
 	if got := Moves(ws, snap, nil, 10); len(got) != 0 {
 		t.Errorf("moves %v with no node evacuated", got)
+	}
+}
+
+// TestMoveProgress follows the storage.moving condition of one home along
+// its move: leaving while it goes down the ladder, arriving while it comes
+// back up elsewhere, moved once in its desired state.
+func TestMoveProgress(t *testing.T) {
+	w := stored(workspace.PhaseRunning, workspace.DesiredRunning, observed(workspace.PhaseRunning))
+	steps := []struct {
+		phase  workspace.Phase
+		op     workspace.Operation
+		obs    Observed
+		status workspace.ConditionStatus
+		reason string
+	}{
+		{workspace.PhaseRunning, workspace.OpNone, Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true,
+			NodeID: "n1", Node: "node-a", Evacuating: true, Move: true}, workspace.ConditionTrue, workspace.ReasonMoveLeaving},
+		{workspace.PhaseArchived, workspace.OpNone, Observed{}, workspace.ConditionTrue, workspace.ReasonMoveArriving},
+		{workspace.PhaseArchived, workspace.OpRestoring, Observed{VolumeExists: true, VolumeReady: true, NodeID: "n2", Node: "node-b"},
+			workspace.ConditionTrue, workspace.ReasonMoveArriving},
+		{workspace.PhaseRunning, workspace.OpNone, Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true,
+			NodeID: "n2", Node: "node-b"}, workspace.ConditionFalse, workspace.ReasonMoved},
+	}
+	for i, s := range steps {
+		w.Phase, w.Operation = s.phase, s.op
+		got := moveCondition(w, s.obs, w.Conditions, t0)[workspace.CondMoving]
+		if got.Status != s.status || got.Reason != s.reason {
+			t.Fatalf("step %d: storage.moving %+v, want %s %s", i, got, s.status, s.reason)
+		}
+		w.Conditions = moveCondition(w, s.obs, w.Conditions, t0)
+	}
+	if c := moveCondition(stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby)),
+		observed(workspace.PhaseStandby), nil, t0); c != nil {
+		t.Errorf("a workspace that never moved got %v", c)
 	}
 }

@@ -107,6 +107,7 @@ func plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time
 	p := planner{w: w, obs: obs, check: check, now: now, cfg: cfg, home: locateHome(w, obs)}
 	p.next = w
 	p.next.Conditions = observeConditions(w, obs, now)
+	p.next.Conditions = moveCondition(w, obs, p.next.Conditions, now)
 	if reason, msg := p.broken(); reason != "" {
 		return p.fail(reason, msg, true)
 	}
@@ -677,11 +678,8 @@ func observeConditions(w workspace.Workspace, obs Observed, now time.Time) works
 		if !obs.VolumeReady {
 			volume.Reason = workspace.ReasonVolumeCreating
 		}
-		switch {
-		case obs.NodeAway != "":
+		if obs.NodeAway != "" {
 			volume.Reason, volume.Message = obs.NodeAway, workspace.NodeAwayMessage(obs.NodeAway, obs.Node)
-		case obs.Evacuating && obs.VolumeReady:
-			volume.Reason, volume.Message = workspace.ReasonNodeEvacuating, workspace.EvacuationMessage(obs.Node, obs.Move)
 		}
 	}
 	container := condition(obs.ContainerLive, "Live", "NotRunning", "")

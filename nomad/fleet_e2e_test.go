@@ -281,7 +281,8 @@ func TestE2EFleetEvacuate(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.tickAllUntil(t, "a move under way", []string{running}, func(w workspace.Workspace) bool {
-		return w.Operation == workspace.OpArchiving || w.Operation == workspace.OpStopping
+		_, moving := workspace.Moving(w)
+		return moving && (w.Operation == workspace.OpArchiving || w.Operation == workspace.OpStopping)
 	})
 	f.restartController(t)
 	f.tickAllUntil(t, "every home in its desired state", ids, func(w workspace.Workspace) bool {
@@ -289,6 +290,9 @@ func TestE2EFleetEvacuate(t *testing.T) {
 	})
 
 	for _, id := range []string{running, standby} {
+		if w, _ := f.svc.Get(ctx, id); w.Conditions[workspace.CondMoving].Reason != workspace.ReasonMoved {
+			t.Errorf("workspace %s progress %+v, want moved", id, w.Conditions[workspace.CondMoving])
+		}
 		if got := f.holder(t, id); got != b {
 			t.Errorf("home of %s is on %s, want %s", id, got.Name, b.Name)
 		}

@@ -438,6 +438,14 @@ func (p *Proxy) errorPage(ws workspace.Workspace) page {
 }
 
 func (p *Proxy) startingPage(ws workspace.Workspace) page {
+	if move, ok := workspace.Moving(ws); ok && ws.ErrorReason == nil {
+		// A move (an evacuated node) is a start that takes longer; the
+		// user did nothing wrong and loses nothing.
+		return page{Status: http.StatusServiceUnavailable, Code: CodeStarting,
+			Title:   ws.Name + " is moving to another machine",
+			Message: "Its files are being moved to another machine. This page opens the workspace when it is ready.",
+			Detail:  move, Poll: true, Dashboard: p.opts.Sites.DashboardURL()}
+	}
 	msg, failure := startingWords(ws)
 	return page{Status: http.StatusServiceUnavailable, Code: CodeStarting,
 		Title: "Starting " + ws.Name, Message: msg, Failure: failure,

@@ -456,6 +456,11 @@ func TestProxyStatusPages(t *testing.T) {
 	env.Exec(`UPDATE workspaces SET phase = 'PENDING', conditions = jsonb_build_object('storage.volume_ready',
 		jsonb_build_object('status', 'False', 'reason', 'NodeDown', 'message', 'unavailable: node node-a is down', 'node', 'node-a',
 			'last_transition_time', now())) WHERE id = $1`, away.ID)
+	// A running workspace whose node is evacuated: its users see it move.
+	moving := env.CreateWorkspace(alice, "moving")
+	env.Exec(`UPDATE workspaces SET phase = 'RUNNING', operation = 'STOPPING', conditions = jsonb_build_object('storage.moving',
+		jsonb_build_object('status', 'True', 'reason', 'Leaving', 'message', 'moving to another machine: leaving node node-a',
+			'last_transition_time', now())) WHERE id = $1`, moving.ID)
 
 	for _, tc := range []struct {
 		id, code, text string
@@ -466,6 +471,7 @@ func TestProxyStatusPages(t *testing.T) {
 		{stopping.ID, "STARTING", "Starting stopping"},
 		{retrying.ID, "STARTING", "Cannot find module"},
 		{away.ID, "UNAVAILABLE", "unavailable: node node-a is down"},
+		{moving.ID, "STARTING", "moving to another machine: leaving node node-a"},
 	} {
 		if res := get(t, c, env.URL+"/w/"+tc.id+"/"); res.StatusCode != 503 || res.ErrorCode() != tc.code {
 			t.Errorf("%s (JSON): %d %s", tc.code, res.StatusCode, res.Body)

@@ -51,3 +51,21 @@ func Unavailable(w Workspace) (string, bool) {
 	}
 	return v.Message, true
 }
+
+// Reasons of storage.moving.
+const (
+	ReasonMoveWaiting  = "Waiting"
+	ReasonMoveLeaving  = "Leaving"
+	ReasonMoveArriving = "Arriving"
+	ReasonMoved        = "Moved"
+)
+
+// Moving returns the progress message of a workspace whose home is moving
+// to another node.
+func Moving(w Workspace) (string, bool) {
+	c, ok := w.Conditions[CondMoving]
+	if !ok || c.Status != ConditionTrue {
+		return "", false
+	}
+	return c.Message, true
+}

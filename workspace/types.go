@@ -61,6 +61,10 @@ const (
 	CondContainerReady = "infra.container_ready"
 	CondUpstreamReady  = "infra.upstream_ready"
 	CondHealthy        = "policy.healthy"
+	// CondMoving is True while the home moves off an evacuated node,
+	// until the workspace is back in its desired state elsewhere; False
+	// while it waits for its turn, and once it has moved.
+	CondMoving = "storage.moving"
 )
 
 // ConditionStatus is the tri-state of a condition.
