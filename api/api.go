@@ -81,6 +81,9 @@ type Deps struct {
 	Redis      *redis.Client
 	Workspaces WorkspaceService
 	Upstreams  controller.Upstreams
+	// Fleet lists the nodes of a backend that has several (nil: the
+	// admin node endpoints answer 404).
+	Fleet controller.Fleet
 }
 
 // Server is the http.Handler of CodeHub's HTTP surface. Run must run on
@@ -90,6 +93,7 @@ type Server struct {
 	opts       Options
 	pool       *pgxpool.Pool
 	workspaces WorkspaceService
+	fleet      controller.Fleet
 	sites      proxy.Sites
 	sessions   *sessions
 	hub        *hub
@@ -126,7 +130,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
 	s := &Server{
-		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites,
+		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet,
 		sessions: newSessions(deps.Pool, opts.SessionTTL, sites.Secure(), opts.CookieDomain),
 		hub:      newHub(logger.Named("events"), deps.Redis),
 		activity: activity.NewRecorder(logger.Named("activity"), deps.Redis),
@@ -159,6 +163,9 @@ const (
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
+	routeAdminNodes   = "GET /api/v1/admin/nodes"
+	routeEvacuate     = "POST /api/v1/admin/nodes/{node}/evacuate"
+	routeEvacuateStop = "DELETE /api/v1/admin/nodes/{node}/evacuate"
 	routeEvents       = "GET /api/v1/events"
 	routeOpenAPI      = "GET /api/v1/openapi.json"
 )
@@ -171,6 +178,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
+		routeAdminNodes: s.listNodes, routeEvacuate: s.evacuateNode, routeEvacuateStop: s.cancelEvacuation,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
 	}
 	allow := map[string][]string{}

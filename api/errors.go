@@ -34,6 +34,8 @@ const (
 	CodeLimitExceeded    = "LIMIT_EXCEEDED"
 	CodeTooManyAttempts  = "TOO_MANY_ATTEMPTS"
 	CodeInternal         = "INTERNAL"
+	// CodeBackendUnavailable: Nomad (or another backend) did not answer.
+	CodeBackendUnavailable = "BACKEND_UNAVAILABLE"
 )
 
 // maxBodyBytes bounds every JSON request body.

@@ -59,6 +59,8 @@ type Config struct {
 	UpstreamToken func(workspaceID, runID string) string
 	// Archives is where the service lists archives from; nil for none.
 	Archives workspace.ArchiveStore
+	// Fleet answers the admin node endpoints; nil for none.
+	Fleet controller.Fleet
 }
 
 // Env is one running CodeHub HTTP surface with its databases.
@@ -158,7 +160,7 @@ func (e *Env) NewReplica(cfg Config) *api.Server {
 		PublicURL: publicURL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
 		HeartbeatInterval: cfg.HeartbeatInterval, StreamWriteTimeout: cfg.StreamWriteTimeout, BodyReadTimeout: cfg.BodyReadTimeout, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
 		MetricsToken: MetricsToken,
-	}, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams})
+	}, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams, Fleet: cfg.Fleet})
 	if err != nil {
 		e.t.Fatalf("api.New: %v", err)
 	}
