@@ -27,7 +27,7 @@ type fleetHarness struct {
 	cluster *nomadtest.Cluster
 }
 
-func newFleetHarness(t *testing.T, withCodehub bool) *fleetHarness {
+func newFleetHarness(t testing.TB, withCodehub bool) *fleetHarness {
 	t.Helper()
 	nomadtest.Binary(t)
 	cfg := controller.DefaultConfig()
@@ -44,7 +44,7 @@ func newFleetHarness(t *testing.T, withCodehub bool) *fleetHarness {
 }
 
 // homeVolumes returns the node ids of every home volume of wsID.
-func (f *fleetHarness) homeVolumes(t *testing.T, wsID string) []string {
+func (f *fleetHarness) homeVolumes(t testing.TB, wsID string) []string {
 	t.Helper()
 	vols, _, err := f.cluster.Client.HostVolumes().List(nil, &api.QueryOptions{Prefix: controller.VolumeName(wsID)})
 	if err != nil {
@@ -58,7 +58,7 @@ func (f *fleetHarness) homeVolumes(t *testing.T, wsID string) []string {
 }
 
 // holder is the cluster client holding the one home volume of wsID.
-func (f *fleetHarness) holder(t *testing.T, wsID string) *nomadtest.ClusterClient {
+func (f *fleetHarness) holder(t testing.TB, wsID string) *nomadtest.ClusterClient {
 	t.Helper()
 	nodes := f.homeVolumes(t, wsID)
 	if len(nodes) != 1 {
@@ -80,7 +80,7 @@ func (f *fleetHarness) tickFor(id string, d time.Duration) workspace.Workspace {
 }
 
 // writeHome writes random bytes to a file in the workspace's home.
-func (f *fleetHarness) writeHome(t *testing.T, wsID string) []byte {
+func (f *fleetHarness) writeHome(t testing.TB, wsID string) []byte {
 	t.Helper()
 	home, err := f.backend.HomeDir(t.Context(), wsID)
 	if err != nil {
@@ -106,7 +106,7 @@ func (f *fleetHarness) served(t *testing.T, wsID string) []byte {
 	return fetch(t, "http://"+addr+"/files/project.bin")
 }
 
-func (f *fleetHarness) create(t *testing.T, name string) string {
+func (f *fleetHarness) create(t testing.TB, name string) string {
 	t.Helper()
 	created, err := f.svc.Create(t.Context(), workspace.CreateRequest{OwnerID: f.owner, Name: name})
 	if err != nil {
@@ -115,7 +115,7 @@ func (f *fleetHarness) create(t *testing.T, name string) string {
 	return created.Workspace.ID
 }
 
-func (f *fleetHarness) desire(t *testing.T, id string, d workspace.DesiredState) {
+func (f *fleetHarness) desire(t testing.TB, id string, d workspace.DesiredState) {
 	t.Helper()
 	if _, err := f.svc.SetDesired(t.Context(), id, d, workspace.CauseUser); err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestE2EFleetDrain(t *testing.T) {
 // restartController replaces the controller with a new one under a new
 // leader epoch, as a codehub killed with SIGKILL and started again: only
 // the database and Nomad remember anything.
-func (f *fleetHarness) restartController(t *testing.T) {
+func (f *fleetHarness) restartController(t testing.TB) {
 	t.Helper()
 	epoch, err := store.BumpEpoch(t.Context(), f.pool, "nomad-e2e-restarted")
 	if err != nil {
@@ -227,7 +227,7 @@ func (f *fleetHarness) restartController(t *testing.T) {
 }
 
 // tickAllUntil runs passes until cond holds for every workspace.
-func (f *fleetHarness) tickAllUntil(t *testing.T, what string, ids []string, cond func(workspace.Workspace) bool) {
+func (f *fleetHarness) tickAllUntil(t testing.TB, what string, ids []string, cond func(workspace.Workspace) bool) {
 	t.Helper()
 	nomadtest.Eventually(t, 5*time.Minute, what, func() bool {
 		if _, err := f.ctl.Tick(t.Context(), f.epoch); err != nil {
