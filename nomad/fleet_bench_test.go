@@ -22,7 +22,7 @@ import (
 func BenchmarkFleetEvacuate(b *testing.B) {
 	for _, homes := range []int{1, 10, 50} {
 		b.Run(fmt.Sprintf("homes=%d", homes), func(b *testing.B) {
-			for b.Loop() {
+			for range b.N {
 				b.StopTimer()
 				f, ids := evacuationFixture(b, homes)
 				a := f.cluster.Node(b, "node-a")
