@@ -399,7 +399,7 @@ func (p *planner) nodeAway() (Action, bool) {
 	return Action{}, false
 }
 
-// archivePlaced reports a batch job that runs or ran (its result counts).
+// jobPlaced reports a batch job that runs or ran (its result counts).
 func jobPlaced(j *JobResult) bool {
 	return j != nil && j.Status != JobPending
 }
