@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -16,8 +17,9 @@ import (
 // BenchmarkFleetEvacuate measures how long an evacuation of node-a takes
 // on a loopback cluster of two clients: from the admin's request until the
 // last home, each holding 100 MiB of random bytes, is STANDBY on node-b.
-// The controller runs passes back to back (100 ms apart); the homes move
-// coordinator.evacuation_parallel (2) at a time. Run it with
+// The controller runs passes back to back (100 ms apart) with the default
+// configuration: the homes move coordinator.evacuation_parallel (2) at a
+// time. Run it with
 // -benchtime 1x: each size sets up its own cluster.
 func BenchmarkFleetEvacuate(b *testing.B) {
 	for _, homes := range []int{1, 10, 50} {
@@ -47,7 +49,7 @@ func BenchmarkFleetEvacuate(b *testing.B) {
 // evacuationFixture makes homes STANDBY workspaces on node-a, each with a
 // 100 MiB file of random bytes (which no compression shrinks).
 func evacuationFixture(b *testing.B, homes int) (*fleetHarness, []string) {
-	f := newFleetHarness(b, true)
+	f := newFleetHarness(b, true, controller.DefaultConfig())
 	other := f.cluster.Node(b, "node-b")
 	if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, false, nil); err != nil {
 		b.Fatal(err)

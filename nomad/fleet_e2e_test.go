@@ -20,21 +20,26 @@ import (
 )
 
 // fleetHarness is the controller harness on a loopback cluster of two
-// clients, with operation timeouts short enough that a test can wait past
-// every one of them.
+// clients.
 type fleetHarness struct {
 	*controllerHarness
 	cluster *nomadtest.Cluster
 }
 
-func newFleetHarness(t testing.TB, withCodehub bool) *fleetHarness {
-	t.Helper()
-	nomadtest.Binary(t)
+// shortTimeouts is the controller's configuration with operation timeouts
+// short enough that a test can wait past every one of them.
+func shortTimeouts() controller.Config {
 	cfg := controller.DefaultConfig()
 	for op := range cfg.Timeouts {
 		cfg.Timeouts[op] = 20 * time.Second
 	}
 	cfg.BackoffBase, cfg.BackoffMax = time.Second, 2*time.Second
+	return cfg
+}
+
+func newFleetHarness(t testing.TB, withCodehub bool, cfg controller.Config) *fleetHarness {
+	t.Helper()
+	nomadtest.Binary(t)
 	f := &fleetHarness{}
 	f.controllerHarness = newControllerHarnessOn(t, withCodehub, func() *nomadtest.Agent {
 		f.cluster = nomadtest.StartCluster(t, "node-a", "node-b")
@@ -128,7 +133,7 @@ func (f *fleetHarness) desire(t testing.TB, id string, d workspace.DesiredState)
 // workspace names the node it waits for. Once the client is back the
 // workspace starts with its files.
 func TestE2EFleetNodeLoss(t *testing.T) {
-	f := newFleetHarness(t, false)
+	f := newFleetHarness(t, false, shortTimeouts())
 	id := f.create(t, "lost")
 	f.tickUntil(id, "RUNNING", settled(workspace.PhaseRunning))
 	content := f.writeHome(t, id)
@@ -165,7 +170,7 @@ func TestE2EFleetNodeLoss(t *testing.T) {
 // named, never in ERROR and never deleted; the archived workspace, once
 // opened, is restored on the other node with its files.
 func TestE2EFleetDrain(t *testing.T) {
-	f := newFleetHarness(t, true)
+	f := newFleetHarness(t, true, shortTimeouts())
 	ctx := t.Context()
 	a, b := f.cluster.Node(t, "node-a"), f.cluster.Node(t, "node-b")
 	// Every home starts on node-a: node-b takes none meanwhile.
@@ -255,7 +260,7 @@ func (f *fleetHarness) tickAllUntil(t testing.TB, what string, ids []string, con
 // in its desired state, the evacuated node holds no ws- volume, each moved
 // home was archived once, and nothing went to ERROR.
 func TestE2EFleetEvacuate(t *testing.T) {
-	f := newFleetHarness(t, true)
+	f := newFleetHarness(t, true, shortTimeouts())
 	ctx := t.Context()
 	a, b := f.cluster.Node(t, "node-a"), f.cluster.Node(t, "node-b")
 	if _, err := f.cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
