@@ -166,6 +166,7 @@ const (
 	routeAdminNodes   = "GET /api/v1/admin/nodes"
 	routeEvacuate     = "POST /api/v1/admin/nodes/{node}/evacuate"
 	routeEvacuateStop = "DELETE /api/v1/admin/nodes/{node}/evacuate"
+	routeElsewhere    = "POST /api/v1/admin/workspaces/{id}/restore-elsewhere"
 	routeEvents       = "GET /api/v1/events"
 	routeOpenAPI      = "GET /api/v1/openapi.json"
 )
@@ -179,7 +180,8 @@ func (s *Server) routes() *http.ServeMux {
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeAdminNodes: s.listNodes, routeEvacuate: s.evacuateNode, routeEvacuateStop: s.cancelEvacuation,
-		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
+		routeElsewhere: s.restoreElsewhere,
+		routeEvents:    s.events, routeOpenAPI: serveOpenAPI,
 	}
 	allow := map[string][]string{}
 	for pattern, h := range handlers {

@@ -36,6 +36,9 @@ const (
 	CodeInternal         = "INTERNAL"
 	// CodeBackendUnavailable: Nomad (or another backend) did not answer.
 	CodeBackendUnavailable = "BACKEND_UNAVAILABLE"
+	// CodeConfirmationRequired: the request would lose data and did not
+	// confirm it; the message says what.
+	CodeConfirmationRequired = "CONFIRMATION_REQUIRED"
 )
 
 // maxBodyBytes bounds every JSON request body.

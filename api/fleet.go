@@ -2,10 +2,12 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -219,4 +221,42 @@ func deref64(p *int64) int64 {
 		return 0
 	}
 	return *p
+}
+
+type restoreElsewhereRequest struct {
+	// ConfirmArchiveKey must be the workspace's archive key: the admin
+	// accepts losing every change made since that archive.
+	ConfirmArchiveKey string `json:"confirm_archive_key"`
+}
+
+// restoreElsewhere gives up a home on a node that is down or gone for the
+// workspace's last archive, restored on another node. Without the right
+// confirmation it changes nothing and says what would be lost.
+func (s *Server) restoreElsewhere(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireAdmin(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if !proxy.ValidID(id) {
+		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "workspace not found"))
+		return
+	}
+	var req restoreElsewhereRequest
+	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
+		WriteError(w, e)
+		return
+	}
+	ws, err := s.workspaces.RestoreElsewhere(r.Context(), id, req.ConfirmArchiveKey)
+	var loss *workspace.LossError
+	if errors.As(err, &loss) {
+		WriteError(w, &Error{Status: http.StatusConflict, Code: CodeConfirmationRequired, Field: "confirm_archive_key", Message: loss.Error()})
+		return
+	}
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
+	}
+	s.logger.Info("workspace restored elsewhere by admin", "workspace_id", id, "archive_key", req.ConfirmArchiveKey, "admin", sess.Username)
+	writeJSON(w, http.StatusOK, s.view(ws))
 }

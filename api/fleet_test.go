@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/api/apitest"
@@ -113,5 +114,44 @@ func TestAdminNodes(t *testing.T) {
 	}
 	if v.seen[200] == 0 {
 		t.Error("no response was validated against the OpenAPI document")
+	}
+}
+
+// TestAdminRestoreElsewhere: the admin is told what restoring a lost
+// home's last archive elsewhere would lose, and nothing changes until they
+// confirm with that archive's key.
+func TestAdminRestoreElsewhere(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice, admin := env.CreateUser("alice", false), env.CreateUser("root", true)
+	w := env.CreateWorkspace(alice, "dev")
+	key := "archives/" + w.ID + "/01jb3x7k9q2m5n8p4r6s0t1v20/home.tar.zst"
+	env.Exec(`UPDATE workspaces SET phase = 'PENDING', archive_key = $2, restore_marker = $2, conditions = jsonb_build_object('storage.volume_ready',
+		jsonb_build_object('status', 'False', 'reason', 'NodeDown', 'message', 'unavailable: node node-a is down', 'node', 'node-a',
+			'last_transition_time', now())) WHERE id = $1`, w.ID, key)
+	c := env.Login(admin)
+	v := validate(t, c)
+	path := "/api/v1/admin/workspaces/" + w.ID + "/restore-elsewhere"
+
+	res := env.Do(c, "POST", path, map[string]string{})
+	if res.StatusCode != 409 || res.ErrorCode() != "CONFIRMATION_REQUIRED" || !strings.Contains(string(res.Body), "node-a") {
+		t.Fatalf("unconfirmed: %d %s", res.StatusCode, res.Body)
+	}
+	if got := env.Workspace(w.ID).RestoreMarker; got == nil {
+		t.Fatal("an unconfirmed request changed the workspace")
+	}
+	if res := env.Do(env.Login(alice), "POST", path, map[string]string{"confirm_archive_key": key}); res.StatusCode != 403 {
+		t.Errorf("a user restored elsewhere: %d", res.StatusCode)
+	}
+	if res := env.Do(c, "POST", path, map[string]string{"confirm_archive_key": key}); res.StatusCode != 200 {
+		t.Fatalf("confirmed: %d %s", res.StatusCode, res.Body)
+	}
+	if got := env.Workspace(w.ID).RestoreMarker; got != nil {
+		t.Fatalf("restore marker %s after a confirmed restore elsewhere", *got)
+	}
+	if res := env.Do(c, "POST", path, map[string]string{"confirm_archive_key": key}); res.StatusCode != 409 || res.ErrorCode() != "INVALID_STATE" {
+		t.Errorf("again: %d %s", res.StatusCode, res.Body)
+	}
+	if v.seen[409] == 0 {
+		t.Error("no 409 was validated against the OpenAPI document")
 	}
 }

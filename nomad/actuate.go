@@ -125,12 +125,33 @@ func (b *Backend) DeleteVolume(ctx context.Context, wsID, volumeID string) error
 	if len(vol.Allocations) > 0 {
 		return fmt.Errorf("%w: %s claimed by %d allocation(s)", controller.ErrVolumeInUse, vol.Name, len(vol.Allocations))
 	}
-	_, _, err = b.client.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: vol.ID}, b.write(ctx))
+	// A node that is down or gone cannot run the plugin's delete: Nomad
+	// then only forgets the volume, and its directory stays on that disk.
+	force, err := b.nodeUnreachable(ctx, vol.NodeID)
+	if err != nil {
+		return err
+	}
+	_, _, err = b.client.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: vol.ID, Force: force}, b.write(ctx))
 	if err != nil && !isNotFound(err) {
 		return classify("delete host volume "+vol.Name, err)
 	}
-	b.logger.Debug("deleted host volume", "workspace_id", wsID, "volume", vol.Name, "volume_id", vol.ID)
+	b.logger.Debug("deleted host volume", "workspace_id", wsID, "volume", vol.Name, "volume_id", vol.ID, "forced", force)
 	return nil
+}
+
+// nodeUnreachable reports whether node id is down, disconnected or gone.
+func (b *Backend) nodeUnreachable(ctx context.Context, id string) (bool, error) {
+	if id == "" {
+		return false, nil
+	}
+	n, _, err := b.client.Nodes().Info(id, b.query(ctx))
+	if isNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, classify("read node "+id, err)
+	}
+	return n.Status != api.NodeStatusReady, nil
 }
 
 // hostPath is the directory of the home volume on its node, which raw_exec

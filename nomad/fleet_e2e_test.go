@@ -3,6 +3,7 @@ package nomad
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -331,5 +332,56 @@ func TestE2EFleetEvacuate(t *testing.T) {
 		if v.NodeID == a.NodeID {
 			t.Errorf("evacuated node still holds %s", v.Name)
 		}
+	}
+}
+
+// TestE2EFleetArchivedNodeLoss kills the client holding a home restored
+// from an archive and changed since. The admin is told what restoring the
+// archive elsewhere would lose, confirms, and the workspace comes back on
+// the other node with the archive's files; the lost node's return changes
+// nothing.
+func TestE2EFleetArchivedNodeLoss(t *testing.T) {
+	f := newFleetHarness(t, true, shortTimeouts())
+	ctx := t.Context()
+	id := f.create(t, "archived-lost")
+	f.tickUntil(id, "RUNNING", settled(workspace.PhaseRunning))
+	archived := f.writeHome(t, id)
+	f.desire(t, id, workspace.DesiredArchived)
+	w := f.tickUntil(id, "ARCHIVED", settled(workspace.PhaseArchived))
+	key := deref(w.ArchiveKey)
+	f.desire(t, id, workspace.DesiredStandby)
+	f.tickUntil(id, "STANDBY after a restore", settled(workspace.PhaseStandby))
+	f.writeHome(t, id) // a change the archive does not hold
+	lost := f.holder(t, id)
+
+	lost.Kill(t)
+	lost.WaitStatus(t, time.Minute, api.NodeStatusDown)
+	w = f.tickFor(id, 10*time.Second)
+	if workspace.DisplayPhase(w) != workspace.DisplayUnavailable {
+		t.Fatalf("workspace shows %s with its node down", workspace.DisplayPhase(w))
+	}
+
+	_, err := f.svc.RestoreElsewhere(ctx, id, "")
+	var loss *workspace.LossError
+	if !errors.As(err, &loss) || loss.ArchiveKey != key || loss.Node != lost.Name {
+		t.Fatalf("unconfirmed restore elsewhere: %v, want what it would lose", err)
+	}
+	if _, err := f.svc.RestoreElsewhere(ctx, id, key); err != nil {
+		t.Fatal(err)
+	}
+	f.desire(t, id, workspace.DesiredRunning)
+	f.tickUntil(id, "RUNNING elsewhere", settled(workspace.PhaseRunning))
+	if !bytes.Equal(f.served(t, id), archived) {
+		t.Fatal("the workspace does not hold the archive's files")
+	}
+
+	lost.Start(t)
+	lost.WaitReady(t)
+	w = f.tickFor(id, 15*time.Second)
+	if w.Phase != workspace.PhaseRunning || deref(w.ArchiveKey) != key {
+		t.Fatalf("after the lost node returned: phase %s, archive %s", w.Phase, deref(w.ArchiveKey))
+	}
+	if !bytes.Equal(f.served(t, id), archived) {
+		t.Fatal("the workspace changed files when the lost node returned")
 	}
 }

@@ -458,7 +458,7 @@ func assemble(l listing) controller.Snapshot {
 	snap := controller.Snapshot{Workspaces: make(map[string]controller.Observed)}
 	get := func(wsID string) controller.Observed { return snap.Workspaces[wsID] }
 
-	for _, v := range l.volumes {
+	for _, v := range newestVolumes(l.volumes) {
 		wsID, ok := controller.ParseVolumeName(v.Name)
 		if !ok {
 			continue
@@ -697,4 +697,28 @@ func nodeOf(nodes map[string]*api.NodeListStub, id string) (name, away string) {
 		return n.Name, workspace.ReasonNodeIneligible
 	}
 	return n.Name, ""
+}
+
+// newestVolumes keeps, of volumes sharing a name, the one created last.
+// Nomad allows one volume of a name per node: an older one is a ghost, a
+// volume Nomad had forgotten (deleted by force while its node was away)
+// that its node registered again on its return. It is never the home;
+// the admin node listing shows it.
+func newestVolumes(vols []*api.HostVolumeStub) []*api.HostVolumeStub {
+	newest := make(map[string]*api.HostVolumeStub, len(vols))
+	var order []string
+	for _, v := range vols {
+		cur, seen := newest[v.Name]
+		if !seen {
+			order = append(order, v.Name)
+		}
+		if !seen || v.CreateIndex > cur.CreateIndex {
+			newest[v.Name] = v
+		}
+	}
+	out := make([]*api.HostVolumeStub, 0, len(order))
+	for _, name := range order {
+		out = append(out, newest[name])
+	}
+	return out
 }

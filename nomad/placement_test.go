@@ -103,3 +103,51 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("fleet:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// TestDeleteVolumeOnAwayNode: Nomad cannot run the plugin's delete on a
+// node that is down or gone, so the delete is forced there (Nomad forgets
+// the volume); on a ready node it never is.
+func TestDeleteVolumeOnAwayNode(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		node  func(f *fakeNomad)
+		force string
+	}{
+		{"ready", func(f *fakeNomad) { f.json("GET /v1/node/n1", &api.Node{ID: "n1", Status: api.NodeStatusReady}) }, ""},
+		{"down", func(f *fakeNomad) { f.json("GET /v1/node/n1", &api.Node{ID: "n1", Status: api.NodeStatusDown}) }, "true"},
+		{"gone", func(*fakeNomad) {}, "true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNomad(t)
+			f.json("GET /v1/volume/host/vol-1", &api.HostVolume{ID: "vol-1", Name: controller.VolumeName(testWS), NodeID: "n1"})
+			f.json("DELETE /v1/volume/host/vol-1", struct{}{})
+			tc.node(f)
+			if err := newTestBackend(t, f, testOptions()).DeleteVolume(t.Context(), testWS, "vol-1"); err != nil {
+				t.Fatal(err)
+			}
+			calls := f.calls("DELETE /v1/volume/host/vol-1")
+			if len(calls) != 1 || calls[0].Query.Get("force") != tc.force {
+				t.Fatalf("deletes %+v, want one with force=%q", calls, tc.force)
+			}
+		})
+	}
+}
+
+// TestObserveGhostVolume: of two volumes of one name (a ghost its node
+// registered again after Nomad forgot it), the newer is the home.
+func TestObserveGhostVolume(t *testing.T) {
+	ws := workspace.NewID()
+	snap := assemble(listing{
+		volumes: []*api.HostVolumeStub{
+			{ID: "new", Name: controller.VolumeName(ws), NodeID: "b", State: api.HostVolumeStateReady, CreateIndex: 20},
+			{ID: "ghost", Name: controller.VolumeName(ws), NodeID: "a", State: api.HostVolumeStateReady, CreateIndex: 10},
+		},
+		nodes: map[string]*api.NodeListStub{
+			"a": {ID: "a", Name: "node-a", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible},
+			"b": {ID: "b", Name: "node-b", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible},
+		},
+	})
+	if o := snap.Workspaces[ws]; o.VolumeID != "new" || o.Node != "node-b" {
+		t.Fatalf("observed %+v, want the newer volume", o)
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,4 +44,19 @@ func CancelEvacuation(ctx context.Context, q Querier, nodeID string) (bool, erro
 		return false, err
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// AbandonRestoredVolume forgets that the volume holds the home restored
+// from archive_key, so the archive is the home again (the admin accepted
+// losing what the volume holds beyond it): the controller then deletes the
+// volume and restores the archive elsewhere.
+func AbandonRestoredVolume[T any](ctx context.Context, q Querier, id string, version int64) (T, error) {
+	row, err := collectOne[T](q.Query(ctx, `UPDATE workspaces
+		SET restore_marker = NULL, next_attempt_at = NULL
+		WHERE id = $1 AND version = $2 AND deleted_at IS NULL AND operation = 'NONE' AND restore_marker = archive_key
+		RETURNING `+WorkspaceColumns, id, version))
+	if errors.Is(err, ErrNotFound) {
+		return row, ErrConflict
+	}
+	return row, err
 }
