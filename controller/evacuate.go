@@ -65,11 +65,12 @@ func moveCondition(w workspace.Workspace, obs Observed, conds workspace.Conditio
 	return withConditions(conds, w.Conditions, now, namedCondition{workspace.CondMoving, c})
 }
 
-// arrived reports a moved workspace back in its desired phase, or with no
-// operation left to get there (a failure, which the error fields show).
+// arrived reports a moved workspace back in its desired phase, or in
+// ERROR, which its error fields explain. A failed attempt that will be
+// retried is still on its way.
 func arrived(w workspace.Workspace) bool {
 	if w.Operation != workspace.OpNone {
 		return false
 	}
-	return w.Phase == workspace.TargetPhase(w.DesiredState) || w.ErrorReason != nil
+	return w.Phase == workspace.TargetPhase(w.DesiredState) || w.Phase == workspace.PhaseError
 }

@@ -147,11 +147,18 @@ func TestMoveProgress(t *testing.T) {
 		{workspace.PhaseArchived, workspace.OpNone, Observed{}, workspace.ConditionTrue, workspace.ReasonMoveArriving},
 		{workspace.PhaseArchived, workspace.OpRestoring, Observed{VolumeExists: true, VolumeReady: true, NodeID: "n2", Node: "node-b"},
 			workspace.ConditionTrue, workspace.ReasonMoveArriving},
+		// A failed start that will be retried is still on its way.
+		{workspace.PhaseStandby, workspace.OpNone, Observed{VolumeExists: true, VolumeReady: true, NodeID: "n2", Node: "node-b"},
+			workspace.ConditionTrue, workspace.ReasonMoveArriving},
 		{workspace.PhaseRunning, workspace.OpNone, Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true,
 			NodeID: "n2", Node: "node-b"}, workspace.ConditionFalse, workspace.ReasonMoved},
 	}
 	for i, s := range steps {
 		w.Phase, w.Operation = s.phase, s.op
+		w.ErrorReason = nil
+		if i == 3 {
+			w.ErrorReason = ptr(workspace.ReasonStartFailed)
+		}
 		got := moveCondition(w, s.obs, w.Conditions, t0)[workspace.CondMoving]
 		if got.Status != s.status || got.Reason != s.reason {
 			t.Fatalf("step %d: storage.moving %+v, want %s %s", i, got, s.status, s.reason)

@@ -3,8 +3,9 @@ package workspace
 import "fmt"
 
 // Reasons of storage.volume_ready while the node holding the home volume
-// cannot serve it. The volume is kept whatever happens: it may hold the
-// only copy of the home.
+// cannot serve it. The volume is kept: it may hold the only copy of the
+// home, until an admin gives it up for the last archive
+// (Service.RestoreElsewhere).
 const (
 	// ReasonNodeDown: the node is down or disconnected; nobody can read
 	// the volume until it returns.
