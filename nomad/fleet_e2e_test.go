@@ -294,6 +294,10 @@ func TestE2EFleetEvacuate(t *testing.T) {
 	f.tickAllUntil(t, "every home in its desired state", ids, func(w workspace.Workspace) bool {
 		return w.Operation == workspace.OpNone && w.Phase == workspace.TargetPhase(w.DesiredState)
 	})
+	// The pass after the last operation records the move as done.
+	f.tickAllUntil(t, "every move recorded", []string{running, standby}, func(w workspace.Workspace) bool {
+		return w.Conditions[workspace.CondMoving].Reason == workspace.ReasonMoved
+	})
 
 	for _, id := range []string{running, standby} {
 		if w, _ := f.svc.Get(ctx, id); w.Conditions[workspace.CondMoving].Reason != workspace.ReasonMoved {
