@@ -68,6 +68,19 @@ advertise {
 }
 `
 
+// fingerprintDenylist turns the cloud fingerprints off: these machines set
+// AWS_CA_BUNDLE, and the fingerprints then abort the client's start.
+const fingerprintDenylist = `"fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"`
+
+// rawExecPlugin enables raw_exec, which the tests' workspaces run on.
+const rawExecPlugin = `
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`
+
 // StartCluster starts a server and one client per name, each with its own
 // data, alloc and state dirs, host_volumes_dir and HTTP port, raw_exec
 // enabled and the cloud fingerprints denied, and waits until every client
@@ -198,16 +211,10 @@ client {
   state_dir         = %q
   host_volumes_dir  = %q
   options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+    %s
   }
 }
-
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-`, name, c.rpcAddr, filepath.Join(base, "alloc"), filepath.Join(base, "state"), cc.HostVolumesDir)
+`, name, c.rpcAddr, filepath.Join(base, "alloc"), filepath.Join(base, "state"), cc.HostVolumesDir, fingerprintDenylist) + rawExecPlugin
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		t.Fatal(err)
 	}
