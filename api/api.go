@@ -92,6 +92,9 @@ type Deps struct {
 	Upstreams  controller.Upstreams
 	// Progress, when set, reads the progress of archives and restores.
 	Progress ProgressReader
+	// Fleet lists the nodes of a backend that has several (nil: the
+	// admin node endpoints answer 404).
+	Fleet controller.Fleet
 }
 
 // Server is the http.Handler of CodeHub's HTTP surface. Run must run on
@@ -114,6 +117,7 @@ type Server struct {
 	progressReads singleflight.Group
 	audit         *audit.Log
 	oidc          *oidcLogin
+	fleet         controller.Fleet
 }
 
 // New builds the HTTP surface.
@@ -145,7 +149,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
 	s := &Server{
-		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites,
+		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet,
 		sessions: newSessions(deps.Pool, opts.SessionTTL, sites.Secure(), opts.CookieDomain),
 		tokens:   newTokens(deps.Pool),
 		hub:      newHub(logger.Named("events"), deps.Redis),
@@ -186,6 +190,10 @@ const (
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
+	routeAdminNodes   = "GET /api/v1/admin/nodes"
+	routeEvacuate     = "POST /api/v1/admin/nodes/{node}/evacuate"
+	routeEvacuateStop = "DELETE /api/v1/admin/nodes/{node}/evacuate"
+	routeElsewhere    = "POST /api/v1/admin/workspaces/{id}/restore-elsewhere"
 	routeEvents       = "GET /api/v1/events"
 	routeOpenAPI      = "GET /api/v1/openapi.json"
 	routeTokens       = "GET /api/v1/tokens"
@@ -213,7 +221,9 @@ func (s *Server) routes() *http.ServeMux {
 		routeProgress:  s.getProgress,
 		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
-		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
+		routeAdminNodes: s.listNodes, routeEvacuate: s.evacuateNode, routeEvacuateStop: s.cancelEvacuation,
+		routeElsewhere: s.restoreElsewhere,
+		routeEvents:    s.events, routeOpenAPI: serveOpenAPI,
 		routeTokens: s.listTokens, routeTokenCreate: s.createToken, routeTokenRevoke: s.revokeToken,
 		routeTokenGrant: s.createGrant, routeTokenRedeem: s.redeemGrant,
 		routeAuthMethods: s.authMethods, routeOIDCLogin: s.oidcStart, routeOIDCCallback: s.oidcCallback,

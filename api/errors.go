@@ -38,6 +38,11 @@ const (
 	CodeReadOnlyToken = "READ_ONLY_TOKEN"
 	// CodeSessionRequired refuses to a token what needs a dashboard login.
 	CodeSessionRequired = "SESSION_REQUIRED"
+	// CodeBackendUnavailable: Nomad (or another backend) did not answer.
+	CodeBackendUnavailable = "BACKEND_UNAVAILABLE"
+	// CodeConfirmationRequired: the request would lose data and did not
+	// confirm it; the message says what.
+	CodeConfirmationRequired = "CONFIRMATION_REQUIRED"
 )
 
 // maxBodyBytes bounds every JSON request body.

@@ -27,6 +27,7 @@ type WorkspaceService interface {
 	SetDesired(ctx context.Context, id string, desired workspace.DesiredState, by workspace.Cause) (workspace.Workspace, error)
 	Delete(ctx context.Context, id string) error
 	Recover(ctx context.Context, id string) (workspace.Workspace, error)
+	RestoreElsewhere(ctx context.Context, id, confirm string) (workspace.Workspace, error)
 	Running(ctx context.Context, ownerID string) ([]workspace.Workspace, error)
 	KeepRunning(ctx context.Context, id string, d time.Duration) (workspace.Workspace, error)
 	SetAutostart(ctx context.Context, id string, sched *workspace.Schedule) (workspace.Workspace, error)

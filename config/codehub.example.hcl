@@ -287,6 +287,10 @@ coordinator {
   # never more than backoff_max.
   backoff_base = "5s"
   backoff_max  = "5m"
+
+  # Homes moving off a node an admin evacuates at once, each one archive
+  # and one restore through S3 (docs/nomad.md, "Operating a fleet").
+  evacuation_parallel = 2
 }
 
 # Garbage collection of archives nobody can reach any more.

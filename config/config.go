@@ -241,6 +241,10 @@ type Coordinator struct {
 	BackoffBase    time.Duration
 	BackoffMaxHCL  string `hcl:"backoff_max,optional"`
 	BackoffMax     time.Duration
+
+	// EvacuationParallel is how many homes move off evacuated nodes at
+	// once (each an archive and a restore through S3).
+	EvacuationParallel int `hcl:"evacuation_parallel,optional"`
 }
 
 // GC removes archives nobody can reach any more.

@@ -25,13 +25,15 @@ const (
 	defaultStopTimeout      = 2 * time.Minute
 	defaultArchiveTimeout   = 1 * time.Hour
 	defaultRestoreTimeout   = 1 * time.Hour
-	defaultDeleteTimeout    = 5 * time.Minute
-	defaultBackoffBase      = 5 * time.Second
-	defaultBackoffMax       = 5 * time.Minute
-	defaultGCInterval       = 4 * time.Hour
-	defaultDeletedGrace     = 2 * time.Hour
-	defaultSessionTTL       = 24 * time.Hour
-	defaultAuditRetention   = 90 * 24 * time.Hour
+	// Two homes move at a time: each move is one archive and one restore.
+	defaultEvacuationParallel = 2
+	defaultDeleteTimeout      = 5 * time.Minute
+	defaultBackoffBase        = 5 * time.Second
+	defaultBackoffMax         = 5 * time.Minute
+	defaultGCInterval         = 4 * time.Hour
+	defaultDeletedGrace       = 2 * time.Hour
+	defaultSessionTTL         = 24 * time.Hour
+	defaultAuditRetention     = 90 * 24 * time.Hour
 )
 
 const defaultWorkspaceImage = "codercom/code-server:4.100.3"
@@ -167,6 +169,7 @@ func defaultCoordinator() *Coordinator {
 		BackoffBase:         defaultBackoffBase,
 		BackoffMaxHCL:       durationText(defaultBackoffMax),
 		BackoffMax:          defaultBackoffMax,
+		EvacuationParallel:  defaultEvacuationParallel,
 	}
 }
 

@@ -450,6 +450,7 @@ func (c *Config) checkPolicies(ch *checker) {
 
 	ch.positive("gc.interval", c.GC.Interval)
 	ch.atLeast("gc.keep_archives", c.GC.KeepArchives, 1)
+	ch.atLeast("coordinator.evacuation_parallel", c.Coordinator.EvacuationParallel, 1)
 	if c.GC.DeletedGrace < 0 {
 		ch.add("gc.deleted_grace", "must not be negative")
 	}

@@ -174,7 +174,7 @@ func TestValidateRules(t *testing.T) {
 			*c.Coordinator = Coordinator{}
 		}, []string{
 			"coordinator.active_interval", "coordinator.archive_timeout", "coordinator.backoff_base",
-			"coordinator.backoff_max", "coordinator.delete_timeout", "coordinator.idle_interval",
+			"coordinator.backoff_max", "coordinator.delete_timeout", "coordinator.evacuation_parallel", "coordinator.idle_interval",
 			"coordinator.provision_timeout", "coordinator.restore_timeout", "coordinator.start_timeout",
 			"coordinator.stop_timeout", "coordinator.ttl_interval",
 		}},
@@ -187,6 +187,7 @@ func TestValidateRules(t *testing.T) {
 
 		{"gc interval zero", func(c *Config) { c.GC.Interval = 0 }, []string{"gc.interval"}},
 		{"gc keep no archives", func(c *Config) { c.GC.KeepArchives = 0 }, []string{"gc.keep_archives"}},
+		{"no evacuation at a time", func(c *Config) { c.Coordinator.EvacuationParallel = 0 }, []string{"coordinator.evacuation_parallel"}},
 		{"gc grace negative", func(c *Config) { c.GC.DeletedGrace = -time.Second }, []string{"gc.deleted_grace"}},
 		{"gc grace zero", func(c *Config) { c.GC.DeletedGrace = 0 }, nil},
 

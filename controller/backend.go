@@ -81,6 +81,9 @@ const (
 type VolumeSpec struct {
 	WorkspaceID string
 	UID, GID    int
+	// AvoidNodes are node ids that must not get the volume: nodes being
+	// evacuated.
+	AvoidNodes []string
 }
 
 // WorkspaceSpec is everything needed to render and start ws-{id}.
@@ -139,6 +142,19 @@ type Observed struct {
 	VolumeReady bool
 	// VolumeID is the backend's id of that volume.
 	VolumeID string
+	// Node names the node holding the volume ("" where the backend has
+	// no nodes). NodeAway is set while that node cannot serve the volume:
+	// workspace.ReasonNodeDown or ReasonNodeGone (the volume then is not
+	// ready), or ReasonNodeIneligible (ready, but nothing new can be
+	// placed on it).
+	NodeID   string
+	Node     string
+	NodeAway string
+	// Evacuating is set by the controller when the volume's node is being
+	// evacuated (an admin asked for every home to leave it); Move when
+	// this home's move is under way (a bounded number at a time).
+	Evacuating bool
+	Move       bool
 	// ContainerLive: some allocation/process of ws-{id} is not terminal.
 	ContainerLive bool
 	// UpstreamReady: the workspace passes its health check.

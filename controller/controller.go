@@ -97,6 +97,9 @@ type Config struct {
 	// BackupInterval is how old the last archive of a changed home in
 	// standby may get before it is archived again; 0 turns backups off.
 	BackupInterval time.Duration
+	// EvacuationParallel bounds the homes moving off evacuated nodes at
+	// once (Moves).
+	EvacuationParallel int
 	// Metrics records committed transitions, operations and passes (nil:
 	// none); Plan ignores it.
 	Metrics *Metrics
@@ -127,6 +130,8 @@ func ConfigFrom(cfg *config.Config) Config {
 		VolumeGID:      cfg.Workspace.GID,
 		NewOpID:        workspace.NewID,
 		BackupInterval: cfg.Workspace.BackupInterval,
+
+		EvacuationParallel: co.EvacuationParallel,
 	}
 }
 
@@ -190,6 +195,12 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	if err != nil {
 		return stats, fmt.Errorf("observe backend: %w", err)
 	}
+	evacuating, err := c.evacuating(ctx)
+	if err != nil {
+		return stats, fmt.Errorf("load node evacuations: %w", err)
+	}
+	moves := Moves(ws, snap, evacuating, c.cfg.EvacuationParallel)
+	avoid := slices.Sorted(maps.Keys(evacuating))
 	now := c.now()
 	fence := func(ctx context.Context) error { return c.fence(ctx, epoch, observed) }
 	stats.Workspaces = len(ws)
@@ -199,8 +210,9 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 		}
 		w := *row
 		obs := snap.Workspaces[w.ID]
+		obs.Evacuating, obs.Move = evacuating[obs.NodeID], moves[w.ID]
 		a := Plan(w, obs, c.checkArchive(ctx, w, obs), now, c.cfg)
-		after, err := c.act(ctx, epoch, fence, w, a, &stats)
+		after, err := c.act(ctx, epoch, fence, w, a, avoid, &stats)
 		if a.Write || err != nil {
 			// Reread next pass: the trigger changed columns too.
 			delete(c.rows, w.ID)
@@ -226,6 +238,19 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	}
 	c.reportOrphans(Orphans(snap, ws), now)
 	return stats, nil
+}
+
+// evacuating returns the ids of the nodes being evacuated.
+func (c *WorkspaceController) evacuating(ctx context.Context) (map[string]bool, error) {
+	list, err := store.ListEvacuations(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(list))
+	for _, e := range list {
+		out[e.NodeID] = true
+	}
+	return out, nil
 }
 
 // Orphans returns, sorted, the ids the backend holds objects of (a volume,
@@ -344,7 +369,7 @@ func (c *WorkspaceController) fence(ctx context.Context, epoch int64, observed t
 
 // act carries out a plan and returns the workspace as the pass leaves it.
 // fence runs before each backend call; its error ends the plan untouched.
-func (c *WorkspaceController) act(ctx context.Context, epoch int64, fence func(context.Context) error, w workspace.Workspace, a Action, stats *TickStats) (workspace.Workspace, error) {
+func (c *WorkspaceController) act(ctx context.Context, epoch int64, fence func(context.Context) error, w workspace.Workspace, a Action, avoid []string, stats *TickStats) (workspace.Workspace, error) {
 	if !a.Write && len(a.Steps) == 0 {
 		return w, nil
 	}
@@ -365,7 +390,7 @@ func (c *WorkspaceController) act(ctx context.Context, epoch int64, fence func(c
 			return w, err
 		}
 		stats.Steps++
-		err := c.run(ctx, step, a.Next, a.VolumeID)
+		err := c.run(ctx, step, a.Next, a.VolumeID, avoid)
 		if err == nil {
 			continue
 		}
@@ -478,10 +503,11 @@ func (c *WorkspaceController) conflict(ctx context.Context, epoch int64) error {
 var errRowChanged = errors.New("workspace changed during the pass")
 
 // run calls the actuator of step for w.
-func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Workspace, volumeID string) error {
+// A new volume goes to none of the nodes in avoid.
+func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Workspace, volumeID string, avoid []string) error {
 	switch step {
 	case StepProvisionVolume:
-		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID})
+		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID, AvoidNodes: avoid})
 	case StepStartWorkspace:
 		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, RunID: w.RunID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name})
 	case StepStopWorkspace:

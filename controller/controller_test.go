@@ -745,7 +745,7 @@ func TestClaimLosesToConcurrentDesiredChange(t *testing.T) {
 	h.setDesired(w.ID, workspace.DesiredRunning)
 	var stats TickStats
 	noFence := func(context.Context) error { return nil }
-	if _, err := c.act(context.Background(), h.epoch, noFence, stale, a, &stats); !errors.Is(err, errRowChanged) {
+	if _, err := c.act(context.Background(), h.epoch, noFence, stale, a, nil, &stats); !errors.Is(err, errRowChanged) {
 		t.Fatalf("claim on a changed row: %v", err)
 	}
 	if h.backend.count("StopWorkspace") != 0 {

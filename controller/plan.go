@@ -116,6 +116,7 @@ func plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time
 		// empty volume off as the home once an admin recovered a lost one.
 		p.next.RestoreMarker = nil
 	}
+	p.next.Conditions = moveCondition(w, obs, p.next.Conditions, now)
 	if reason, msg := p.broken(); reason != "" {
 		return p.fail(reason, msg, true)
 	}
@@ -276,11 +277,17 @@ func (p *planner) idle() Action {
 		// put another home in its place. Wait for the volume.
 		return p.settle(p.purgeStale()...)
 	}
+	if p.home == workspace.HomeInVolume && p.obs.NodeAway != "" && !p.obs.ContainerLive {
+		// The home's node takes no new allocation: neither the workspace
+		// nor an archive job could run there. Wait for it, as for a node
+		// that is down.
+		return p.settle(p.purgeStale()...)
+	}
 	phase := workspace.DerivePhase(p.next)
 	if phase == workspace.PhaseError {
 		return p.settle(p.purgeStale()...)
 	}
-	target := workspace.TargetPhase(w.DesiredState)
+	target := p.target()
 	switch {
 	case workspace.Level(phase) < workspace.Level(target):
 		return p.stepUp(phase)
@@ -299,6 +306,17 @@ func (p *planner) idle() Action {
 		return p.claimBackup(append(p.purgeStale(), StepSubmitArchive)...)
 	}
 	return p.settle(p.purgeStale()...)
+}
+
+// target is the steady phase to head for: the desired one, or ARCHIVED
+// while the home moves off an evacuated node. Once the archive is
+// committed and the volume gone, the move no longer applies and the
+// workspace comes back up to its desired phase, restored on another node.
+func (p *planner) target() workspace.Phase {
+	if p.obs.Move && (p.home == workspace.HomeInVolume || p.home == workspace.HomeInBoth) {
+		return workspace.PhaseArchived
+	}
+	return workspace.TargetPhase(p.w.DesiredState)
 }
 
 func (p *planner) stepUp(phase workspace.Phase) Action {
@@ -345,6 +363,9 @@ func (p *planner) purgeStale() []Step {
 // whose archive is committed: the home is safe, so it ends without error
 // and the idle plan claims ARCHIVING again to delete the volume.
 func (p *planner) inFlight() Action {
+	if a, ok := p.nodeAway(); ok {
+		return a
+	}
 	a := p.operation()
 	w := p.w
 	limit := p.cfg.Timeouts[w.Operation]
@@ -360,6 +381,51 @@ func (p *planner) inFlight() Action {
 		return p.archiveFailed(workspace.ReasonTimeout, msg, true)
 	}
 	return p.fail(workspace.ReasonTimeout, msg, true)
+}
+
+// nodeAway ends an operation that needs a new allocation on the home's
+// node while that node cannot take one (down, gone, drained), before its
+// deadline makes it a Timeout: the workspace is not broken, it waits
+// (idle plan) and tries again when the node is back. What was submitted
+// and never placed is stopped. A job that already runs there is left to
+// finish: Nomad lets it.
+func (p *planner) nodeAway() (Action, bool) {
+	if p.obs.NodeAway == "" || !p.obs.VolumeExists {
+		return Action{}, false
+	}
+	switch p.w.Operation {
+	case workspace.OpStarting:
+		if p.obs.ContainerLive {
+			return Action{}, false
+		}
+		return p.complete(StepStopWorkspace), true
+	case workspace.OpArchiving:
+		if p.home.Archived() || jobPlaced(p.obs.Archive) {
+			return Action{}, false
+		}
+		return p.complete(stopUnplaced(p.obs.Archive, StepStopArchiveJob)...), true
+	case workspace.OpRestoring:
+		if !p.home.Archived() || jobPlaced(p.obs.Restore) || p.obs.ContainerLive {
+			return Action{}, false
+		}
+		// The volume holds nothing the archive lacks: delete it, so the
+		// restore starts over on a node that can take it.
+		return p.settle(append(stopUnplaced(p.obs.Restore, StepStopRestoreJob), StepDeleteVolume)...), true
+	}
+	return Action{}, false
+}
+
+// jobPlaced reports a batch job that runs or ran (its result counts).
+func jobPlaced(j *JobResult) bool {
+	return j != nil && j.Status != JobPending
+}
+
+// stopUnplaced stops a batch job that is still waiting for a node.
+func stopUnplaced(j *JobResult, stop Step) []Step {
+	if j != nil && j.Status == JobPending {
+		return []Step{stop}
+	}
+	return nil
 }
 
 // operation plans the running operation's next step, deadline aside.
@@ -622,8 +688,14 @@ func restoreFailureReason(code archive.Code) string {
 // the same map, so a converged pass allocates none.
 func observeConditions(w workspace.Workspace, obs Observed, now time.Time) workspace.Conditions {
 	volume := condition(obs.VolumeReady, "Ready", "NotFound", "")
-	if !obs.VolumeReady && obs.VolumeExists {
-		volume.Reason = workspace.ReasonVolumeCreating
+	if obs.VolumeExists {
+		volume.Node = obs.Node
+		if !obs.VolumeReady {
+			volume.Reason = workspace.ReasonVolumeCreating
+		}
+		if obs.NodeAway != "" {
+			volume.Reason, volume.Message = obs.NodeAway, workspace.NodeAwayMessage(obs.NodeAway, obs.Node)
+		}
 	}
 	container := condition(obs.ContainerLive, "Live", "NotRunning", "")
 	if f := obs.Failure; f != nil {
@@ -687,7 +759,7 @@ func sameConditions(a, b workspace.Conditions) bool {
 }
 
 func sameCondition(x, y workspace.Condition) bool {
-	return x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message &&
+	return x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message && x.Node == y.Node &&
 		x.LastTransitionTime.Equal(y.LastTransitionTime)
 }
 

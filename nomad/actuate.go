@@ -32,11 +32,28 @@ func (b *Backend) findVolume(ctx context.Context, wsID string) (*api.HostVolumeS
 	return nil, nil
 }
 
-// ProvisionVolume creates ws-{id}-home owned by the workspace uid/gid. An
-// existing volume of that name (ready or still being created) is kept.
+// ProvisionVolume creates ws-{id}-home owned by the workspace uid/gid, on
+// the node placeNode picks: Nomad itself would put it on the first
+// feasible node, drained or not. An existing volume of that name (ready or
+// still being created) is kept.
 func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpec) error {
-	existing, err := b.findVolume(ctx, spec.WorkspaceID)
-	if err != nil || existing != nil {
+	q := b.query(ctx)
+	q.Prefix = controller.NamePrefix
+	vols, _, err := b.client.HostVolumes().List(nil, q)
+	if err != nil {
+		return classify("list host volumes", err)
+	}
+	for _, v := range vols {
+		if v.Name == controller.VolumeName(spec.WorkspaceID) {
+			return nil
+		}
+	}
+	nodes, _, err := b.client.Nodes().List(b.query(ctx))
+	if err != nil {
+		return classify("list nodes", err)
+	}
+	node, err := placeNode(nodes, vols, b.opts.NodePool, b.opts.Datacenters, spec.AvoidNodes)
+	if err != nil {
 		return err
 	}
 	vol := &api.HostVolume{
@@ -44,6 +61,7 @@ func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpe
 		Name:      controller.VolumeName(spec.WorkspaceID),
 		PluginID:  b.opts.VolumePlugin,
 		NodePool:  b.opts.NodePool,
+		NodeID:    node,
 		// The workspace writes; the archive job only reads.
 		RequestedCapabilities: []*api.HostVolumeCapability{
 			{AttachmentMode: api.HostVolumeAttachmentModeFilesystem, AccessMode: api.HostVolumeAccessModeSingleNodeWriter},
@@ -61,7 +79,7 @@ func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpe
 	if _, _, err := b.client.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, b.write(ctx)); err != nil {
 		return classify("create host volume "+vol.Name, err)
 	}
-	b.logger.Debug("created host volume", "workspace_id", spec.WorkspaceID, "volume", vol.Name)
+	b.logger.Debug("created host volume", "workspace_id", spec.WorkspaceID, "volume", vol.Name, "node_id", node)
 	return nil
 }
 
@@ -107,12 +125,33 @@ func (b *Backend) DeleteVolume(ctx context.Context, wsID, volumeID string) error
 	if len(vol.Allocations) > 0 {
 		return fmt.Errorf("%w: %s claimed by %d allocation(s)", controller.ErrVolumeInUse, vol.Name, len(vol.Allocations))
 	}
-	_, _, err = b.client.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: vol.ID}, b.write(ctx))
+	// A node that is down or gone cannot run the plugin's delete: Nomad
+	// then only forgets the volume, and its directory stays on that disk.
+	force, err := b.nodeUnreachable(ctx, vol.NodeID)
+	if err != nil {
+		return err
+	}
+	_, _, err = b.client.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: vol.ID, Force: force}, b.write(ctx))
 	if err != nil && !isNotFound(err) {
 		return classify("delete host volume "+vol.Name, err)
 	}
-	b.logger.Debug("deleted host volume", "workspace_id", wsID, "volume", vol.Name, "volume_id", vol.ID)
+	b.logger.Debug("deleted host volume", "workspace_id", wsID, "volume", vol.Name, "volume_id", vol.ID, "forced", force)
 	return nil
+}
+
+// nodeUnreachable reports whether node id is down, disconnected or gone.
+func (b *Backend) nodeUnreachable(ctx context.Context, id string) (bool, error) {
+	if id == "" {
+		return false, nil
+	}
+	n, _, err := b.client.Nodes().Info(id, b.query(ctx))
+	if isNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, classify("read node "+id, err)
+	}
+	return n.Status != api.NodeStatusReady, nil
 }
 
 // hostPath is the directory of the home volume on its node, which raw_exec

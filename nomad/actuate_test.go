@@ -49,6 +49,8 @@ func TestProvisionVolume(t *testing.T) {
 	f := newFakeNomad(t)
 	f.json("GET /v1/volumes", []*api.HostVolumeStub{})
 	f.json("PUT /v1/volume/host/create", &api.HostVolumeCreateResponse{Volume: &api.HostVolume{ID: "vol-1"}})
+	f.json("GET /v1/nodes", []*api.NodeListStub{{ID: "n1", Name: "node-1", Status: api.NodeStatusReady,
+		SchedulingEligibility: api.NodeSchedulingEligible, NodePool: "default", Datacenter: "dc1"}})
 	b := newTestBackend(t, f, testOptions())
 
 	if err := b.ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: testWS, UID: 1000, GID: 1001}); err != nil {
@@ -63,7 +65,7 @@ func TestProvisionVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := req.Volume
-	if v.Name != controller.VolumeName(testWS) || v.PluginID != "mkdir" || v.NodePool != "default" || v.Namespace != "default" {
+	if v.Name != controller.VolumeName(testWS) || v.PluginID != "mkdir" || v.NodePool != "default" || v.Namespace != "default" || v.NodeID != "n1" {
 		t.Errorf("volume = %+v", v)
 	}
 	if v.Parameters["uid"] != "1000" || v.Parameters["gid"] != "1001" {
@@ -507,6 +509,8 @@ func TestActuatorFailures(t *testing.T) {
 	assertFailure(t, err, workspace.ReasonBackendError)
 
 	f.json("GET /v1/volumes", []*api.HostVolumeStub{})
+	f.json("GET /v1/nodes", []*api.NodeListStub{{ID: "n1", Name: "node-1", Status: api.NodeStatusReady,
+		SchedulingEligibility: api.NodeSchedulingEligible, NodePool: "default", Datacenter: "dc1"}})
 	err = b.ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: testWS, UID: 1, GID: 1})
 	assertFailure(t, err, workspace.ReasonUnreachable)
 }
@@ -629,6 +633,12 @@ func TestProvisionVolumeInDatacenters(t *testing.T) {
 			f := newFakeNomad(t)
 			f.json("GET /v1/volumes", []*api.HostVolumeStub{})
 			f.json("PUT /v1/volume/host/create", &api.HostVolumeCreateResponse{Volume: &api.HostVolume{ID: "vol-1"}})
+			dc := "dc1"
+			if len(tc.match) > 0 {
+				dc = tc.match[len(tc.match)-1]
+			}
+			f.json("GET /v1/nodes", []*api.NodeListStub{{ID: "n1", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible,
+				NodePool: "default", Datacenter: dc}})
 			opts := testOptions()
 			opts.Datacenters = tc.datacenters
 			if err := newTestBackend(t, f, opts).ProvisionVolume(t.Context(), controller.VolumeSpec{WorkspaceID: testWS, UID: 1000, GID: 1000}); err != nil {

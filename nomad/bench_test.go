@@ -29,12 +29,19 @@ func benchFixture(f *fakeNomad, n int) {
 			f.json("GET /v1/client/allocation/"+a.ID+"/checks", api.AllocCheckStatuses{"c": {Status: "success"}})
 		}
 		allocs = append(allocs, a)
-		vols = append(vols, &api.HostVolumeStub{ID: fmt.Sprintf("vol-%d", i), Name: controller.VolumeName(wsID), State: api.HostVolumeStateReady})
+		vols = append(vols, &api.HostVolumeStub{ID: fmt.Sprintf("vol-%d", i), Name: controller.VolumeName(wsID), State: api.HostVolumeStateReady,
+			NodeID: fmt.Sprintf("node-%d", i%10)})
 		svcs = append(svcs, &api.ServiceRegistrationStub{ServiceName: serviceName(wsID)})
 	}
 	f.json("GET /v1/jobs", jobs)
 	f.json("GET /v1/allocations", allocs)
 	f.json("GET /v1/volumes", vols)
+	var nodes []*api.NodeListStub
+	for i := range 10 {
+		nodes = append(nodes, &api.NodeListStub{ID: fmt.Sprintf("node-%d", i), Name: fmt.Sprintf("client-%d", i),
+			Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible})
+	}
+	f.json("GET /v1/nodes", nodes)
 	f.json("GET /v1/services", []*api.ServiceRegistrationListStub{{Namespace: "default", Services: svcs}})
 }
 

@@ -117,9 +117,11 @@ type controllerHarness struct {
 	agent   *nomadtest.Agent
 	backend *Backend
 	ctl     *controller.WorkspaceController
-	svc     *workspace.Service
-	owner   string
-	epoch   int64
+	// newController makes a controller as a fresh codehub process would.
+	newController func() *controller.WorkspaceController
+	svc           *workspace.Service
+	owner         string
+	epoch         int64
 }
 
 // newControllerHarness starts everything; withCodehub builds the codehub
@@ -127,6 +129,14 @@ type controllerHarness struct {
 func newControllerHarness(tb testing.TB, withCodehub bool) *controllerHarness {
 	tb.Helper()
 	nomadtest.Binary(tb)
+	return newControllerHarnessOn(tb, withCodehub, func() *nomadtest.Agent { return nomadtest.Start(tb, "") }, controller.DefaultConfig())
+}
+
+// newControllerHarnessOn is newControllerHarness on the agent start
+// returns (called once the programs are built) with the controller
+// configured by cfg.
+func newControllerHarnessOn(tb testing.TB, withCodehub bool, start func() *nomadtest.Agent, cfg controller.Config) *controllerHarness {
+	tb.Helper()
 	ctx := tb.Context()
 	h := &controllerHarness{tb: tb, s3: testenv.NewS3(tb)}
 	pool, err := store.Open(ctx, testenv.PostgresURL(tb))
@@ -144,7 +154,7 @@ func newControllerHarness(tb testing.TB, withCodehub bool) *controllerHarness {
 	if withCodehub {
 		nomadtest.BuildProgram(tb, bins, "../cmd/codehub", "codehub")
 	}
-	h.agent = nomadtest.Start(tb, "")
+	h.agent = start()
 	h.backend = e2eBackend(tb, h.agent, bins, e2eConfig{s3: h.s3})
 
 	h.owner = workspace.NewID()
@@ -155,9 +165,11 @@ func newControllerHarness(tb testing.TB, withCodehub bool) *controllerHarness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg := controller.DefaultConfig()
 	cfg.VolumeUID, cfg.VolumeGID = os.Getuid(), os.Getgid()
-	h.ctl = controller.NewWorkspaceController(logger, pool, h.backend, archive.NewStore(logger, h.s3.Client, h.s3.Bucket), cfg)
+	h.newController = func() *controller.WorkspaceController {
+		return controller.NewWorkspaceController(logger, pool, h.backend, archive.NewStore(logger, h.s3.Client, h.s3.Bucket), cfg)
+	}
+	h.ctl = h.newController()
 	h.svc = workspace.NewService(logger, pool, workspace.Options{DefaultImage: "wsserver:test"})
 	return h
 }

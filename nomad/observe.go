@@ -27,9 +27,12 @@ func clientTerminal(status string) bool {
 // listing is the raw result of one observation's list calls plus the few
 // targeted reads they made necessary.
 type listing struct {
-	jobs     []*api.JobListStub
-	allocs   []*api.AllocationListStub
-	volumes  []*api.HostVolumeStub
+	jobs    []*api.JobListStub
+	allocs  []*api.AllocationListStub
+	volumes []*api.HostVolumeStub
+	// nodes are every client node, by id: where each volume is and
+	// whether that node can serve it.
+	nodes    map[string]*api.NodeListStub
 	services map[string]bool // nil: readiness not gated on registration
 	// checks holds per-allocation check results of workspaces being started.
 	checks map[string]api.AllocCheckStatuses
@@ -183,6 +186,15 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 		return l, classify("list host volumes", err)
 	}
 	l.volumes = vols
+
+	nodes, _, err := b.client.Nodes().List(b.query(ctx))
+	if err != nil {
+		return l, classify("list nodes", err)
+	}
+	l.nodes = make(map[string]*api.NodeListStub, len(nodes))
+	for _, n := range nodes {
+		l.nodes[n.ID] = n
+	}
 
 	if b.opts.ServiceProvider != ProviderNomad {
 		return l, nil
@@ -446,15 +458,19 @@ func assemble(l listing) controller.Snapshot {
 	snap := controller.Snapshot{Workspaces: make(map[string]controller.Observed)}
 	get := func(wsID string) controller.Observed { return snap.Workspaces[wsID] }
 
-	for _, v := range l.volumes {
+	for _, v := range newestVolumes(l.volumes) {
 		wsID, ok := controller.ParseVolumeName(v.Name)
 		if !ok {
 			continue
 		}
 		o := get(wsID)
 		o.VolumeExists = true
-		o.VolumeReady = v.State == api.HostVolumeStateReady
 		o.VolumeID = v.ID
+		o.NodeID = v.NodeID
+		o.Node, o.NodeAway = nodeOf(l.nodes, v.NodeID)
+		// Nomad keeps calling the volumes of a node that is down ready.
+		o.VolumeReady = v.State == api.HostVolumeStateReady &&
+			o.NodeAway != workspace.ReasonNodeDown && o.NodeAway != workspace.ReasonNodeGone
 		snap.Workspaces[wsID] = o
 	}
 
@@ -661,4 +677,48 @@ func exitBeforeKill(a *api.AllocationListStub) (code int, ok bool) {
 		}
 	}
 	return code, ok
+}
+
+// nodeOf names the node with id and says why it cannot serve its volumes:
+// down or disconnected, gone from the cluster, or taking no new
+// allocations (drained, ineligible). A node that is gone is named by its
+// id.
+func nodeOf(nodes map[string]*api.NodeListStub, id string) (name, away string) {
+	if id == "" {
+		return "", ""
+	}
+	n, ok := nodes[id]
+	switch {
+	case !ok:
+		return id, workspace.ReasonNodeGone
+	case n.Status != api.NodeStatusReady:
+		return n.Name, workspace.ReasonNodeDown
+	case n.Drain || n.SchedulingEligibility != api.NodeSchedulingEligible:
+		return n.Name, workspace.ReasonNodeIneligible
+	}
+	return n.Name, ""
+}
+
+// newestVolumes keeps, of volumes sharing a name, the one created last.
+// Nomad allows one volume of a name per node: an older one is a ghost, a
+// volume Nomad had forgotten (deleted by force while its node was away)
+// that its node registered again on its return. It is never the home;
+// the admin node listing shows it.
+func newestVolumes(vols []*api.HostVolumeStub) []*api.HostVolumeStub {
+	newest := make(map[string]*api.HostVolumeStub, len(vols))
+	var order []string
+	for _, v := range vols {
+		cur, seen := newest[v.Name]
+		if !seen {
+			order = append(order, v.Name)
+		}
+		if !seen || v.CreateIndex > cur.CreateIndex {
+			newest[v.Name] = v
+		}
+	}
+	out := make([]*api.HostVolumeStub, 0, len(order))
+	for _, name := range order {
+		out = append(out, newest[name])
+	}
+	return out
 }

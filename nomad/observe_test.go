@@ -24,6 +24,9 @@ const (
 	wsUnplaced = "01ffffffffffffffffffffffff"
 	wsRestore  = "01gggggggggggggggggggggggg"
 	wsStopped  = "01hhhhhhhhhhhhhhhhhhhhhhhh"
+	wsDown     = "01jjjjjjjjjjjjjjjjjjjjjjjj"
+	wsDrained  = "01kkkkkkkkkkkkkkkkkkkkkkkk"
+	wsGhost    = "01mmmmmmmmmmmmmmmmmmmmmmmm"
 )
 
 func managedMeta(wsID string, extra ...string) map[string]string {
@@ -76,11 +79,20 @@ func observeFixture(f *fakeNomad) {
 		{ID: "a-orphan", JobID: "ws-" + wsRestore, CreateIndex: 3, ClientStatus: "running", DesiredStatus: "stop"},
 	}
 	volumes := []*api.HostVolumeStub{
-		{ID: "v1", Name: "ws-" + wsReady + "-home", State: api.HostVolumeStateReady},
-		{ID: "v2", Name: "ws-" + wsStarting + "-home", State: api.HostVolumeStateReady},
-		{ID: "v3", Name: "ws-" + wsStopping + "-home", State: api.HostVolumeStatePending},
+		{ID: "v1", Name: "ws-" + wsReady + "-home", State: api.HostVolumeStateReady, NodeID: "n-up"},
+		{ID: "v2", Name: "ws-" + wsStarting + "-home", State: api.HostVolumeStateReady, NodeID: "n-up"},
+		{ID: "v3", Name: "ws-" + wsStopping + "-home", State: api.HostVolumeStatePending, NodeID: "n-up"},
 		{ID: "v4", Name: "ws-not-a-workspace-home", State: api.HostVolumeStateReady},
+		// Nomad keeps calling the volume of a node that is down ready.
+		{ID: "v5", Name: "ws-" + wsDown + "-home", State: api.HostVolumeStateReady, NodeID: "n-down"},
+		{ID: "v6", Name: "ws-" + wsDrained + "-home", State: api.HostVolumeStateReady, NodeID: "n-drained"},
+		{ID: "v7", Name: "ws-" + wsGhost + "-home", State: api.HostVolumeStateReady, NodeID: "n-removed"},
 	}
+	f.json("GET /v1/nodes", []*api.NodeListStub{
+		{ID: "n-up", Name: "node-up", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible},
+		{ID: "n-down", Name: "node-down", Status: api.NodeStatusDown, SchedulingEligibility: api.NodeSchedulingEligible},
+		{ID: "n-drained", Name: "node-drained", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingIneligible},
+	})
 	services := []*api.ServiceRegistrationListStub{{Namespace: "default", Services: []*api.ServiceRegistrationStub{
 		{ServiceName: "ws-" + wsReady}, {ServiceName: "ws-" + wsStarting}, {ServiceName: "web"},
 	}}}
@@ -132,9 +144,12 @@ func TestObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]controller.Observed{
-		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", ContainerLive: true, UpstreamReady: true},
-		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", ContainerLive: true, UpstreamReady: true},
-		wsStopping: {VolumeExists: true, VolumeID: "v3", ContainerLive: true},
+		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", NodeID: "n-up", Node: "node-up", ContainerLive: true, UpstreamReady: true},
+		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, UpstreamReady: true},
+		wsStopping: {VolumeExists: true, VolumeID: "v3", NodeID: "n-up", Node: "node-up", ContainerLive: true},
+		wsDown:     {VolumeExists: true, VolumeID: "v5", NodeID: "n-down", Node: "node-down", NodeAway: workspace.ReasonNodeDown},
+		wsDrained:  {VolumeExists: true, VolumeReady: true, VolumeID: "v6", NodeID: "n-drained", Node: "node-drained", NodeAway: workspace.ReasonNodeIneligible},
+		wsGhost:    {VolumeExists: true, VolumeID: "v7", NodeID: "n-removed", Node: "n-removed", NodeAway: workspace.ReasonNodeGone},
 		wsArchive: {Archive: &controller.JobResult{
 			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/k", Attempt: 2,
 			Status: controller.JobFailed, ExitCode: 1, ErrorCode: "DISK_FULL", Message: "task archive exited with code 1",
@@ -176,6 +191,7 @@ func TestObserve(t *testing.T) {
 		"GET /v1/client/fs/logs/a-archive",
 		"GET /v1/job/ws-" + wsUnplaced + "/evaluations",
 		"GET /v1/jobs",
+		"GET /v1/nodes",
 		// The starting workspace passes its checks: is it registered by
 		// its own allocation?
 		"GET /v1/service/ws-" + wsStarting,

@@ -15,6 +15,7 @@ const (
 	CodeStarting            = "STARTING"
 	CodeArchived            = "ARCHIVED"
 	CodeNotStarted          = "NOT_STARTED"
+	CodeUnavailable         = "UNAVAILABLE"
 	CodeWorkspaceError      = "WORKSPACE_ERROR"
 	CodeLimitExceeded       = "LIMIT_EXCEEDED"
 	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"

@@ -386,11 +386,15 @@ func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws worksp
 		}
 		why := stoppedWords(ws, time.Now())
 		ws.DesiredState = workspace.DesiredRunning
-		pg := p.startingPage(ws)
-		pg.Detail = why
-		render(w, r, pg)
+		if !p.unavailable(w, r, ws) {
+			pg := p.startingPage(ws)
+			pg.Detail = why
+			render(w, r, pg)
+		}
 	case verdictStarting:
-		render(w, r, p.startingPage(ws))
+		if !p.unavailable(w, r, ws) {
+			render(w, r, p.startingPage(ws))
+		}
 	case verdictArchived:
 		render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeArchived,
 			Title: ws.Name + " is archived", Message: stoppedWords(ws, time.Now()),
@@ -405,6 +409,21 @@ func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws worksp
 	default:
 		p.notFound(w, r)
 	}
+}
+
+// unavailable answers with the unavailable page, and returns true, when the
+// workspace's home sits on a node that cannot serve it: starting would
+// only wait, and the user should know for what.
+func (p *Proxy) unavailable(w http.ResponseWriter, r *http.Request, ws workspace.Workspace) bool {
+	msg, away := workspace.Unavailable(ws)
+	if !away {
+		return false
+	}
+	render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+		Title:   ws.Name + " is unavailable",
+		Message: "Its files are on a machine that cannot serve them right now. Nothing is lost: the workspace opens again once the machine is back, or an administrator moves it.",
+		Detail:  msg, Dashboard: p.opts.Sites.DashboardURL()})
+	return true
 }
 
 func (p *Proxy) errorPage(ws workspace.Workspace) page {
@@ -422,6 +441,14 @@ func (p *Proxy) errorPage(ws workspace.Workspace) page {
 }
 
 func (p *Proxy) startingPage(ws workspace.Workspace) page {
+	if move, ok := workspace.Moving(ws); ok && ws.ErrorReason == nil {
+		// A move (an evacuated node) is a start that takes longer; the
+		// user did nothing wrong and loses nothing.
+		return page{Status: http.StatusServiceUnavailable, Code: CodeStarting,
+			Title:   ws.Name + " is moving to another machine",
+			Message: "Its files are being moved to another machine. This page opens the workspace when it is ready.",
+			Detail:  move, Poll: true, Dashboard: p.opts.Sites.DashboardURL()}
+	}
 	msg, failure := startingWords(ws)
 	return page{Status: http.StatusServiceUnavailable, Code: CodeStarting,
 		Title: "Starting " + ws.Name, Message: msg, Failure: failure,

@@ -475,6 +475,17 @@ func TestProxyStatusPages(t *testing.T) {
 	retrying := env.CreateWorkspace(alice, "retrying")
 	env.Exec(`UPDATE workspaces SET phase = 'STANDBY', error_reason = 'StartFailed', error_count = 1,
 		error_message = 'exited with code 1: Cannot find module', next_attempt_at = now() + interval '30 seconds' WHERE id = $1`, retrying.ID)
+	// A home on a node that is down: opening it waits for the node, and
+	// the page says which one.
+	away := env.CreateWorkspace(alice, "away")
+	env.Exec(`UPDATE workspaces SET phase = 'PENDING', conditions = jsonb_build_object('storage.volume_ready',
+		jsonb_build_object('status', 'False', 'reason', 'NodeDown', 'message', 'unavailable: node node-a is down', 'node', 'node-a',
+			'last_transition_time', now())) WHERE id = $1`, away.ID)
+	// A running workspace whose node is evacuated: its users see it move.
+	moving := env.CreateWorkspace(alice, "moving")
+	env.Exec(`UPDATE workspaces SET phase = 'RUNNING', operation = 'STOPPING', conditions = jsonb_build_object('storage.moving',
+		jsonb_build_object('status', 'True', 'reason', 'Leaving', 'message', 'moving to another machine: leaving node node-a',
+			'last_transition_time', now())) WHERE id = $1`, moving.ID)
 
 	for _, tc := range []struct {
 		id, code, text string
@@ -484,6 +495,8 @@ func TestProxyStatusPages(t *testing.T) {
 		{failed.ID, "WORKSPACE_ERROR", "ImagePullFailed"},
 		{stopping.ID, "STARTING", "Starting stopping"},
 		{retrying.ID, "STARTING", "Cannot find module"},
+		{away.ID, "UNAVAILABLE", "unavailable: node node-a is down"},
+		{moving.ID, "STARTING", "moving to another machine: leaving node node-a"},
 	} {
 		if res := get(t, c, env.URL+"/w/"+tc.id+"/"); res.StatusCode != 503 || res.ErrorCode() != tc.code {
 			t.Errorf("%s (JSON): %d %s", tc.code, res.StatusCode, res.Body)

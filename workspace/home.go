@@ -29,7 +29,7 @@ func ObservedVolume(c Conditions) VolumeState {
 	switch {
 	case v.Status == ConditionTrue:
 		return VolumeReady
-	case v.Reason == ReasonVolumeCreating:
+	case v.Reason == ReasonVolumeCreating || v.Reason == ReasonNodeDown || v.Reason == ReasonNodeGone:
 		return VolumeUnready
 	}
 	return VolumeAbsent

@@ -95,13 +95,17 @@ const (
 	DisplayStopping     = "STOPPING"
 	DisplayArchiving    = "ARCHIVING"
 	DisplayDeleting     = "DELETING"
+	// DisplayUnavailable: the home is on a node that cannot serve it now
+	// (down, gone or drained); the workspace waits for it.
+	DisplayUnavailable = "UNAVAILABLE"
 )
 
 // DisplayPhase is what the API and the proxy show. ERROR, DELETING and
 // DELETED show as such; while an operation runs its progressive name shows
 // (STARTING, STOPPING, ARCHIVING, RESTORING, PROVISIONING; creating the
 // empty archive of a new workspace shows as ARCHIVING); otherwise the phase
-// (PENDING, ARCHIVED, STANDBY, RUNNING).
+// (PENDING, ARCHIVED, STANDBY, RUNNING), or UNAVAILABLE while the home's
+// node cannot serve it.
 func DisplayPhase(w Workspace) string {
 	switch w.Phase {
 	case PhaseError, PhaseDeleting, PhaseDeleted:
@@ -120,6 +124,9 @@ func DisplayPhase(w Workspace) string {
 		return DisplayArchiving
 	case OpDeleting:
 		return DisplayDeleting
+	}
+	if _, away := Unavailable(w); away && w.Phase != PhaseRunning {
+		return DisplayUnavailable
 	}
 	return string(w.Phase)
 }

@@ -61,6 +61,10 @@ const (
 	CondContainerReady = "infra.container_ready"
 	CondUpstreamReady  = "infra.upstream_ready"
 	CondHealthy        = "policy.healthy"
+	// CondMoving is True while the home moves off an evacuated node,
+	// until the workspace is back in its desired state elsewhere; False
+	// while it waits for its turn, and once it has moved.
+	CondMoving = "storage.moving"
 )
 
 // ConditionStatus is the tri-state of a condition.
@@ -74,10 +78,13 @@ const (
 
 // Condition is one observed fact about a workspace.
 type Condition struct {
-	Status             ConditionStatus `json:"status"`
-	Reason             string          `json:"reason,omitempty"`
-	Message            string          `json:"message,omitempty"`
-	LastTransitionTime time.Time       `json:"last_transition_time"`
+	Status  ConditionStatus `json:"status"`
+	Reason  string          `json:"reason,omitempty"`
+	Message string          `json:"message,omitempty"`
+	// Node names the node holding the home volume (storage.volume_ready
+	// only), so admins see where a home is.
+	Node               string    `json:"node,omitempty"`
+	LastTransitionTime time.Time `json:"last_transition_time"`
 }
 
 // Conditions maps condition names to their latest observation.

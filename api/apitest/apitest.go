@@ -69,6 +69,8 @@ type Config struct {
 	OIDC func(publicURL string) *api.OIDCOptions
 	// NoPasswordLogin turns the password login off.
 	NoPasswordLogin bool
+	// Fleet answers the admin node endpoints; nil for none.
+	Fleet controller.Fleet
 }
 
 // Env is one running CodeHub HTTP surface with its databases.
@@ -172,7 +174,7 @@ func (e *Env) NewReplica(cfg Config) *api.Server {
 	if cfg.OIDC != nil {
 		opts.OIDC = cfg.OIDC(publicURL)
 	}
-	srv, err := api.New(hclog.NewNullLogger(), opts, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams, Progress: cfg.Progress})
+	srv, err := api.New(hclog.NewNullLogger(), opts, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams, Progress: cfg.Progress, Fleet: cfg.Fleet})
 	if err != nil {
 		e.t.Fatalf("api.New: %v", err)
 	}

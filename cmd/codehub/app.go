@@ -49,7 +49,9 @@ func (a *app) close() {
 type backendParts struct {
 	backend   controller.Backend
 	upstreams controller.Upstreams
-	close     func()
+	// fleet lists nodes for the admin API (nil for one machine).
+	fleet controller.Fleet
+	close func()
 }
 
 func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string) (backendParts, error) {
@@ -84,7 +86,7 @@ func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token
 			return backendParts{}, err
 		}
 		b := nomad.New(logger.Named("nomad"), client, opts, renderer)
-		return backendParts{backend: b, upstreams: ups, close: stop}, nil
+		return backendParts{backend: b, upstreams: ups, fleet: b, close: stop}, nil
 	}
 	return backendParts{}, fmt.Errorf("unknown backend %q", cfg.Backend.Kind)
 }
@@ -144,7 +146,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			"GET /api/v1/health": healthHandler(d.healthChecks()),
 			"GET /dl/codehub":    self,
 		},
-	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams, Progress: progressOf(parts.backend)})
+	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams, Progress: progressOf(parts.backend), Fleet: parts.fleet})
 	if err != nil {
 		a.close()
 		return nil, err

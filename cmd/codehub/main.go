@@ -35,7 +35,7 @@ func commands() map[string]command {
 		"user": {"manage users: add, passwd, list, delete", func(a []string, i io.Reader, o, e io.Writer) int {
 			return runUser(a, o, e, i)
 		}},
-		"workspace": {"administer workspaces: recover, stop-all", func(a []string, i io.Reader, o, e io.Writer) int {
+		"workspace": {"administer workspaces: recover, stop-all, restore-elsewhere", func(a []string, i io.Reader, o, e io.Writer) int {
 			return runWorkspace(a, o, e, i)
 		}},
 		"jobspec": {"print the HCL codehub would submit to Nomad", func(a []string, _ io.Reader, o, e io.Writer) int {

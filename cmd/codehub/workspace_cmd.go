@@ -13,7 +13,8 @@ import (
 
 const workspaceUsage = `usage:
   codehub workspace recover  -config FILE ID
-  codehub workspace stop-all -config FILE`
+  codehub workspace stop-all -config FILE
+  codehub workspace restore-elsewhere -config FILE [-confirm ARCHIVE_KEY] ID`
 
 // runWorkspace holds the administrator's workspace commands: recover
 // clears the error of an ERROR workspace so reconciliation resumes, the
@@ -22,6 +23,9 @@ const workspaceUsage = `usage:
 func runWorkspace(args []string, stdout, stderr io.Writer, _ io.Reader) int {
 	if len(args) > 0 && args[0] == "stop-all" {
 		return runStopAll(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "restore-elsewhere" {
+		return runRestoreElsewhere(args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "recover" {
 		fmt.Fprintln(stderr, workspaceUsage)

@@ -26,7 +26,8 @@ func testVolume(t *testing.T, s Subject) {
 	wsID := newID()
 	assertGone(t, s, wsID)
 	vol := provision(t, s, wsID)
-	if vol != (controller.Observed{VolumeExists: true, VolumeReady: true, VolumeID: vol.VolumeID}) {
+	// Where the volume is (a Nomad node) is the backend's to say.
+	if vol != (controller.Observed{VolumeExists: true, VolumeReady: true, VolumeID: vol.VolumeID, NodeID: vol.NodeID, Node: vol.Node}) {
 		t.Fatalf("a new volume observed as %s", describe(vol))
 	}
 	if err := s.Backend.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {

@@ -85,42 +85,16 @@ func Start(t testing.TB, extra string, drivers ...string) *Agent {
 		HostVolumesDir: filepath.Join(dir, "host_volumes"),
 		Log:            &LockedBuffer{},
 	}
-	cfg := fmt.Sprintf(`
-bind_addr = "127.0.0.1"
-data_dir  = %q
-log_level = "INFO"
-
-# The update check asks a public server; tests reach only loopback.
-disable_update_check = true
-
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-
+	cfg := fmt.Sprintf(agentBase, filepath.Join(dir, "data"), httpPort, rpcPort, serfPort) + fmt.Sprintf(`
 client {
   enabled           = true
   network_interface = "lo"
   host_volumes_dir  = %q
   options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+    %s
   }
 }
-
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-%s
-`, filepath.Join(dir, "data"), httpPort, rpcPort, serfPort, a.HostVolumesDir, extra)
+`, a.HostVolumesDir, fingerprintDenylist) + rawExecPlugin + extra
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

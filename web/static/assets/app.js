@@ -113,6 +113,7 @@ const phaseWords = {
   STOPPING: "Stopping…",
   ARCHIVING: "Archiving…",
   DELETING: "Deleting…",
+  UNAVAILABLE: "Unavailable",
 };
 
 // retrying reports a start (or another change) whose last attempt failed
@@ -149,6 +150,12 @@ function actionsFor(ws, pending) {
 
 // progressFor describes what is happening, or null when nothing is.
 function progressFor(ws) {
+  // A home moving off an evacuated node, or waiting for its node: the
+  // engine's own words name the node.
+  const moving = ws.conditions && ws.conditions["storage.moving"];
+  if (moving && moving.status === "True") return { label: capitalized(moving.message), steps: null };
+  const volume = ws.conditions && ws.conditions["storage.volume_ready"];
+  if (ws.phase === "UNAVAILABLE" && volume) return { label: capitalized(volume.message), steps: null };
   if (ws.operation !== "NONE") {
     const up = ws.operation === "STARTING" || ws.operation === "RESTORING" || ws.operation === "PROVISIONING";
     return { label: busyLabels[ws.operation] || ws.operation, steps: up ? upSteps : null };
@@ -161,6 +168,10 @@ function progressFor(ws) {
     return { label: towardsLabel(ws), steps: ws.desired_state === "RUNNING" ? upSteps : null };
   }
   return null;
+}
+
+function capitalized(s) {
+  return s ? s[0].toUpperCase() + s.slice(1) : "";
 }
 
 // ---------- Rendering ----------

@@ -1,0 +1,344 @@
+package nomadtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/internal/testenv"
+)
+
+// Cluster is one Nomad server and several clients on loopback, each agent
+// its own process, so a test can stop, kill or restart one client while
+// the rest of the fleet runs on.
+type Cluster struct {
+	// Addr is the server's HTTP API URL; Client talks to it.
+	Addr    string
+	Client  *api.Client
+	Log     *LockedBuffer
+	Clients []*ClusterClient
+
+	bin     string
+	rpcAddr string
+}
+
+// ClusterClient is one client agent of a Cluster. Its directories survive
+// a stop or kill, so a restart brings the same node (same id, same
+// volumes) back.
+type ClusterClient struct {
+	// Name is the node's name; NodeID is filled in once it registered.
+	Name           string
+	NodeID         string
+	HTTPAddr       string
+	HostVolumesDir string
+	Log            *LockedBuffer
+
+	cluster *Cluster
+	cfgPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// agentBase is what every agent of a test shares: loopback only, no update
+// check.
+const agentBase = `
+bind_addr            = "127.0.0.1"
+data_dir             = %q
+log_level            = "INFO"
+# The update check asks a public server; tests reach only loopback.
+disable_update_check = true
+
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+`
+
+// fingerprintDenylist turns the cloud fingerprints off: these machines set
+// AWS_CA_BUNDLE, and the fingerprints then abort the client's start.
+const fingerprintDenylist = `"fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"`
+
+// rawExecPlugin enables raw_exec, which the tests' workspaces run on.
+const rawExecPlugin = `
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`
+
+// StartCluster starts a server and one client per name, each with its own
+// data, alloc and state dirs, host_volumes_dir and HTTP port, raw_exec
+// enabled and the cloud fingerprints denied, and waits until every client
+// node is ready. Everything is stopped when the test ends.
+func StartCluster(t testing.TB, names ...string) *Cluster {
+	t.Helper()
+	bin := Binary(t)
+	dir, err := os.MkdirTemp("", "codehub-nomad-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { RemoveDir(t, dir) })
+	http, rpc, serf := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	c := &Cluster{
+		Addr:    fmt.Sprintf("http://127.0.0.1:%d", http),
+		Log:     &LockedBuffer{},
+		bin:     bin,
+		rpcAddr: fmt.Sprintf("127.0.0.1:%d", rpc),
+	}
+	server := fmt.Sprintf(agentBase, filepath.Join(dir, "server"), http, rpc, serf) + `
+server {
+  enabled          = true
+  bootstrap_expect = 1
+  # A killed client is down within seconds, not the default half minute.
+  heartbeat_grace   = "2s"
+  min_heartbeat_ttl = "2s"
+}
+`
+	serverCfg := filepath.Join(dir, "server.hcl")
+	if err := os.WriteFile(serverCfg, []byte(server), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stop := startProcess(t, bin, serverCfg, c.Log)
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("nomad server log:\n%s", c.Log.String())
+		}
+	})
+	client, err := api.NewClient(&api.Config{Address: c.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Client = client
+
+	for _, name := range names {
+		c.Clients = append(c.Clients, c.addClient(t, dir, name))
+	}
+	t.Cleanup(func() { c.shutdown(t) })
+	for _, cc := range c.Clients {
+		cc.Start(t)
+	}
+	for _, cc := range c.Clients {
+		cc.WaitReady(t)
+	}
+	return c
+}
+
+// shutdown stops every job and waits for their allocations to end, then
+// stops the clients. Unlike a dev agent, a client that stops leaves its
+// tasks running, so the jobs go first.
+func (c *Cluster) shutdown(t testing.TB) {
+	t.Helper()
+	jobs, _, err := c.Client.Jobs().List(nil)
+	if err != nil {
+		t.Logf("list jobs at shutdown: %v", err)
+	}
+	for _, j := range jobs {
+		if _, _, err := c.Client.Jobs().Deregister(j.ID, false, nil); err != nil {
+			t.Logf("stop job %s at shutdown: %v", j.ID, err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && c.liveAllocs() > 0 {
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, cc := range c.Clients {
+		cc.Stop(t)
+		if t.Failed() {
+			t.Logf("nomad client %s log:\n%s", cc.Name, cc.Log.String())
+		}
+	}
+}
+
+// liveAllocs counts allocations on ready nodes that have not ended.
+func (c *Cluster) liveAllocs() int {
+	allocs, _, err := c.Client.Allocations().List(nil)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, a := range allocs {
+		switch a.ClientStatus {
+		case api.AllocClientStatusPending, api.AllocClientStatusRunning:
+			if c.nodeReady(a.NodeID) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (c *Cluster) nodeReady(id string) bool {
+	n, _, err := c.Client.Nodes().Info(id, nil)
+	return err == nil && n.Status == api.NodeStatusReady
+}
+
+func (c *Cluster) addClient(t testing.TB, dir, name string) *ClusterClient {
+	t.Helper()
+	http, rpc, serf := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	base := filepath.Join(dir, name)
+	cc := &ClusterClient{
+		Name:           name,
+		HTTPAddr:       fmt.Sprintf("http://127.0.0.1:%d", http),
+		HostVolumesDir: filepath.Join(base, "host_volumes"),
+		Log:            &LockedBuffer{},
+		cluster:        c,
+		cfgPath:        filepath.Join(base, "client.hcl"),
+	}
+	cfg := fmt.Sprintf(agentBase, filepath.Join(base, "data"), http, rpc, serf) + fmt.Sprintf(`
+name = %q
+
+client {
+  enabled           = true
+  servers           = [%q]
+  network_interface = "lo"
+  alloc_dir         = %q
+  state_dir         = %q
+  host_volumes_dir  = %q
+  options = {
+    %s
+  }
+}
+`, name, c.rpcAddr, filepath.Join(base, "alloc"), filepath.Join(base, "state"), cc.HostVolumesDir, fingerprintDenylist) + rawExecPlugin
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cc.cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+// Node returns the cluster client named name, or fails the test.
+func (c *Cluster) Node(t testing.TB, name string) *ClusterClient {
+	t.Helper()
+	for _, cc := range c.Clients {
+		if cc.Name == name {
+			return cc
+		}
+	}
+	t.Fatalf("no cluster client %q", name)
+	return nil
+}
+
+// startProcess runs `nomad agent -config cfg` until the returned func or
+// the test's end stops it with an interrupt.
+func startProcess(t testing.TB, bin, cfg string, log *LockedBuffer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "agent", "-config", cfg)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 20 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return func() {
+		cancel()
+		_ = cmd.Wait()
+	}
+}
+
+// Start starts the client's agent (again, after Stop or Kill). It does not
+// wait for the node to be ready: WaitReady does.
+func (cc *ClusterClient) Start(t testing.TB) {
+	t.Helper()
+	if cc.cmd != nil {
+		t.Fatalf("client %s is running already", cc.Name)
+	}
+	cmd := exec.Command(cc.cluster.bin, "agent", "-config", cc.cfgPath)
+	cmd.Stdout, cmd.Stderr = cc.Log, cc.Log
+	cmd.WaitDelay = 20 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = cmd.Wait()
+	}()
+	cc.cmd, cc.done = cmd, done
+}
+
+// Stop interrupts the client's agent and waits for it to exit, as an
+// operator's restart would.
+func (cc *ClusterClient) Stop(t testing.TB) { cc.signal(t, os.Interrupt) }
+
+// Kill ends the client's agent with SIGKILL: a machine that vanished. Tasks
+// it started (raw_exec) run on as orphans, as they would on a node that
+// lost only its agent; a test that needs them gone kills them itself.
+func (cc *ClusterClient) Kill(t testing.TB) { cc.signal(t, syscall.SIGKILL) }
+
+func (cc *ClusterClient) signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	if cc.cmd == nil {
+		return
+	}
+	if err := cc.cmd.Process.Signal(sig); err != nil {
+		t.Logf("signal nomad client %s: %v", cc.Name, err)
+	}
+	select {
+	case <-cc.done:
+	case <-time.After(30 * time.Second):
+		_ = cc.cmd.Process.Kill()
+		<-cc.done
+	}
+	cc.cmd, cc.done = nil, nil
+}
+
+// WaitReady waits until the server lists the client's node as ready with
+// raw_exec healthy, and records its node id.
+func (cc *ClusterClient) WaitReady(t testing.TB) {
+	t.Helper()
+	Eventually(t, 90*time.Second, "nomad client "+cc.Name+" ready", func() bool {
+		n := cc.node()
+		if n == nil || n.Status != api.NodeStatusReady {
+			return false
+		}
+		d := n.Drivers["raw_exec"]
+		if d == nil || !d.Healthy {
+			return false
+		}
+		cc.NodeID = n.ID
+		return true
+	})
+}
+
+// WaitStatus waits until the server reports the node in status (e.g.
+// api.NodeStatusDown after a kill).
+func (cc *ClusterClient) WaitStatus(t testing.TB, limit time.Duration, status string) {
+	t.Helper()
+	Eventually(t, limit, "nomad client "+cc.Name+" "+status, func() bool {
+		n := cc.node()
+		return n != nil && n.Status == status
+	})
+}
+
+func (cc *ClusterClient) node() *api.NodeListStub {
+	nodes, _, err := cc.cluster.Client.Nodes().List(nil)
+	if err != nil {
+		return nil
+	}
+	for _, n := range nodes {
+		if n.Name == cc.Name {
+			return n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package nomad
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/nomadtest"
+	"github.com/codehub-io/codehub/store"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// BenchmarkFleetEvacuate measures how long an evacuation of node-a takes
+// on a loopback cluster of two clients: from the admin's request until the
+// last home, each holding 100 MiB of random bytes, is STANDBY on node-b.
+// The controller runs passes back to back (100 ms apart) with the default
+// configuration: the homes move coordinator.evacuation_parallel (2) at a
+// time. Run it with
+// -benchtime 1x: each size sets up its own cluster.
+func BenchmarkFleetEvacuate(b *testing.B) {
+	for _, homes := range []int{1, 10, 50} {
+		b.Run(fmt.Sprintf("homes=%d", homes), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				f, ids := evacuationFixture(b, homes)
+				a := f.cluster.Node(b, "node-a")
+				b.StartTimer()
+				start := time.Now()
+				if _, err := store.StartEvacuation(b.Context(), f.pool, store.Evacuation{NodeID: a.NodeID, NodeName: a.Name, RequestedBy: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+				f.tickAllUntil(b, "every home moved", ids, func(w workspace.Workspace) bool {
+					return w.Operation == workspace.OpNone && w.Phase == workspace.PhaseStandby &&
+						w.Conditions[workspace.CondMoving].Reason == workspace.ReasonMoved
+				})
+				elapsed := time.Since(start)
+				b.StopTimer()
+				b.ReportMetric(elapsed.Seconds(), "evacuation-s")
+				b.ReportMetric(elapsed.Seconds()/float64(homes), "s/home")
+			}
+		})
+	}
+}
+
+// evacuationFixture makes homes STANDBY workspaces on node-a, each with a
+// 100 MiB file of random bytes (which no compression shrinks).
+func evacuationFixture(b *testing.B, homes int) (*fleetHarness, []string) {
+	f := newFleetHarness(b, true, controller.DefaultConfig())
+	other := f.cluster.Node(b, "node-b")
+	if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, false, nil); err != nil {
+		b.Fatal(err)
+	}
+	var ids []string
+	for i := range homes {
+		id := f.create(b, fmt.Sprintf("home-%d", i))
+		f.desire(b, id, workspace.DesiredStandby)
+		ids = append(ids, id)
+	}
+	f.tickAllUntil(b, "every home STANDBY", ids, settled(workspace.PhaseStandby))
+	content := make([]byte, 100<<20)
+	for _, id := range ids {
+		if _, err := rand.Read(content); err != nil {
+			b.Fatal(err)
+		}
+		home, err := f.backend.HomeDir(b.Context(), id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, "data.bin"), content, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, true, nil); err != nil {
+		b.Fatal(err)
+	}
+	nomadtest.Eventually(b, time.Minute, "node-b eligible", func() bool {
+		n, _, err := f.cluster.Client.Nodes().Info(other.NodeID, nil)
+		return err == nil && n.SchedulingEligibility == "eligible"
+	})
+	return f, ids
+}
