@@ -107,3 +107,30 @@ func TestProgress(t *testing.T) {
 		t.Fatalf("validated statuses %v", v.seen)
 	}
 }
+
+// TestBackupShown: an ARCHIVING that is a backup says so, so that clients
+// do not tell its user the home is leaving its volume.
+func TestBackupShown(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	w := env.CreateWorkspace(alice, "dev")
+	c := env.Login(alice)
+	validate(t, c)
+	backup := func() (bool, string) {
+		t.Helper()
+		var v struct {
+			Backup    bool   `json:"backup"`
+			Operation string `json:"operation"`
+		}
+		env.Do(c, "GET", "/api/v1/workspaces/"+w.ID, nil).Decode(t, &v)
+		return v.Backup, v.Operation
+	}
+	env.Exec(`UPDATE workspaces SET phase = 'STANDBY', operation = 'ARCHIVING', op_id = $2, op_backup = true WHERE id = $1`, w.ID, "01JOPBACKUP000000000000000")
+	if b, op := backup(); !b || op != "ARCHIVING" {
+		t.Fatalf("a backup under way: backup %v, operation %s", b, op)
+	}
+	env.Exec(`UPDATE workspaces SET op_backup = false WHERE id = $1`, w.ID)
+	if b, _ := backup(); b {
+		t.Fatal("an archive shown as a backup")
+	}
+}

@@ -53,9 +53,12 @@ type workspaceView struct {
 	Phase        string                 `json:"phase"`
 	DesiredState workspace.DesiredState `json:"desired_state"`
 	Operation    workspace.Operation    `json:"operation"`
-	Conditions   workspace.Conditions   `json:"conditions"`
-	ErrorReason  *string                `json:"error_reason"`
-	ErrorMessage *string                `json:"error_message"`
+	// Backup: the ARCHIVING under way is a backup, which keeps the home in
+	// its volume.
+	Backup       bool                 `json:"backup,omitempty"`
+	Conditions   workspace.Conditions `json:"conditions"`
+	ErrorReason  *string              `json:"error_reason"`
+	ErrorMessage *string              `json:"error_message"`
 	// ErrorStep names the step the failure happened in (workspace.FailedStep).
 	ErrorStep string `json:"error_step,omitempty"`
 	// ErrorCount is the failed attempts in a row; NextAttemptAt when the
@@ -85,6 +88,7 @@ func (s *Server) view(w workspace.Workspace) workspaceView {
 	v := workspaceView{
 		ID: w.ID, OwnerID: w.OwnerID, Name: w.Name, Description: w.Description, Image: w.Image,
 		Phase: workspace.DisplayPhase(w), DesiredState: w.DesiredState, Operation: w.Operation,
+		Backup:     w.Operation == workspace.OpArchiving && w.OpBackup,
 		Conditions: w.Conditions, ErrorReason: w.ErrorReason, ErrorMessage: w.ErrorMessage, ErrorStep: workspace.FailedStep(w),
 		ErrorCount: w.ErrorCount, NextAttemptAt: utc(w.NextAttemptAt),
 		LastAccessAt: w.LastAccessAt.UTC(), URL: s.sites.WorkspaceURL(w.ID),

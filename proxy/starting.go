@@ -36,7 +36,7 @@ func startingWords(ws workspace.Workspace) (string, *startFailure) {
 		}
 		return failureWords(f, ws.Operation), f
 	}
-	return progressWords(ws.Phase, ws.Operation), nil
+	return progressWords(ws.Phase, ws.Operation, ws.OpBackup), nil
 }
 
 // stepWords says where a start failed (workspace.FailedStep), to follow
@@ -64,8 +64,11 @@ func failureWords(f *startFailure, op workspace.Operation) string {
 	return what + ". Next attempt at " + f.Next.UTC().Format("15:04:05") + " UTC."
 }
 
-func progressWords(phase workspace.Phase, op workspace.Operation) string {
+func progressWords(phase workspace.Phase, op workspace.Operation, backup bool) string {
 	switch {
+	case op == workspace.OpArchiving && backup:
+		// A backup keeps the home where it is.
+		return "Finishing a backup of its home directory first; it starts right after."
 	case op == workspace.OpProvisioning, op == workspace.OpNone && phase == workspace.PhasePending:
 		return "Preparing its home directory. This page opens the workspace when it is ready."
 	case op == workspace.OpRestoring, op == workspace.OpNone && phase == workspace.PhaseArchived:

@@ -158,7 +158,8 @@ function progressFor(ws) {
   if (ws.phase === "UNAVAILABLE" && volume) return { label: capitalized(volume.message), steps: null };
   if (ws.operation !== "NONE") {
     const up = ws.operation === "STARTING" || ws.operation === "RESTORING" || ws.operation === "PROVISIONING";
-    return { label: busyLabels[ws.operation] || ws.operation, steps: up ? upSteps : null };
+    const label = ws.backup ? "Backing up" : busyLabels[ws.operation] || ws.operation;
+    return { label, steps: up ? upSteps : null };
   }
   // Between two operations of one transition (ARCHIVED -> STANDBY ->
   // RUNNING) the engine is about to claim the next one.
