@@ -98,6 +98,12 @@ type Config struct {
 	// Metrics records committed transitions, operations and passes (nil:
 	// none); Plan ignores it.
 	Metrics *Metrics
+	// Templates say what each workspace runs (nil: the backend's own
+	// workspace settings); a start records the version it ran.
+	Templates Templates
+	// UpstreamAuth is the workspace block's upstream_auth, which decides
+	// the program's arguments.
+	UpstreamAuth string
 }
 
 // DefaultConfig is ConfigFrom the configuration's defaults.
@@ -124,6 +130,8 @@ func ConfigFrom(cfg *config.Config) Config {
 		VolumeUID:      cfg.Workspace.UID,
 		VolumeGID:      cfg.Workspace.GID,
 		NewOpID:        workspace.NewID,
+		Templates:      cfg,
+		UpstreamAuth:   cfg.Workspace.UpstreamAuth,
 	}
 }
 
@@ -426,19 +434,20 @@ func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next
 		return 0, fmt.Errorf("encode conditions: %w", err)
 	}
 	v, err := store.WriteControllerState(ctx, c.pool, prev.ID, prev.Version, epoch, store.ControllerState{
-		Conditions:    conds,
-		Phase:         string(next.Phase),
-		Operation:     string(next.Operation),
-		OpID:          next.OpID,
-		OpStartedAt:   next.OpStartedAt,
-		OpAttempt:     next.OpAttempt,
-		ArchiveKey:    next.ArchiveKey,
-		RestoreMarker: next.RestoreMarker,
-		RunID:         next.RunID,
-		ErrorReason:   next.ErrorReason,
-		ErrorMessage:  next.ErrorMessage,
-		ErrorCount:    next.ErrorCount,
-		NextAttemptAt: next.NextAttemptAt,
+		Conditions:      conds,
+		Phase:           string(next.Phase),
+		Operation:       string(next.Operation),
+		OpID:            next.OpID,
+		OpStartedAt:     next.OpStartedAt,
+		OpAttempt:       next.OpAttempt,
+		ArchiveKey:      next.ArchiveKey,
+		RestoreMarker:   next.RestoreMarker,
+		RunID:           next.RunID,
+		TemplateVersion: next.TemplateVersion,
+		ErrorReason:     next.ErrorReason,
+		ErrorMessage:    next.ErrorMessage,
+		ErrorCount:      next.ErrorCount,
+		NextAttemptAt:   next.NextAttemptAt,
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return 0, c.conflict(ctx, epoch)
@@ -472,7 +481,11 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 	case StepProvisionVolume:
 		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID})
 	case StepStartWorkspace:
-		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, RunID: w.RunID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name})
+		spec, err := c.workspaceSpec(w)
+		if err != nil {
+			return err
+		}
+		return c.backend.StartWorkspace(ctx, spec)
 	case StepStopWorkspace:
 		return c.backend.StopWorkspace(ctx, w.ID)
 	case StepStopArchiveJob:
