@@ -157,6 +157,8 @@ const (
 	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
 	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
 	routeImages       = "GET /api/v1/images"
+	routeTemplates    = "GET /api/v1/templates"
+	routeAdminUsage   = "GET /api/v1/admin/templates"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
 	routeEvents       = "GET /api/v1/events"
@@ -172,6 +174,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
+		routeTemplates: s.listTemplates, routeAdminUsage: s.adminTemplateUsage,
 	}
 	allow := map[string][]string{}
 	for pattern, h := range handlers {
