@@ -8,8 +8,6 @@ import (
 	"github.com/codehub-io/codehub/config"
 )
 
-func ptr[T any](v T) *T { return &v }
-
 // templatesConfig has the default template, "go" with parameters, and
 // "gpu" for administrators only.
 func templatesConfig() *config.Config {
