@@ -146,23 +146,25 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 
 // Route patterns, also the "route" label of the HTTP metrics.
 const (
-	routeLogin        = "POST /api/v1/login"
-	routeLogout       = "POST /api/v1/logout"
-	routeSession      = "GET /api/v1/session"
-	routeList         = "GET /api/v1/workspaces"
-	routeCreate       = "POST /api/v1/workspaces"
-	routeGet          = "GET /api/v1/workspaces/{id}"
-	routePatch        = "PATCH /api/v1/workspaces/{id}"
-	routeDelete       = "DELETE /api/v1/workspaces/{id}"
-	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
-	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
-	routeImages       = "GET /api/v1/images"
-	routeTemplates    = "GET /api/v1/templates"
-	routeAdminUsage   = "GET /api/v1/admin/templates"
-	routeAdminList    = "GET /api/v1/admin/workspaces"
-	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
-	routeEvents       = "GET /api/v1/events"
-	routeOpenAPI      = "GET /api/v1/openapi.json"
+	routeLogin         = "POST /api/v1/login"
+	routeLogout        = "POST /api/v1/logout"
+	routeSession       = "GET /api/v1/session"
+	routeList          = "GET /api/v1/workspaces"
+	routeCreate        = "POST /api/v1/workspaces"
+	routeGet           = "GET /api/v1/workspaces/{id}"
+	routePatch         = "PATCH /api/v1/workspaces/{id}"
+	routeDelete        = "DELETE /api/v1/workspaces/{id}"
+	routeExtend        = "POST /api/v1/workspaces/{id}/extend"
+	routeArchives      = "GET /api/v1/workspaces/{id}/archives"
+	routeImages        = "GET /api/v1/images"
+	routeTemplates     = "GET /api/v1/templates"
+	routeAdminUsage    = "GET /api/v1/admin/templates"
+	routeSettings      = "GET /api/v1/settings"
+	routePatchSettings = "PATCH /api/v1/settings"
+	routeAdminList     = "GET /api/v1/admin/workspaces"
+	routeAdminRecover  = "POST /api/v1/admin/workspaces/{id}/recover"
+	routeEvents        = "GET /api/v1/events"
+	routeOpenAPI       = "GET /api/v1/openapi.json"
 )
 
 func (s *Server) routes() *http.ServeMux {
@@ -175,6 +177,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeEvents: s.events, routeOpenAPI: serveOpenAPI,
 		routeTemplates: s.listTemplates, routeAdminUsage: s.adminTemplateUsage,
+		routeSettings: s.getSettings, routePatchSettings: s.patchSettings,
 	}
 	allow := map[string][]string{}
 	for pattern, h := range handlers {

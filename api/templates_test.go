@@ -2,10 +2,12 @@ package api_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/api/apitest"
 	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/store"
 )
 
 // templatesConfig has the default template, "go" with parameters, and
@@ -154,5 +156,31 @@ func TestCreateFromTemplate(t *testing.T) {
 	}
 	if res := env.Do(c, "GET", "/api/v1/admin/templates", nil); res.StatusCode != 403 {
 		t.Errorf("a user reads the usage: %d", res.StatusCode)
+	}
+}
+
+func TestFirstStartSettings(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	c := env.Login(alice)
+	validate(t, c)
+	res := env.Do(c, "PATCH", "/api/v1/settings", map[string]any{
+		"dotfiles_repository": "https://example.com/dots.git", "git_credential": "s3cret"})
+	if res.StatusCode != 200 || strings.Contains(string(res.Body), "s3cret") ||
+		!strings.Contains(string(res.Body), `"git_credential_set":true`) {
+		t.Fatalf("set: %d %s", res.StatusCode, res.Body)
+	}
+	for _, body := range []map[string]any{{"dotfiles_repository": "not a url"}, {"git_credential": "a\nb"}} {
+		if res := env.Do(c, "PATCH", "/api/v1/settings", body); res.StatusCode != 400 {
+			t.Errorf("%v: %d %s, want 400", body, res.StatusCode, res.Body)
+		}
+	}
+	settings, err := store.GetFirstStartSettings(t.Context(), env.Pool, alice.ID)
+	if err != nil || settings.DotfilesRepository != "https://example.com/dots.git" || settings.GitCredential != "s3cret" {
+		t.Fatalf("stored %+v, %v; refused changes must change nothing", settings, err)
+	}
+	res = env.Do(c, "GET", "/api/v1/settings", nil)
+	if res.StatusCode != 200 || strings.Contains(string(res.Body), "s3cret") {
+		t.Fatalf("get: %d %s", res.StatusCode, res.Body)
 	}
 }

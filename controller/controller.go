@@ -481,7 +481,7 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 	case StepProvisionVolume:
 		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID})
 	case StepStartWorkspace:
-		spec, err := c.workspaceSpec(w)
+		spec, err := c.workspaceSpec(ctx, w)
 		if err != nil {
 			return err
 		}

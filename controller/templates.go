@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"maps"
 
 	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -31,7 +33,7 @@ func (cfg Config) templateVersion(name string) string {
 // with its owner's parameter values. A template that is no longer
 // configured fails the start for good; the operator restores it, or an
 // admin recovers the workspace once it is back.
-func (c *WorkspaceController) workspaceSpec(w workspace.Workspace) (WorkspaceSpec, error) {
+func (c *WorkspaceController) workspaceSpec(ctx context.Context, w workspace.Workspace) (WorkspaceSpec, error) {
 	if c.cfg.Templates == nil {
 		return WorkspaceSpec{WorkspaceID: w.ID, RunID: w.RunID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name}, nil
 	}
@@ -40,7 +42,13 @@ func (c *WorkspaceController) workspaceSpec(w workspace.Workspace) (WorkspaceSpe
 		return WorkspaceSpec{}, &Failure{Reason: workspace.ReasonStartFailed, Terminal: true,
 			Message: fmt.Sprintf("template %q is not configured any more", w.Template)}
 	}
-	return SpecFromTemplate(w, t, c.cfg.UpstreamAuth), nil
+	spec := SpecFromTemplate(w, t, c.cfg.UpstreamAuth)
+	owner, err := store.GetFirstStartSettings(ctx, c.pool, w.OwnerID)
+	if err != nil {
+		return WorkspaceSpec{}, fmt.Errorf("read first-start settings of %s: %w", w.OwnerID, err)
+	}
+	spec.Dotfiles, spec.GitToken = owner.DotfilesRepository, owner.GitCredential
+	return spec, nil
 }
 
 // SpecFromTemplate is the spec of a start of w from template t;

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -23,6 +24,10 @@ func TestTemplateChangeTakesEffectAtNextStart(t *testing.T) {
 	c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, h.backend, h.backend.store, ccfg)
 	c.SetClock(h.now)
 
+	dots, token := "https://example.com/dots.git", "s3cret"
+	if _, err := store.SetFirstStartSettings(context.Background(), h.pool, h.owner, &dots, &token); err != nil {
+		t.Fatal(err)
+	}
 	created, err := h.svc.Create(context.Background(), workspace.CreateRequest{OwnerID: h.owner, Name: "dev",
 		Template: "go", Parameters: map[string]any{"editor": "vim"}})
 	if err != nil {
@@ -33,6 +38,9 @@ func TestTemplateChangeTakesEffectAtNextStart(t *testing.T) {
 	first := h.expect(id, workspace.PhaseRunning, "volume", "container")
 	v1, _ := cfg.Template("go")
 	spec := h.backend.specOf(id)
+	if spec.Dotfiles != dots || spec.GitToken != token {
+		t.Errorf("first start without the owner's settings: dotfiles %q token %q", spec.Dotfiles, spec.GitToken)
+	}
 	if spec.CPU != 1000 || spec.Env["GOFLAGS"] != "-mod=mod" || spec.Env["CODEHUB_PARAM_EDITOR"] != "vim" || first.TemplateVersion != v1.Version() {
 		t.Fatalf("first start: spec %+v, version %q want %q", spec, first.TemplateVersion, v1.Version())
 	}

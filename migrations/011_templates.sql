@@ -8,3 +8,10 @@ ALTER TABLE workspaces
     ADD COLUMN template_version text  NOT NULL DEFAULT '',
     ADD COLUMN parameters       jsonb NOT NULL DEFAULT '{}'::jsonb CHECK (jsonb_typeof(parameters) = 'object');
 
+
+-- A user's first-start settings: a dotfiles repository cloned into every
+-- new home, and a git credential (a token) for private repositories,
+-- which the API never returns.
+ALTER TABLE users
+    ADD COLUMN dotfiles_repository text NOT NULL DEFAULT '',
+    ADD COLUMN git_credential      text NOT NULL DEFAULT '';
