@@ -106,8 +106,14 @@ type Config struct {
 	UpstreamAuth string
 }
 
-// DefaultConfig is ConfigFrom the configuration's defaults.
-func DefaultConfig() Config { return ConfigFrom(config.Default()) }
+// DefaultConfig is ConfigFrom the configuration's defaults, without
+// templates: a backend built from another configuration then runs its own
+// workspace settings rather than the defaults' program.
+func DefaultConfig() Config {
+	cfg := ConfigFrom(config.Default())
+	cfg.Templates = nil
+	return cfg
+}
 
 // ConfigFrom takes the controller's settings from codehub's configuration,
 // the one place that knows their defaults. What no operator sets (the
