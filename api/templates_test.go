@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/codehub-io/codehub/api/apitest"
 	"github.com/codehub-io/codehub/config"
@@ -15,7 +16,7 @@ import (
 func templatesConfig() *config.Config {
 	cfg := config.Default()
 	cfg.Templates = []*config.Template{
-		{Name: "go", Description: "Go service", CPU: 2000, Memory: 4096, MemoryMax: 8192,
+		{Name: "go", Description: "Go service", CPU: 2000, Memory: 4096, MemoryMax: 8192, StandbyTTL: time.Hour,
 			Env: map[string]string{"GOFLAGS": "-mod=mod"}, RepositoryParameter: "repo",
 			Parameters: []*config.Parameter{
 				{Name: "repo", Default: ptr("https://example.com/a.git"), Regex: "https://.+"},
@@ -115,6 +116,9 @@ func TestCreateFromTemplate(t *testing.T) {
 	}
 	if err := json.Unmarshal(res.Body, &ws); err != nil {
 		t.Fatal(err)
+	}
+	if row := env.Workspace(ws.ID); row.StandbyTTL == nil || *row.StandbyTTL != time.Hour || row.ArchiveTTL != nil {
+		t.Errorf("timers of a workspace of go: %v %v, want the template's standby_ttl and the default archive_ttl", row.StandbyTTL, row.ArchiveTTL)
 	}
 	goTemplate, _ := cfg.Template("go")
 	want := map[string]any{"editor": "emacs", "workers": 8.0, "repo": "https://example.com/a.git"}
