@@ -209,6 +209,10 @@ const (
 	routeAdminAddUser   = "POST /api/v1/admin/users"
 	routeAdminPatchUser = "PATCH /api/v1/admin/users/{id}"
 	routeAdminAudit     = "GET /api/v1/admin/audit"
+	routeTemplates      = "GET /api/v1/templates"
+	routeAdminUsage     = "GET /api/v1/admin/templates"
+	routeSettings       = "GET /api/v1/settings"
+	routePatchSettings  = "PATCH /api/v1/settings"
 )
 
 func (s *Server) routes() *http.ServeMux {
@@ -229,6 +233,8 @@ func (s *Server) routes() *http.ServeMux {
 		routeAuthMethods: s.authMethods, routeOIDCLogin: s.oidcStart, routeOIDCCallback: s.oidcCallback,
 		routeAdminUsers: s.adminListUsers, routeAdminAddUser: s.adminCreateUser, routeAdminPatchUser: s.adminPatchUser,
 		routeAdminAudit: s.listAudit,
+		routeTemplates:  s.listTemplates, routeAdminUsage: s.adminTemplateUsage,
+		routeSettings: s.getSettings, routePatchSettings: s.patchSettings,
 	}
 	allow := map[string][]string{}
 	for pattern, h := range handlers {

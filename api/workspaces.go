@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/codehub-io/codehub/audit"
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -35,6 +36,10 @@ type WorkspaceService interface {
 	Archives(ctx context.Context, id string) ([]workspace.Archive, error)
 	OpenArchive(ctx context.Context, id, archiveID string) (io.ReadCloser, workspace.Archive, error)
 	Images() []string
+	Templates(username string, admin bool) []*config.Template
+	TemplateVersion(name string) (string, bool)
+	TemplateUsage(ctx context.Context) ([]workspace.TemplateCount, error)
+	Image(w workspace.Workspace) string
 }
 
 // Page sizes of the list endpoints.
@@ -81,12 +86,18 @@ type workspaceView struct {
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
 	Version           int64           `json:"version"`
+	// What the workspace is made of; TemplateOutdated: it last started
+	// from an older version of its template than it would start from now.
+	Template         string         `json:"template"`
+	TemplateVersion  string         `json:"template_version"`
+	TemplateOutdated bool           `json:"template_outdated"`
+	Parameters       map[string]any `json:"parameters"`
 }
 
 func (s *Server) view(w workspace.Workspace) workspaceView {
 	t := s.workspaces.Timers(w)
 	v := workspaceView{
-		ID: w.ID, OwnerID: w.OwnerID, Name: w.Name, Description: w.Description, Image: w.Image,
+		ID: w.ID, OwnerID: w.OwnerID, Name: w.Name, Description: w.Description, Image: s.workspaces.Image(w),
 		Phase: workspace.DisplayPhase(w), DesiredState: w.DesiredState, Operation: w.Operation,
 		Backup:     w.Operation == workspace.OpArchiving && w.OpBackup,
 		Conditions: w.Conditions, ErrorReason: w.ErrorReason, ErrorMessage: w.ErrorMessage, ErrorStep: workspace.FailedStep(w),
@@ -95,6 +106,11 @@ func (s *Server) view(w workspace.Workspace) workspaceView {
 		StopsAt: utc(t.StopsAt), ArchivesAt: utc(t.ArchivesAt), DesiredBy: w.DesiredBy, DesiredAt: utc(w.DesiredAt),
 		StandbyTTLSeconds: int64(t.StandbyTTL / time.Second), ArchiveTTLSeconds: int64(t.ArchiveTTL / time.Second),
 		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(), Version: w.Version,
+		Template: w.Template, TemplateVersion: w.TemplateVersion, TemplateOutdated: s.templateOutdated(w),
+		Parameters: w.Parameters,
+	}
+	if v.Parameters == nil {
+		v.Parameters = map[string]any{}
 	}
 	v.Autostart, v.NextAutostartAt = viewAutostart(w, time.Now())
 	// A keep-running that has passed keeps nothing.
@@ -118,9 +134,11 @@ type workspacePage struct {
 }
 
 type createRequest struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	Image       string `json:"image"`
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Image       string         `json:"image"`
+	Template    string         `json:"template"`
+	Parameters  map[string]any `json:"parameters"`
 }
 
 type patchRequest struct {
@@ -273,6 +291,8 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := s.workspaces.Create(r.Context(), workspace.CreateRequest{
 		OwnerID: sess.UserID, Name: req.Name, Description: req.Description, Image: req.Image,
+		Template: req.Template, Parameters: req.Parameters,
+		Creator: workspace.Creator{Username: sess.Username, Admin: sess.IsAdmin},
 	})
 	if err != nil {
 		e := serviceError(s.logger, err)

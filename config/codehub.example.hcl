@@ -253,6 +253,76 @@ workspace {
   backup_interval = "0s"
 }
 
+# Templates: the kinds of workspace users choose from when they create one.
+# The workspace block above is always the template "default"; every field a
+# template leaves out is taken from it. A template's change reaches a
+# workspace at its next start, never while it runs.
+template "go" {
+  description = "Go service with more room"
+
+  # docker driver: the image; exec and raw_exec: command (and args).
+  image = "codercom/code-server:4.100.3"
+  # command = "/usr/bin/code-server"
+  # args    = ["--bind-addr", "0.0.0.0:%PORT%", "--auth", "password", "%HOME%"]
+
+  # Resources: cpu in MHz, memory reserved and memory_max (the most it may
+  # use; needs Nomad's memory oversubscription) in MiB.
+  cpu        = 2000
+  memory     = 4096
+  memory_max = 8192
+
+  # Added to the program's environment (HOME, PORT, HASHED_PASSWORD and
+  # CODEHUB_* are codehub's own).
+  env = {
+    GOFLAGS = "-mod=mod"
+  }
+
+  # Idle timers of its workspaces, within max_standby_ttl and
+  # max_archive_ttl above.
+  standby_ttl = "30m"
+  archive_ttl = "2h"
+
+  # Who may use it: user names, and the group "admins". Both empty: everyone.
+  users  = []
+  groups = []
+
+  # A string parameter holding a git URL cloned into the empty home at the
+  # workspace's first start, before the program runs.
+  repository_parameter = "repository"
+
+  # Parameters the user gives at creation; each reaches the program as
+  # CODEHUB_PARAM_<NAME>. type is "string" (default), "number" or "bool";
+  # without a default a parameter is required.
+  parameter "repository" {
+    description = "Repository cloned into the home"
+    default     = "https://github.com/golang/example.git"
+    regex       = "(https|ssh|git|file)://.+"
+  }
+  parameter "go_version" {
+    description = "Go version"
+    default     = "1.22"
+    options     = ["1.21", "1.22"]
+  }
+  parameter "workers" {
+    type        = "number"
+    description = "Build workers"
+    default     = 4
+    min         = 1
+    max         = 16
+  }
+  parameter "race" {
+    type        = "bool"
+    description = "Build with the race detector"
+    default     = false
+  }
+}
+
+template "small" {
+  description = "A small workspace for notes and scripts"
+  cpu         = 250
+  memory      = 1024
+}
+
 limits {
   # Workspaces one user may have running at once.
   max_running_per_user = 2

@@ -71,6 +71,9 @@ type Config struct {
 	Proxy       *Proxy       `hcl:"proxy,block"`
 	Metrics     *Metrics     `hcl:"metrics,block"`
 	Audit       *Audit       `hcl:"audit,block"`
+	// Templates are the kinds of workspace users choose from, beside the
+	// default one the workspace block makes (see Config.Template).
+	Templates []*Template `hcl:"template,block"`
 
 	// Backend comes from the labelled `backend "nomad"` or `backend "local"`
 	// block; it is decoded by hand because its body depends on the label.

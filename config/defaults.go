@@ -202,12 +202,15 @@ func (w *Workspace) ExpandArgs(port int, home string) []string {
 // Args have it. code-server otherwise reopens the folder it last showed,
 // which a restore may have moved: raw_exec homes are the volume's host path,
 // and a restore makes a new volume.
-func (w *Workspace) ProgramArgs() []string {
+func (w *Workspace) ProgramArgs() []string { return ProgramArgs(w.UpstreamAuth, w.Args) }
+
+// ProgramArgs is Workspace.ProgramArgs for any args, a template's too.
+func ProgramArgs(upstreamAuth string, args []string) []string {
 	const ignoreLastOpened = "--ignore-last-opened"
-	if w.UpstreamAuth != UpstreamAuthCodeServer || slices.Contains(w.Args, ignoreLastOpened) {
-		return w.Args
+	if upstreamAuth != UpstreamAuthCodeServer || slices.Contains(args, ignoreLastOpened) {
+		return args
 	}
-	return append(slices.Clip(w.Args), ignoreLastOpened)
+	return append(slices.Clip(args), ignoreLastOpened)
 }
 
 // ImageAllowed reports whether a user may run image: the default image

@@ -118,7 +118,8 @@ func visitStruct(prefix string, v reflect.Value, visit func(path string, field r
 		path := joinPath(prefix, name)
 		field := v.Field(i)
 		if kind == "block" {
-			if !field.IsNil() {
+			// Labelled blocks (templates) have no environment variables.
+			if field.Kind() == reflect.Pointer && !field.IsNil() {
 				visitStruct(path, field.Elem(), visit)
 			}
 			continue

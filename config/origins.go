@@ -82,6 +82,9 @@ func (o *origins) subject(path string) *hcl.Range {
 	if r, ok := o.attributes[path]; ok {
 		return r.Ptr()
 	}
+	if r, ok := o.blocks[path]; ok {
+		return r.Ptr()
+	}
 	if i := strings.LastIndexByte(path, '.'); i >= 0 {
 		if r, ok := o.blocks[path[:i]]; ok {
 			return r.Ptr()

@@ -105,7 +105,7 @@ func (c *Config) resolve() []problem {
 		}
 		c.Proxy.TrustedProxyPrefixes = append(c.Proxy.TrustedProxyPrefixes, p)
 	}
-	return ps
+	return append(ps, c.resolveTemplates()...)
 }
 
 // parsePrefix accepts a CIDR range or a single address (a one-address range).
@@ -170,6 +170,7 @@ func (c *Config) problems() []problem {
 		ch.required("consul.address", c.Consul.Address)
 	}
 	c.checkWorkspace(ch)
+	c.checkTemplates(ch)
 	c.checkPolicies(ch)
 	c.checkProxy(ch)
 	c.checkIdentity(ch)

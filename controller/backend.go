@@ -96,7 +96,30 @@ type WorkspaceSpec struct {
 	Image   string
 	// Name is the workspace's name as its owner gave it, for display.
 	Name string
+
+	// What the workspace runs, from its template; empty or zero fields
+	// keep the backend's own workspace settings. Entrypoint and Args
+	// follow the image under docker; Command and Args run elsewhere.
+	Entrypoint []string
+	Command    string
+	Args       []string
+	// CPU in MHz; Memory reserved and MemoryMax the most it may use (0:
+	// Memory), in MiB.
+	CPU, Memory, MemoryMax int
+	// Env is added to the program's environment.
+	Env map[string]string
+	// Repository and Dotfiles (the owner's) are git URLs cloned into the
+	// home before the program starts, when the home is empty (the
+	// workspace's first start); see package firststart.
+	Repository string
+	Dotfiles   string
+	// GitToken is the owner's git credential for those clones. It is a
+	// secret: never rendered, and never in the program's environment.
+	GitToken string
 }
+
+// FirstStart reports whether a start runs the first-start step.
+func (s WorkspaceSpec) FirstStart() bool { return s.Repository != "" || s.Dotfiles != "" }
 
 // JobSpec is one archive or restore attempt.
 type JobSpec struct {

@@ -103,10 +103,22 @@ type Config struct {
 	// Metrics records committed transitions, operations and passes (nil:
 	// none); Plan ignores it.
 	Metrics *Metrics
+	// Templates say what each workspace runs (nil: the backend's own
+	// workspace settings); a start records the version it ran.
+	Templates Templates
+	// UpstreamAuth is the workspace block's upstream_auth, which decides
+	// the program's arguments.
+	UpstreamAuth string
 }
 
-// DefaultConfig is ConfigFrom the configuration's defaults.
-func DefaultConfig() Config { return ConfigFrom(config.Default()) }
+// DefaultConfig is ConfigFrom the configuration's defaults, without
+// templates: a backend built from another configuration then runs its own
+// workspace settings rather than the defaults' program.
+func DefaultConfig() Config {
+	cfg := ConfigFrom(config.Default())
+	cfg.Templates = nil
+	return cfg
+}
 
 // ConfigFrom takes the controller's settings from codehub's configuration,
 // the one place that knows their defaults. What no operator sets (the
@@ -132,6 +144,9 @@ func ConfigFrom(cfg *config.Config) Config {
 		BackupInterval: cfg.Workspace.BackupInterval,
 
 		EvacuationParallel: co.EvacuationParallel,
+
+		Templates:    cfg,
+		UpstreamAuth: cfg.Workspace.UpstreamAuth,
 	}
 }
 
@@ -460,21 +475,22 @@ func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next
 		return 0, fmt.Errorf("encode conditions: %w", err)
 	}
 	v, err := store.WriteControllerState(ctx, c.pool, prev.ID, prev.Version, epoch, store.ControllerState{
-		Conditions:    conds,
-		Phase:         string(next.Phase),
-		Operation:     string(next.Operation),
-		OpID:          next.OpID,
-		OpStartedAt:   next.OpStartedAt,
-		OpAttempt:     next.OpAttempt,
-		OpBackup:      next.OpBackup,
-		ArchiveKey:    next.ArchiveKey,
-		RestoreMarker: next.RestoreMarker,
-		RunID:         next.RunID,
-		ArchiveRunID:  next.ArchiveRunID,
-		ErrorReason:   next.ErrorReason,
-		ErrorMessage:  next.ErrorMessage,
-		ErrorCount:    next.ErrorCount,
-		NextAttemptAt: next.NextAttemptAt,
+		Conditions:      conds,
+		Phase:           string(next.Phase),
+		Operation:       string(next.Operation),
+		OpID:            next.OpID,
+		OpStartedAt:     next.OpStartedAt,
+		OpAttempt:       next.OpAttempt,
+		OpBackup:        next.OpBackup,
+		ArchiveKey:      next.ArchiveKey,
+		RestoreMarker:   next.RestoreMarker,
+		RunID:           next.RunID,
+		ArchiveRunID:    next.ArchiveRunID,
+		ErrorReason:     next.ErrorReason,
+		ErrorMessage:    next.ErrorMessage,
+		ErrorCount:      next.ErrorCount,
+		NextAttemptAt:   next.NextAttemptAt,
+		TemplateVersion: next.TemplateVersion,
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return 0, c.conflict(ctx, epoch)
@@ -509,7 +525,11 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 	case StepProvisionVolume:
 		return c.backend.ProvisionVolume(ctx, VolumeSpec{WorkspaceID: w.ID, UID: c.cfg.VolumeUID, GID: c.cfg.VolumeGID, AvoidNodes: avoid})
 	case StepStartWorkspace:
-		return c.backend.StartWorkspace(ctx, WorkspaceSpec{WorkspaceID: w.ID, RunID: w.RunID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name})
+		spec, err := c.workspaceSpec(ctx, w)
+		if err != nil {
+			return err
+		}
+		return c.backend.StartWorkspace(ctx, spec)
 	case StepStopWorkspace:
 		return c.backend.StopWorkspace(ctx, w.ID)
 	case StepStopArchiveJob:

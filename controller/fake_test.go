@@ -65,6 +65,8 @@ type fakeContainer struct {
 	stage    int // 0 pending, 1 running, 2 passing checks
 	stopping bool
 	runID    string
+	// spec is what the container was started with.
+	spec WorkspaceSpec
 }
 
 type fakeJob struct {
@@ -268,7 +270,7 @@ func (b *fakeBackend) StartWorkspace(ctx context.Context, spec WorkspaceSpec) er
 		return &Failure{Reason: "Unschedulable", Message: "volume not ready"}
 	}
 	if b.conts[spec.WorkspaceID] == nil {
-		b.conts[spec.WorkspaceID] = &fakeContainer{runID: spec.RunID}
+		b.conts[spec.WorkspaceID] = &fakeContainer{runID: spec.RunID, spec: spec}
 	}
 	b.acted("StartWorkspace")
 	return nil
@@ -416,6 +418,16 @@ func (b *fakeBackend) home(wsID string) (string, bool) {
 		return "", false
 	}
 	return v.data, true
+}
+
+// specOf is what the workspace's container was started with.
+func (b *fakeBackend) specOf(wsID string) WorkspaceSpec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.conts[wsID]; c != nil {
+		return c.spec
+	}
+	return WorkspaceSpec{}
 }
 
 // runOf is the run the workspace's container was started for.

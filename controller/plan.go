@@ -221,6 +221,9 @@ func (p *planner) claim(op workspace.Operation, steps ...Step) Action {
 		// Every start is a new run with a new upstream token; retries
 		// within the operation keep it.
 		n.RunID = p.cfg.NewOpID()
+		if v := p.cfg.templateVersion(p.w.Template); v != "" {
+			n.TemplateVersion = v
+		}
 	default:
 		n.OpID = nil
 	}

@@ -11,8 +11,11 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -148,11 +151,16 @@ type Values struct {
 	// raw_exec).
 	Port int
 	// NetworkMode is the docker network mode; empty is docker's default.
-	NetworkMode   string
-	UID           int
-	GID           int
-	CPU           int
-	Memory        int
+	NetworkMode string
+	UID         int
+	GID         int
+	CPU         int
+	Memory      int
+	// MemoryMax is the most memory the program may use, in MiB; 0 leaves
+	// it at Memory.
+	MemoryMax int
+	// Env is the program's environment beyond HOME and PORT, in order.
+	Env           []EnvVar
 	Service       string
 	Provider      string
 	CheckInterval string
@@ -173,9 +181,32 @@ type Values struct {
 	// the task's template block through its workload identity.
 	VariablePath string
 
+	// FirstStartScript, when set, runs in a prestart task that clones
+	// Repository and Dotfiles into an empty home; GitTokenVariablePath is
+	// the Nomad Variable whose "git_token" item that task gets as the
+	// git credential (empty: none).
+	FirstStartScript     string
+	Repository           string
+	Dotfiles             string
+	GitTokenVariablePath string
+
 	// TokenVariablePath is the Nomad Variable whose "token" item the
 	// workspace program gets as HASHED_PASSWORD; empty runs it without one.
 	TokenVariablePath string
+}
+
+// EnvVar is one variable of a program's environment.
+type EnvVar struct {
+	Name, Value string
+}
+
+// SortedEnv orders env by name, so a rendering is the same every time.
+func SortedEnv(env map[string]string) []EnvVar {
+	out := make([]EnvVar, 0, len(env))
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, EnvVar{name, env[name]})
+	}
+	return out
 }
 
 var funcs = template.FuncMap{
@@ -183,6 +214,20 @@ var funcs = template.FuncMap{
 	"hclList":  quoteList,
 	"argv":     argv,
 	"required": required,
+	"ident":    ident,
+}
+
+// envName is what may stand unquoted as a name in an env block.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// errNotIdentifier reports an environment variable name HCL cannot hold.
+var errNotIdentifier = errors.New("not an environment variable name")
+
+func ident(name string) (string, error) {
+	if !envName.MatchString(name) {
+		return "", fmt.Errorf("%q: %w", name, errNotIdentifier)
+	}
+	return name, nil
 }
 
 // errMissing reports a required value left empty.

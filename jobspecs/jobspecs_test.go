@@ -90,6 +90,21 @@ func TestRenderGolden(t *testing.T) {
 			v.Port = 0
 			v.Args = []string{"--bind-addr", "0.0.0.0:%PORT%", "--auth", "password", "%HOME%"}
 		}},
+		// A template's resources and environment.
+		{"workspace-raw_exec-template", KindWorkspace, "raw_exec", func(v *Values) {
+			v.CPU, v.Memory, v.MemoryMax = 2000, 4096, 8192
+			v.Env = SortedEnv(map[string]string{"GOFLAGS": "-mod=mod", "CODEHUB_PARAM_GREETING": `say "${hi}"`})
+		}},
+		// A first start that clones, with and without a git credential.
+		{"workspace-raw_exec-first-start", KindWorkspace, "raw_exec", func(v *Values) {
+			v.FirstStartScript = "echo first start\n"
+			v.Repository = "https://example.com/service.git"
+			v.GitTokenVariablePath = "nomad/jobs/" + v.JobID
+		}},
+		{"workspace-docker-first-start", KindWorkspace, "docker", func(v *Values) {
+			v.FirstStartScript = "echo first start\n"
+			v.Dotfiles = "https://example.com/dotfiles.git"
+		}},
 		{"archive-docker", KindArchive, "docker", nil},
 		{"archive-raw_exec", KindArchive, "raw_exec", nil},
 		{"archive-exec-artifact", KindArchive, "exec", func(v *Values) {
@@ -324,5 +339,19 @@ func TestArgvMeansTheArguments(t *testing.T) {
 		if got := v.Index(cty.NumberIntVal(0)).AsString(); got != tc.want {
 			t.Errorf("argv(%q, home %q) = %s, which means %q, want %q", tc.arg, tc.home, src, got, tc.want)
 		}
+	}
+}
+
+// An environment name HCL could not hold unquoted fails the render
+// instead of producing a jobspec Nomad would read otherwise.
+func TestRenderRefusesEnvironmentNames(t *testing.T) {
+	r, err := NewRenderer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := baseValues(KindWorkspace, "raw_exec")
+	v.Env = []EnvVar{{Name: "A = 1\n  B", Value: "x"}}
+	if _, err := r.Render(KindWorkspace, v); !errors.Is(err, errNotIdentifier) {
+		t.Errorf("err = %v, want errNotIdentifier", err)
 	}
 }

@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/firststart"
 )
 
 // workspaceState is run/ws-{id}/state.json: the running (or last) process
@@ -218,7 +221,13 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home string) launch {
 	wsID := spec.WorkspaceID
 	dir := b.workspaceDir(wsID)
-	env := []string{"HOME=" + home}
+	// The template's environment, in a stable order; configuration keeps
+	// it off the names set below.
+	var env []string
+	for _, name := range slices.Sorted(maps.Keys(spec.Env)) {
+		env = append(env, name+"="+spec.Env[name])
+	}
+	env = append(env, "HOME="+home)
 	if b.runAs != nil {
 		env = append(env, b.runAs.env()...)
 	}
@@ -240,6 +249,17 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 	} else {
 		l.program = b.opts.CodeServer
 		l.args = codeServerArgs(port, home, auth, spec.Name)
+	}
+	if spec.FirstStart() {
+		// The clone runs in front of the program, as its user, and its
+		// output lands in the program's log; the script drops the
+		// credential before it starts the program.
+		l.args = append([]string{"-c", firststart.Script, "sh", l.program}, l.args...)
+		l.program = "/bin/sh"
+		l.env = append(l.env, firststart.EnvRepository+"="+spec.Repository, firststart.EnvDotfiles+"="+spec.Dotfiles)
+		if spec.GitToken != "" {
+			l.env = append(l.env, firststart.EnvGitToken+"="+spec.GitToken)
+		}
 	}
 	if b.runAs != nil {
 		l.program, l.args = b.runAs.wrap(b.setpriv, l.program, l.args)

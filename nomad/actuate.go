@@ -12,6 +12,7 @@ import (
 
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/firststart"
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -226,6 +227,12 @@ func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceS
 			return errNoTokens
 		}
 		secrets = api.VariableItems{"token": b.opts.UpstreamToken(spec.WorkspaceID, spec.RunID)}
+	}
+	if spec.FirstStart() && spec.GitToken != "" {
+		if secrets == nil {
+			secrets = api.VariableItems{}
+		}
+		secrets["git_token"] = spec.GitToken
 	}
 	return b.register(ctx, jobID(spec.WorkspaceID), hcl, secrets)
 }
@@ -504,28 +511,47 @@ func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.Job
 // home directory the task sees (the host path for raw_exec).
 func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (string, error) {
 	w := b.opts.Workspace
-	image := spec.Image
-	if image == "" {
-		image = w.Image
-	}
 	v := b.commonValues(spec.WorkspaceID, jobID(spec.WorkspaceID), home)
 	v.OwnerID = spec.OwnerID
 	v.RunID = spec.RunID
-	v.Image = image
+	v.Image = or(spec.Image, w.Image)
 	v.Entrypoint = w.Entrypoint
-	v.Command = w.Command
+	if spec.Entrypoint != nil {
+		v.Entrypoint = spec.Entrypoint
+	}
+	v.Command = or(spec.Command, w.Command)
 	v.Args = w.Args
+	if spec.Args != nil {
+		v.Args = spec.Args
+	}
 	v.Port = containerPort(w)
 	v.NetworkMode = w.NetworkMode
 	v.UID, v.GID = w.UID, w.GID
-	v.CPU, v.Memory = w.CPU, w.Memory
+	v.CPU, v.Memory, v.MemoryMax = or(spec.CPU, w.CPU), or(spec.Memory, w.Memory), spec.MemoryMax
+	v.Env = jobspecs.SortedEnv(spec.Env)
 	v.Service = serviceName(spec.WorkspaceID)
 	v.Provider = b.opts.ServiceProvider
 	v.CheckInterval = b.opts.CheckInterval.String()
 	if w.UpstreamAuth {
 		v.TokenVariablePath = variablePath(jobID(spec.WorkspaceID))
 	}
+	if spec.FirstStart() {
+		v.FirstStartScript = firststart.Script
+		v.Repository, v.Dotfiles = spec.Repository, spec.Dotfiles
+		if spec.GitToken != "" {
+			v.GitTokenVariablePath = variablePath(jobID(spec.WorkspaceID))
+		}
+	}
 	return b.renderer.Render(jobspecs.KindWorkspace, v)
+}
+
+// or is value, or fallback when value is the zero value.
+func or[T comparable](value, fallback T) T {
+	var zero T
+	if value == zero {
+		return fallback
+	}
+	return value
 }
 
 // containerPort is the port a docker workspace's program listens on in its

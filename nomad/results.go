@@ -142,9 +142,17 @@ func neverStarted(a *api.AllocationListStub) bool {
 	return true
 }
 
-// taskName is the single task of a batch allocation (named after its kind).
+// taskName is the task whose output explains the allocation: the first
+// that failed (a workspace's first-start task before its program), or the
+// single task of a batch allocation (named after its kind).
 func taskName(a *api.AllocationListStub) string {
-	for name := range a.TaskStates {
+	names := sortedTaskNames(a.TaskStates)
+	for _, name := range names {
+		if ts := a.TaskStates[name]; ts != nil && ts.Failed {
+			return name
+		}
+	}
+	for _, name := range names {
 		return name
 	}
 	_, kind, _ := controller.ParseJobName(a.JobID)

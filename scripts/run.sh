@@ -22,6 +22,28 @@ log() { printf 'run: %s\n' "$*" >&2; }
 
 # Homes live outside the checkout, or VS Code would offer the checkout's git
 # repository in every workspace. One data dir per checkout.
+# sample_repo makes, once, the bare repository the "sample" template clones
+# into a new workspace's home, beside the homes so the workspace user can
+# read it; it belongs to that user, since git refuses repositories of
+# others. It prints the repository's path.
+sample_repo() {
+	local repo=$1.sample-repo.git work
+	if [ ! -d "$repo" ]; then
+		work=$(mktemp -d)
+		printf '# Sample\n\nCloned by CodeHub at this workspace'"'"'s first start.\n' >"$work/README.md"
+		git -C "$work" init --quiet
+		git -C "$work" add README.md
+		git -C "$work" -c user.name=CodeHub -c user.email=codehub@localhost commit --quiet -m "sample"
+		mkdir -p "$(dirname "$repo")"
+		git clone --quiet --bare "$work" "$repo"
+		rm -rf "$work"
+	fi
+	if [ -n "${2:-}" ]; then
+		chown -R "$2" "$repo"
+	fi
+	echo "$repo"
+}
+
 data_dir() {
 	local base instance
 	instance=$(basename "$root")-$(printf '%s' "$root" | md5sum | cut -c1-8)
@@ -125,6 +147,11 @@ run() {
 	admin_password=$(cat "$state/admin-password")
 	code_server=$("$root/scripts/install-code-server.sh" "$state" 2>/dev/null | tail -n 1)
 	move_old_homes "$code_server" "$data" "$user_line"
+	local sample owner=""
+	if [ -n "$user_line" ]; then
+		owner=$ws_user
+	fi
+	sample=$(sample_repo "$data" "$owner")
 
 	# Every secret the server needs is in the file, which only root reads,
 	# so `codehub user … -config .state/codehub.dev.hcl` works as it is.
@@ -161,6 +188,22 @@ backend "local" {
 workspace {
   standby_ttl = "10m"
   archive_ttl = "30m"
+}
+
+# Two templates beside the default code-server: the same program, and one
+# whose first start clones a sample repository made by scripts/run.sh.
+template "default" {
+  description = "Plain code-server"
+}
+
+template "sample" {
+  description          = "code-server with a sample repository cloned into the home"
+  repository_parameter = "repository"
+  parameter "repository" {
+    description = "Repository to clone at the first start"
+    default     = "file://$sample"
+    regex       = "(https|ssh|git|file)://.+"
+  }
 }
 
 auth {

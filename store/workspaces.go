@@ -19,7 +19,7 @@ const WorkspaceColumns = `id, owner_id, name, description, image, desired_state,
 	op_id, op_started_at, op_attempt, op_backup, conditions, archive_key, restore_marker, run_id, archive_run_id, error_reason,
 	error_message, error_count, next_attempt_at, observed_at, phase_changed_at, last_access_at,
 	standby_ttl, archive_ttl, desired_by, desired_at, keep_until, autostart_days, autostart_at, autostart_tz,
-	autostart_done, version, created_at, updated_at, deleted_at`
+	autostart_done, version, created_at, updated_at, deleted_at, template, template_version, parameters`
 
 func collectOne[T any](rows pgx.Rows, err error) (T, error) {
 	var zero T
@@ -108,13 +108,22 @@ func CountDesiredRunning(ctx context.Context, q Querier, ownerID string) (user, 
 // NewWorkspace is the row the service layer inserts.
 type NewWorkspace struct {
 	ID, OwnerID, Name, Description, Image, DesiredState string
+	// Template, TemplateVersion and Parameters: what the workspace is
+	// made of (Parameters JSON-encodes to an object).
+	Template, TemplateVersion string
+	Parameters                any
+	// StandbyTTL and ArchiveTTL are the workspace's own timers; nil
+	// keeps the operator's defaults.
+	StandbyTTL, ArchiveTTL *time.Duration
 }
 
 // InsertWorkspace inserts a workspace and returns the stored row.
 func InsertWorkspace[T any](ctx context.Context, q Querier, w NewWorkspace) (T, error) {
-	return collectOne[T](q.Query(ctx, `INSERT INTO workspaces (id, owner_id, name, description, image, desired_state)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+WorkspaceColumns,
-		w.ID, w.OwnerID, w.Name, w.Description, w.Image, w.DesiredState))
+	return collectOne[T](q.Query(ctx, `INSERT INTO workspaces (id, owner_id, name, description, image, desired_state,
+			template, template_version, parameters, standby_ttl, archive_ttl)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING `+WorkspaceColumns,
+		w.ID, w.OwnerID, w.Name, w.Description, w.Image, w.DesiredState,
+		w.Template, w.TemplateVersion, w.Parameters, w.StandbyTTL, w.ArchiveTTL))
 }
 
 // UpdateWorkspaceMeta changes name and/or description (nil: unchanged).
@@ -317,10 +326,12 @@ type ControllerState struct {
 	RestoreMarker *string
 	RunID         string
 	ArchiveRunID  string
-	ErrorReason   *string
-	ErrorMessage  *string
-	ErrorCount    int
-	NextAttemptAt *time.Time
+	// TemplateVersion is the version of the template a start runs.
+	TemplateVersion string
+	ErrorReason     *string
+	ErrorMessage    *string
+	ErrorCount      int
+	NextAttemptAt   *time.Time
 }
 
 // WriteControllerState replaces the controller's columns of workspace id in
@@ -335,15 +346,29 @@ func WriteControllerState(ctx context.Context, q Querier, id string, version, ep
 		UPDATE workspaces SET conditions = $4, phase = $5, operation = $6, op_id = $7,
 			op_started_at = $8, op_attempt = $9, archive_key = $10, restore_marker = $11,
 			error_reason = $12, error_message = $13, error_count = $14, next_attempt_at = $15,
-			run_id = $16, archive_run_id = $17, op_backup = $18, observed_at = now()
+			run_id = $16, archive_run_id = $17, op_backup = $18, template_version = $19, observed_at = now()
 		WHERE id = $1 AND version = $2 AND EXISTS (SELECT 1 FROM fence)
 		RETURNING version`,
 		id, version, epoch, s.Conditions, s.Phase, s.Operation, s.OpID, s.OpStartedAt, s.OpAttempt,
 		s.ArchiveKey, s.RestoreMarker, s.ErrorReason, s.ErrorMessage, s.ErrorCount, s.NextAttemptAt,
-		s.RunID, s.ArchiveRunID, s.OpBackup,
+		s.RunID, s.ArchiveRunID, s.OpBackup, s.TemplateVersion,
 	).Scan(&newVersion)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrConflict
 	}
 	return newVersion, err
+}
+
+// TemplateCount is the number of live workspaces of one template version.
+type TemplateCount struct {
+	Template string `db:"template" json:"template"`
+	Version  string `db:"template_version" json:"version"`
+	Count    int    `db:"count" json:"count"`
+}
+
+// CountTemplates counts live workspaces per template and version.
+func CountTemplates(ctx context.Context, q Querier) ([]TemplateCount, error) {
+	return collectAll[TemplateCount](q.Query(ctx, `SELECT template, template_version, count(*) AS count
+		FROM workspaces WHERE deleted_at IS NULL
+		GROUP BY template, template_version ORDER BY template, template_version`))
 }

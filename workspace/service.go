@@ -81,6 +81,9 @@ type Options struct {
 	Policy Policy
 	// Archives is where the homes' archives are listed from.
 	Archives ArchiveStore
+	// Templates are what workspaces are made of; nil offers only the
+	// default template, running DefaultImage.
+	Templates Templates
 }
 
 // Service is the only writer of desired_state, deleted_at and
@@ -103,8 +106,14 @@ type CreateRequest struct {
 	OwnerID     string
 	Name        string
 	Description string
-	// Image empty: Options.DefaultImage.
+	// Image empty: the template's.
 	Image string
+	// Template empty: the default template. Parameters are its values,
+	// as decoded from JSON.
+	Template   string
+	Parameters map[string]any
+	// Creator must be allowed the template.
+	Creator Creator
 }
 
 // UpdateRequest changes the descriptive fields; nil leaves a field as is.
@@ -158,12 +167,11 @@ func validateDescription(d string) error {
 	return nil
 }
 
-func (s *Service) image(requested string) (string, error) {
-	if requested == "" {
-		requested = s.opts.DefaultImage
-	}
-	if requested == "" {
-		return "", &InputError{Field: "image", Message: "no image given and no default configured"}
+// image judges an image a request names: its template's, the default,
+// or one the operator allows.
+func (s *Service) image(requested, template string) (string, error) {
+	if t, ok := s.template(template); ok && requested == t.Image {
+		return requested, nil
 	}
 	if requested != s.opts.DefaultImage && !slices.Contains(s.opts.AllowedImages, requested) {
 		return "", &InputError{Field: "image", Message: fmt.Sprintf("image %q is not allowed", requested)}
@@ -199,10 +207,16 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 	if err := validateDescription(req.Description); err != nil {
 		return Created{}, err
 	}
-	image, err := s.image(req.Image)
+	row, err := s.newFromTemplate(req)
 	if err != nil {
 		return Created{}, err
 	}
+	if req.Image != "" {
+		if row.Image, err = s.image(req.Image, row.Template); err != nil {
+			return Created{}, err
+		}
+	}
+	row.ID, row.OwnerID, row.Name, row.Description = NewID(), req.OwnerID, req.Name, req.Description
 	var c Created
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		desired := DesiredRunning
@@ -212,10 +226,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		} else if err != nil {
 			return err
 		}
-		c.Workspace, err = store.InsertWorkspace[Workspace](ctx, tx, store.NewWorkspace{
-			ID: NewID(), OwnerID: req.OwnerID, Name: req.Name, Description: req.Description,
-			Image: image, DesiredState: string(desired),
-		})
+		row.DesiredState = string(desired)
+		c.Workspace, err = store.InsertWorkspace[Workspace](ctx, tx, row)
 		return err
 	})
 	switch {
@@ -226,7 +238,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 	case err != nil:
 		return Created{}, fmt.Errorf("create workspace: %w", err)
 	}
-	s.logger.Info("workspace created", "workspace_id", c.ID, "owner_id", c.OwnerID, "image", c.Image, "desired", c.DesiredState)
+	s.logger.Info("workspace created", "workspace_id", c.ID, "owner_id", c.OwnerID, "template", c.Template, "image", s.Image(c.Workspace), "desired", c.DesiredState)
 	return c, nil
 }
 

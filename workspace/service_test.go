@@ -79,8 +79,8 @@ func TestCreateDefaults(t *testing.T) {
 		t.Errorf("id %q is not a lowercase ULID", w.ID)
 	}
 	if w.DesiredState != workspace.DesiredRunning || w.Phase != workspace.PhasePending ||
-		w.Operation != workspace.OpNone || w.Image != testImage {
-		t.Errorf("new workspace = desired %s phase %s op %s image %s", w.DesiredState, w.Phase, w.Operation, w.Image)
+		w.Operation != workspace.OpNone || svc.Image(w) != testImage || w.Template != "default" {
+		t.Errorf("new workspace = desired %s phase %s op %s image %s template %s", w.DesiredState, w.Phase, w.Operation, svc.Image(w), w.Template)
 	}
 	got, err := svc.Get(context.Background(), w.ID)
 	if err != nil || got.ID != w.ID || got.Name != "dev" {

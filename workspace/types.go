@@ -164,6 +164,13 @@ type Workspace struct {
 	CreatedAt     time.Time  `db:"created_at"`
 	UpdatedAt     time.Time  `db:"updated_at"`
 	DeletedAt     *time.Time `db:"deleted_at"`
+	// Template names what the workspace is made of; TemplateVersion is
+	// the version it was last started from (at creation, the one it will
+	// start from; empty: started before templates); Parameters the values
+	// its owner chose.
+	Template        string         `db:"template"`
+	TemplateVersion string         `db:"template_version"`
+	Parameters      map[string]any `db:"parameters"`
 }
 
 // MarshalJSON keeps the conditions map non-nil in JSON.

@@ -71,6 +71,8 @@ type Config struct {
 	NoPasswordLogin bool
 	// Fleet answers the admin node endpoints; nil for none.
 	Fleet controller.Fleet
+	// Templates are the service's templates; nil offers the default only.
+	Templates workspace.Templates
 }
 
 // Env is one running CodeHub HTTP surface with its databases.
@@ -122,6 +124,7 @@ func New(t testing.TB, cfg Config) *Env {
 	svc := workspace.NewService(hclog.NewNullLogger(), pool, workspace.Options{
 		MaxRunningPerUser: cfg.MaxRunningPerUser, MaxRunningGlobal: cfg.MaxRunningGlobal,
 		DefaultImage: Images[0], AllowedImages: Images, Policy: Policy, Archives: cfg.Archives,
+		Templates: cfg.Templates,
 	})
 	e := &Env{t: t, DBURL: dbURL, Pool: pool, Redis: rdb, Service: svc, Upstreams: &Upstreams{addrs: map[string]string{}}}
 	// The listener exists before the server so the public URL is known.

@@ -120,7 +120,8 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			MaxExtend:     cfg.Workspace.MaxExtend,
 			AutostartLead: cfg.Workspace.AutostartLead,
 		},
-		Archives: archives,
+		Archives:  archives,
+		Templates: cfg,
 	})
 	if err := bootstrapAdmin(ctx, logger, cfg, d); err != nil {
 		a.close()

@@ -17,6 +17,7 @@ import (
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/nomad"
 	"github.com/codehub-io/codehub/proxy"
+	"github.com/codehub-io/codehub/workspace"
 )
 
 // runJobspec implements `codehub jobspec render`: it prints the HCL the
@@ -24,7 +25,7 @@ import (
 // same renderer and values), which holds no secret.
 func runJobspec(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "render" {
-		fmt.Fprintln(stderr, "usage: codehub jobspec render -config FILE -kind workspace|archive|restore -workspace ID")
+		fmt.Fprintln(stderr, "usage: codehub jobspec render -config FILE -kind workspace|archive|restore -workspace ID [-template NAME]")
 		return 2
 	}
 	fs := flag.NewFlagSet("jobspec render", flag.ContinueOnError)
@@ -32,7 +33,8 @@ func runJobspec(args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", "codehub.hcl", "configuration file")
 	kindName := fs.String("kind", "workspace", "workspace, archive or restore")
 	wsID := fs.String("workspace", "", "workspace id (required)")
-	image := fs.String("image", "", "workspace image (default: the configured image)")
+	image := fs.String("image", "", "workspace image (default: the template's image)")
+	templateName := fs.String("template", config.DefaultTemplate, "template of the workspace, with its parameters' defaults")
 	owner := fs.String("owner", "", "owner id shown in the job's meta")
 	opID := fs.String("op-id", "", "archive/restore operation id (default: a new one)")
 	attempt := fs.Int("attempt", 1, "archive/restore attempt")
@@ -59,7 +61,7 @@ func runJobspec(args []string, stdout, stderr io.Writer) int {
 	}
 
 	hcl, err := renderJobspec(renderRequest{
-		configPath: *configPath, kind: kind, wsID: *wsID, image: *image, owner: *owner,
+		configPath: *configPath, kind: kind, wsID: *wsID, image: *image, template: *templateName, owner: *owner,
 		opID: *opID, attempt: *attempt, home: *home,
 	})
 	if err != nil {
@@ -75,6 +77,7 @@ type renderRequest struct {
 	kind       jobspecs.Kind
 	wsID       string
 	image      string
+	template   string
 	owner      string
 	opID       string
 	attempt    int
@@ -118,7 +121,11 @@ func renderJobspec(req renderRequest) (string, error) {
 	}
 
 	if req.kind == jobspecs.KindWorkspace {
-		return backend.RenderWorkspace(controller.WorkspaceSpec{WorkspaceID: req.wsID, OwnerID: req.owner, Image: req.image}, home)
+		spec, err := templateSpec(cfg, req)
+		if err != nil {
+			return "", err
+		}
+		return backend.RenderWorkspace(spec, home)
 	}
 	opID := req.opID
 	if opID == "" {
@@ -145,4 +152,19 @@ func artifactChecksum(cfg *config.Config) (string, error) {
 		return "", err
 	}
 	return self.checksum, nil
+}
+
+// templateSpec is the spec a workspace of req.template starts with when
+// its owner keeps every parameter's default.
+func templateSpec(cfg *config.Config, req renderRequest) (controller.WorkspaceSpec, error) {
+	t, ok := cfg.Template(req.template)
+	if !ok {
+		return controller.WorkspaceSpec{}, fmt.Errorf("no template %q in %s (it has %s)", req.template, req.configPath, strings.Join(cfg.TemplateNames(), ", "))
+	}
+	values, err := t.ParameterValues(nil)
+	if err != nil {
+		return controller.WorkspaceSpec{}, fmt.Errorf("template %q: parameter %w (a required parameter has no default to render with)", t.Name, err)
+	}
+	w := workspace.Workspace{ID: req.wsID, OwnerID: req.owner, Image: req.image, Template: t.Name, Parameters: values}
+	return controller.SpecFromTemplate(w, t, cfg.Workspace.UpstreamAuth), nil
 }

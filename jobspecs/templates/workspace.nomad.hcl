@@ -76,6 +76,81 @@ job [[ hcl .JobID ]] {
       }
     }
 
+[[- if .FirstStartScript ]]
+
+    # Clones the repository and dotfiles into an empty home (the first
+    # start) before the program starts; a failed clone fails the start.
+    task "first-start" {
+      driver = [[ hcl .Driver ]]
+
+      lifecycle {
+        hook    = "prestart"
+        sidecar = false
+      }
+[[- if eq .Driver "docker" ]]
+
+      user = "[[ .UID ]]:[[ .GID ]]"
+
+      config {
+        image        = [[ hcl (required "image" .Image) ]]
+        force_pull   = false
+[[- if .NetworkMode ]]
+        network_mode = [[ hcl .NetworkMode ]]
+[[- end ]]
+        entrypoint   = ["/bin/sh"]
+        args         = ["-c", [[ hcl .FirstStartScript ]], "sh"]
+      }
+
+      volume_mount {
+        volume      = "home"
+        destination = [[ hcl .HomeDir ]]
+      }
+[[- else ]]
+
+      config {
+        command = "/bin/sh"
+        args    = ["-c", [[ hcl .FirstStartScript ]], "sh"]
+[[- if eq .Driver "exec" ]]
+        cap_drop = ["all"]
+[[- end ]]
+      }
+[[- if eq .Driver "exec" ]]
+
+      volume_mount {
+        volume      = "home"
+        destination = [[ hcl .HomeDir ]]
+      }
+[[- end ]]
+[[- end ]]
+
+      env {
+        HOME               = [[ hcl .HomeDir ]]
+        CODEHUB_REPOSITORY = [[ hcl .Repository ]]
+        CODEHUB_DOTFILES   = [[ hcl .Dotfiles ]]
+      }
+[[- if .GitTokenVariablePath ]]
+
+      # The owner's git credential, read at run time like the upstream
+      # token; only this task has it.
+      template {
+        destination = "secrets/git.env"
+        env         = true
+        change_mode = "noop"
+        data        = <<-EOT
+          {{ with nomadVar [[ hcl .GitTokenVariablePath ]] }}
+          CODEHUB_GIT_TOKEN={{ .git_token }}
+          {{ end }}
+        EOT
+      }
+[[- end ]]
+
+      resources {
+        cpu    = 100
+        memory = 256
+      }
+    }
+[[- end ]]
+
     task "workspace" {
       driver = [[ hcl (required "driver" .Driver) ]]
 
@@ -129,6 +204,9 @@ job [[ hcl .JobID ]] {
       env {
         HOME = [[ hcl (required "home" .HomeDir) ]]
         PORT = "${NOMAD_PORT_http}"
+[[- range .Env ]]
+        [[ ident .Name ]] = [[ hcl .Value ]]
+[[- end ]]
       }
 [[- if .TokenVariablePath ]]
 
@@ -150,6 +228,9 @@ job [[ hcl .JobID ]] {
       resources {
         cpu    = [[ required "cpu" .CPU ]]
         memory = [[ required "memory" .Memory ]]
+[[- if .MemoryMax ]]
+        memory_max = [[ .MemoryMax ]]
+[[- end ]]
       }
     }
   }

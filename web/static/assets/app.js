@@ -12,6 +12,7 @@ const state = {
   events: null,
   limit: null,           // {id, message}: the start the running limit refused
   stopAsk: null,         // {stop, open}: a stop asked for by link (the proxy's limit page)
+  templates: null,       // name -> template the user may create workspaces of
 };
 
 // ---------- API ----------
@@ -360,6 +361,8 @@ function renderCard(ws) {
   el.dataset.desired = ws.desired_state;
   el.querySelector(".ws-name").textContent = ws.name;
   el.querySelector(".ws-desc").textContent = ws.description || "";
+  el.querySelector(".ws-template").textContent = ws.template === "default" && !ws.template_outdated ? "" :
+    `Template ${ws.template}` + (ws.template_outdated ? " · runs an older version until its next start" : "");
   const phase = el.querySelector(".phase");
   phase.textContent = phaseLabel(ws);
   phase.className = `phase phase-${ws.phase}`;
@@ -744,9 +747,13 @@ async function create(e) {
     const desc = $("create-description").value.trim();
     if (desc) body.description = desc;
     if (!$("create-image").hidden) body.image = $("create-image").value;
+    if (!$("create-template").hidden) body.template = $("create-template").value;
+    const params = readParameters();
+    if (Object.keys(params).length) body.parameters = params;
     const { data: ws, headers } = await request("POST", "/api/v1/workspaces", body);
     upsert(ws);
     $("create-form").reset();
+    renderParameters();
     // At a running limit the workspace is made stopped; the server says why.
     const notice = headers.get("CodeHub-Notice");
     if (notice) {
@@ -791,6 +798,80 @@ async function loadImages() {
   }));
   select.hidden = images.length < 2;
   $("create-form").classList.toggle("with-image", !select.hidden);
+}
+
+// loadTemplates offers the templates the user may use; each template's
+// parameters become fields built from its JSON Schema.
+async function loadTemplates() {
+  const { templates } = await api("GET", "/api/v1/templates");
+  state.templates = new Map(templates.map((t) => [t.name, t]));
+  const select = $("create-template");
+  select.replaceChildren(...templates.map((t) => {
+    const o = document.createElement("option");
+    o.value = t.name;
+    o.textContent = t.name;
+    o.title = t.description;
+    return o;
+  }));
+  select.hidden = templates.length < 2;
+  select.onchange = renderParameters;
+  renderParameters();
+}
+
+function renderParameters() {
+  const box = $("create-params");
+  const t = state.templates && state.templates.get($("create-template").value);
+  const schema = t ? t.parameters : { properties: {}, required: [] };
+  box.replaceChildren(...Object.entries(schema.properties).map(([name, p]) => {
+    const label = document.createElement("label");
+    label.className = "param";
+    label.title = p.description || "";
+    const caption = document.createElement("span");
+    caption.textContent = (p.description || name) + (schema.required.includes(name) ? " *" : "");
+    let input;
+    if (p.enum) {
+      input = document.createElement("select");
+      input.replaceChildren(...p.enum.map((v) => {
+        const o = document.createElement("option");
+        o.value = v;
+        o.textContent = v;
+        o.selected = v === p.default;
+        return o;
+      }));
+    } else {
+      input = document.createElement("input");
+      if (p.type === "boolean") {
+        input.type = "checkbox";
+        input.checked = p.default === true;
+      } else {
+        input.type = p.type === "number" ? "number" : "text";
+        input.step = "any";
+        if (p.minimum !== undefined) input.min = p.minimum;
+        if (p.maximum !== undefined) input.max = p.maximum;
+        if (p.pattern) input.pattern = p.pattern.replace(/^\^|\$$/g, "");
+        if (p.default !== undefined) input.value = p.default;
+        input.required = schema.required.includes(name);
+      }
+    }
+    input.dataset.param = name;
+    input.dataset.type = p.type;
+    label.append(caption, input);
+    return label;
+  }));
+}
+
+// readParameters collects the parameter fields as JSON values; an empty
+// text field is left out, so its default applies.
+function readParameters() {
+  const out = {};
+  for (const input of $("create-params").querySelectorAll("[data-param]")) {
+    const name = input.dataset.param;
+    if (input.dataset.type === "boolean") out[name] = input.checked;
+    else if (input.value === "") continue;
+    else if (input.dataset.type === "number") out[name] = Number(input.value);
+    else out[name] = input.value;
+  }
+  return out;
 }
 
 async function loadAll() {
@@ -1026,7 +1107,7 @@ async function showApp(user) {
   showView(adminPage ? location.pathname : "/");
   connectEvents();
   try {
-    await Promise.all([loadAll(), loadImages(), loadTokens()]);
+    await Promise.all([loadAll(), loadImages(), loadTokens(), loadTemplates()]);
   } catch (err) {
     handleError(err);
   }

@@ -1,0 +1,77 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// templateView is a template as a user may choose it (docs/api.md):
+// its parameters as a JSON Schema object.
+type templateView struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Version     string         `json:"version"`
+	Image       string         `json:"image"`
+	CPU         int            `json:"cpu"`
+	Memory      int            `json:"memory"`
+	MemoryMax   int            `json:"memory_max"`
+	Parameters  map[string]any `json:"parameters"`
+}
+
+type templateList struct {
+	Templates []templateView `json:"templates"`
+}
+
+// listTemplates answers which templates the user may create workspaces
+// of, default first.
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	list := templateList{Templates: []templateView{}}
+	for _, t := range s.workspaces.Templates(sess.Username, sess.IsAdmin) {
+		list.Templates = append(list.Templates, templateView{
+			Name: t.Name, Description: t.Description, Version: t.Version(), Image: t.Image,
+			CPU: t.CPU, Memory: t.Memory, MemoryMax: t.MemoryMax, Parameters: t.Schema(),
+		})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+type templateUsage struct {
+	Templates []templateCountView `json:"templates"`
+}
+
+// templateCountView counts the live workspaces of one template version;
+// Current tells whether that is the version a start runs now.
+type templateCountView struct {
+	workspace.TemplateCount
+	Current bool `json:"current"`
+}
+
+// adminTemplateUsage counts workspaces per template and version.
+func (s *Server) adminTemplateUsage(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.requireAdmin(w, r); !ok {
+		return
+	}
+	counts, err := s.workspaces.TemplateUsage(r.Context())
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
+	}
+	out := templateUsage{Templates: make([]templateCountView, 0, len(counts))}
+	for _, c := range counts {
+		current, ok := s.workspaces.TemplateVersion(c.Template)
+		out.Templates = append(out.Templates, templateCountView{TemplateCount: c, Current: ok && current == c.Version})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// templateOutdated reports a workspace whose last start ran another
+// version of its template than a start would run now.
+func (s *Server) templateOutdated(w workspace.Workspace) bool {
+	current, ok := s.workspaces.TemplateVersion(w.Template)
+	return w.TemplateVersion != "" && (!ok || current != w.TemplateVersion)
+}

@@ -1,0 +1,69 @@
+// Package firststart owns what happens in a workspace's home before its
+// program runs for the first time: the template's repository and the
+// owner's dotfiles are cloned into an empty home, and the dotfiles'
+// install script is run. Both backends run the same shell script, Nomad
+// as a prestart task of the workspace job, the local backend in front of
+// the program. It never reads a credential from anywhere but its own
+// environment, and never passes one to the program.
+package firststart
+
+// Environment variables the script reads. GitToken is a secret: it is
+// removed from the environment before the program or an install script
+// runs.
+const (
+	EnvRepository = "CODEHUB_REPOSITORY"
+	EnvDotfiles   = "CODEHUB_DOTFILES"
+	EnvGitToken   = "CODEHUB_GIT_TOKEN"
+)
+
+// Script prepares $HOME: when it is empty (a first start) it clones
+// $CODEHUB_REPOSITORY into a directory named after it and
+// $CODEHUB_DOTFILES into .dotfiles, then runs the first of the dotfiles'
+// install.sh, install, bootstrap.sh, setup.sh that is executable. A failed
+// clone or install empties the home again, so the next attempt is a first
+// start too, and exits with git's (or the script's) status; its messages
+// are on stderr. Given more arguments, it then runs them as the program,
+// without the variables above.
+//
+// Run it as: sh -c Script sh [program args...]. It writes no "${", which
+// Nomad would take for its own interpolation.
+const Script = `
+home=$HOME
+if { [ -n "$CODEHUB_REPOSITORY" ] || [ -n "$CODEHUB_DOTFILES" ]; } && [ -z "$(ls -A "$home")" ]; then
+  (
+    set -e
+    cd "$home"
+    export GIT_TERMINAL_PROMPT=0
+    helper=
+    if [ -n "$CODEHUB_GIT_TOKEN" ]; then
+      helper='!f() { echo username=x-access-token; echo "password=$CODEHUB_GIT_TOKEN"; }; f'
+    fi
+    if [ -n "$CODEHUB_REPOSITORY" ]; then
+      dir=$(basename "$CODEHUB_REPOSITORY" .git)
+      echo "codehub: cloning $CODEHUB_REPOSITORY into $home/$dir" >&2
+      git -c credential.helper= -c "credential.helper=$helper" clone --quiet -- "$CODEHUB_REPOSITORY" "$dir" >&2
+    fi
+    if [ -n "$CODEHUB_DOTFILES" ]; then
+      echo "codehub: cloning dotfiles $CODEHUB_DOTFILES into $home/.dotfiles" >&2
+      git -c credential.helper= -c "credential.helper=$helper" clone --quiet -- "$CODEHUB_DOTFILES" .dotfiles >&2
+      for script in install.sh install bootstrap.sh setup.sh; do
+        if [ -f ".dotfiles/$script" ] && [ -x ".dotfiles/$script" ]; then
+          echo "codehub: running .dotfiles/$script" >&2
+          (cd .dotfiles && unset CODEHUB_GIT_TOKEN && "./$script") >&2
+          break
+        fi
+      done
+    fi
+  )
+  status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
+    find "$home" -mindepth 1 -delete
+    exit "$status"
+  fi
+fi
+unset CODEHUB_REPOSITORY CODEHUB_DOTFILES CODEHUB_GIT_TOKEN
+if [ "$#" -gt 0 ]; then
+  exec "$@"
+fi
+`

@@ -1,0 +1,69 @@
+package local
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// bareRepo makes a bare repository named service holding a README and
+// returns its file:// URL.
+func bareRepo(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "README"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bare := filepath.Join(t.TempDir(), "service.git")
+	for _, args := range [][]string{
+		{"-C", work, "init", "--quiet"},
+		{"-C", work, "add", "."},
+		{"-C", work, "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "--quiet", "-m", "first"},
+		{"clone", "--quiet", "--bare", work, bare},
+	} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	return "file://" + bare
+}
+
+func startWith(t *testing.T, b *Backend, spec controller.WorkspaceSpec) {
+	t.Helper()
+	ctx := context.Background()
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
+		t.Fatal(err)
+	}
+	spec.WorkspaceID = testID
+	if err := b.StartWorkspace(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFirstStartClonesBeforeTheProgram(t *testing.T) {
+	b := newTestBackend(t, t.TempDir())
+	startWith(t, b, controller.WorkspaceSpec{Repository: bareRepo(t)})
+	stopOnCleanup(t, b)
+	waitFor(t, b, "ready", func(o controller.Observed) bool { return o.UpstreamReady })
+	if got, err := os.ReadFile(filepath.Join(b.HomeDir(testID), "service", "README")); err != nil || string(got) != "hello" {
+		t.Fatalf("clone in the home: %q, %v", got, err)
+	}
+}
+
+func TestFailedCloneFailsTheStartWithGitsMessage(t *testing.T) {
+	b := newTestBackend(t, t.TempDir())
+	startWith(t, b, controller.WorkspaceSpec{Repository: "file://" + filepath.Join(t.TempDir(), "missing.git")})
+	o := waitFor(t, b, "failed", func(o controller.Observed) bool { return o.Failure != nil })
+	if o.Failure.Reason != workspace.ReasonStartFailed || !strings.Contains(o.Failure.Message, "fatal:") {
+		t.Fatalf("failure = %+v, want StartFailed with git's message", o.Failure)
+	}
+}
