@@ -146,6 +146,45 @@ func TestBrowserCLILoginAndTokens(t *testing.T) {
 	if code := bearerStatus(t, srv, "GET", secret); code != http.StatusUnauthorized {
 		t.Fatalf("the revoked token: %d", code)
 	}
+
+	// The first-start settings: a dotfiles repository and a git token,
+	// which is stored and never shown again.
+	const dotfiles = "https://git.example.com/me/dotfiles.git"
+	b.step("save the first-start settings", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(`#settings > summary`)),
+			chromedp.WaitVisible(chromedp.ID("settings-form")),
+		); err != nil {
+			return err
+		}
+		if err := b.waitJS(ctx, 10*time.Second, `document.getElementById("settings-token-state").innerText === "No git token is stored."`); err != nil {
+			return err
+		}
+		if err := chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.ID("settings-dotfiles"), dotfiles),
+			chromedp.SendKeys(chromedp.ID("settings-token"), "glpat-e2e-secret"),
+			chromedp.Click(chromedp.ID("settings-submit")),
+		); err != nil {
+			return err
+		}
+		return b.waitJS(ctx, 10*time.Second, `document.getElementById("settings-token-state").innerText === "A git token is stored." &&
+			document.getElementById("settings-token").value === "" && !document.body.innerHTML.includes("glpat-e2e-secret")`)
+	})
+	t.Logf("settings panel: %s", b.screenshot("first-start settings"))
+	b.step("the API holds them", func(ctx context.Context) error {
+		settings, err := b.apiJSON(ctx, "/api/v1/settings")
+		if err != nil || !strings.Contains(settings, `"dotfiles_repository":"`+dotfiles+`"`) || !strings.Contains(settings, `"git_credential_set":true`) {
+			return fmt.Errorf("settings after saving: %v %s", err, settings)
+		}
+		return nil
+	})
+	b.step("remove the git token", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("settings-token-remove"))); err != nil {
+			return err
+		}
+		return b.waitJS(ctx, 10*time.Second, `document.getElementById("settings-token-state").innerText === "No git token is stored." &&
+			document.getElementById("settings-dotfiles").value === `+jsString(dotfiles))
+	})
 }
 
 // bearerStatus sends a workspace list (GET) or creation (POST) with a

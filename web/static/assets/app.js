@@ -939,6 +939,34 @@ async function revokeToken(t) {
   await loadTokens().catch(handleError);
 }
 
+async function loadSettings() {
+  showSettings(await api("GET", "/api/v1/settings"));
+}
+
+function showSettings(v) {
+  $("settings-dotfiles").value = v.dotfiles_repository;
+  $("settings-token").value = "";
+  $("settings-token-state").textContent = v.git_credential_set ? "A git token is stored." : "No git token is stored.";
+  $("settings-token-remove").hidden = !v.git_credential_set;
+}
+
+// saveSettings sends the dotfiles repository, and the git token only when
+// one was typed: an empty field keeps the stored one.
+async function saveSettings(body) {
+  const errEl = $("settings-error");
+  errEl.hidden = true;
+  $("settings-submit").disabled = true;
+  try {
+    showSettings(await api("PATCH", "/api/v1/settings", body));
+    toast("Settings saved.");
+  } catch (err) {
+    errEl.textContent = err.message;
+    errEl.hidden = false;
+  } finally {
+    $("settings-submit").disabled = false;
+  }
+}
+
 async function createToken(e) {
   e.preventDefault();
   const errEl = $("token-error");
@@ -1177,6 +1205,17 @@ async function boot() {
   $("create-form").addEventListener("submit", create);
   $("logout").addEventListener("click", logout);
   $("token-form").addEventListener("submit", createToken);
+  $("settings-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const body = { dotfiles_repository: $("settings-dotfiles").value.trim() };
+    const token = $("settings-token").value;
+    if (token) body.git_credential = token;
+    saveSettings(body);
+  });
+  $("settings-token-remove").addEventListener("click", () => saveSettings({ git_credential: "" }));
+  $("settings").addEventListener("toggle", (e) => {
+    if (e.currentTarget.open) loadSettings().catch((err) => handleError(err));
+  });
   $("token-copy").addEventListener("click", copySecret);
   $("token-secret-close").addEventListener("click", closeSecret);
   $("signout-confirm").addEventListener("click", logout);
