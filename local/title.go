@@ -77,3 +77,15 @@ func brandWindow(home, name string, owner *account) error {
 	}
 	return root.Rename(tmp, machineSettings)
 }
+
+// emptyDir reports whether dir has no entries (or cannot be read, when
+// leaving it alone is the safe answer).
+func emptyDir(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) == 0
+}

@@ -183,8 +183,10 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err := b.adoptHome(home); err != nil {
 		return fmt.Errorf("start %s: %w", wsID, err)
 	}
-	if b.opts.Command == "" && spec.Name != "" {
-		// The title is a courtesy; the workspace starts without it.
+	// The title is a courtesy; the workspace starts without it. A first
+	// start clones only into an empty home, which the settings file would
+	// fill: that start goes untitled, and the next one is titled.
+	if b.opts.Command == "" && spec.Name != "" && !(spec.FirstStart() && emptyDir(home)) {
 		if err := brandWindow(home, spec.Name, b.runAs); err != nil {
 			b.logger.Warn("set the window title", "workspace_id", wsID, "error", err)
 		}
