@@ -50,16 +50,7 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	srv := startServer(t, cfg)
 	b := newBrowser(t, chromium, srv)
 
-	b.step("log in", func(ctx context.Context) error {
-		return chromedp.Do(ctx,
-			chromedp.Navigate(srv.url+"/"),
-			chromedp.WaitVisible(chromedp.ID("login-form")),
-			chromedp.SendKeys(chromedp.ID("login-username"), "admin"),
-			chromedp.SendKeys(chromedp.ID("login-password"), adminPassword),
-			chromedp.Click(chromedp.ID("login-submit")),
-			chromedp.WaitVisible(chromedp.ID("app-view")),
-		)
-	})
+	b.step("log in", b.logIn(srv.url+"/", "app-view"))
 
 	var id string
 	created := time.Now()
@@ -451,6 +442,21 @@ func newBrowser(t *testing.T, chromium string, srv *server) *browser {
 
 // step runs one stage of the flow; on failure it saves a screenshot named
 // after the stage and stops the test.
+// logIn is the step of logging in as the admin on the login form that
+// address shows, until the element id appears.
+func (b *browser) logIn(address, id string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		return chromedp.Do(ctx,
+			chromedp.Navigate(address),
+			chromedp.WaitVisible(chromedp.ID("login-form")),
+			chromedp.SendKeys(chromedp.ID("login-username"), "admin"),
+			chromedp.SendKeys(chromedp.ID("login-password"), adminPassword),
+			chromedp.Click(chromedp.ID("login-submit")),
+			chromedp.WaitVisible(chromedp.ID(id)),
+		)
+	}
+}
+
 func (b *browser) step(name string, fn func(ctx context.Context) error) {
 	b.t.Helper()
 	b.n++

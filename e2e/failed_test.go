@@ -32,16 +32,7 @@ func TestBrowserFailedStart(t *testing.T) {
 		t.Fatalf("create: %d", code)
 	}
 	b := newBrowser(t, chromium, srv)
-	b.step("log in", func(ctx context.Context) error {
-		return chromedp.Do(ctx,
-			chromedp.Navigate(srv.url+"/"),
-			chromedp.WaitVisible(chromedp.ID("login-form")),
-			chromedp.SendKeys(chromedp.ID("login-username"), "admin"),
-			chromedp.SendKeys(chromedp.ID("login-password"), adminPassword),
-			chromedp.Click(chromedp.ID("login-submit")),
-			chromedp.WaitVisible(chromedp.ID("app-view")),
-		)
-	})
+	b.step("log in", b.logIn(srv.url+"/", "app-view"))
 	card := cardSelector(ws.ID)
 	b.step("the card says what failed", func(ctx context.Context) error {
 		return b.waitJS(ctx, 2*time.Minute, card+`.querySelector(".error-box") && !`+card+`.querySelector(".error-box").hidden && `+

@@ -59,16 +59,7 @@ func TestBrowserCLILoginAndTokens(t *testing.T) {
 		t.Fatal("codehub login printed no approval address")
 	}
 
-	b.step("log in on the approval page", func(ctx context.Context) error {
-		return chromedp.Do(ctx,
-			chromedp.Navigate(address),
-			chromedp.WaitVisible(chromedp.ID("login-form")),
-			chromedp.SendKeys(chromedp.ID("login-username"), "admin"),
-			chromedp.SendKeys(chromedp.ID("login-password"), adminPassword),
-			chromedp.Click(chromedp.ID("login-submit")),
-			chromedp.WaitVisible(chromedp.ID("cli-view")),
-		)
-	})
+	b.step("log in on the approval page", b.logIn(address, "cli-view"))
 	b.step("approve", func(ctx context.Context) error {
 		asked, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("cli-name")))
 		if err != nil {

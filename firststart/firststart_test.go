@@ -6,38 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// bareRepo makes a bare repository holding files (name -> content, mode
-// 0755 for names ending in .sh) and returns its file:// URL.
-func bareRepo(t *testing.T, name string, files map[string]string) string {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
-	work := t.TempDir()
-	for f, content := range files {
-		mode := os.FileMode(0o644)
-		if strings.HasSuffix(f, ".sh") {
-			mode = 0o755
-		}
-		if err := os.WriteFile(filepath.Join(work, f), []byte(content), mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bare := filepath.Join(t.TempDir(), name+".git")
-	for _, args := range [][]string{
-		{"-C", work, "init", "--quiet", "--initial-branch=main"},
-		{"-C", work, "add", "."},
-		{"-C", work, "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "--quiet", "-m", "first"},
-		{"clone", "--quiet", "--bare", work, bare},
-	} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	return "file://" + bare
-}
+	"github.com/codehub-io/codehub/internal/testenv"
+)
 
 // run runs Script in home with env, then a program printing its
 // environment; it returns the combined output and whether it succeeded.
@@ -50,8 +21,8 @@ func run(t *testing.T, home string, env ...string) (string, bool) {
 }
 
 func TestFirstStartClonesRepositoryAndDotfiles(t *testing.T) {
-	repo := bareRepo(t, "service", map[string]string{"README": "hello"})
-	dotfiles := bareRepo(t, "dots", map[string]string{"install.sh": "#!/bin/sh\necho \"token=$CODEHUB_GIT_TOKEN\" > \"$HOME/installed\"\n"})
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": "#!/bin/sh\necho \"token=$CODEHUB_GIT_TOKEN\" > \"$HOME/installed\"\n"})
 	home := t.TempDir()
 	out, ok := run(t, home, EnvRepository+"="+repo, EnvDotfiles+"="+dotfiles, EnvGitToken+"=s3cret")
 	if !ok {
@@ -69,7 +40,7 @@ func TestFirstStartClonesRepositoryAndDotfiles(t *testing.T) {
 }
 
 func TestFirstStartOnlyInAnEmptyHome(t *testing.T) {
-	repo := bareRepo(t, "service", map[string]string{"README": "hello"})
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
 	home := t.TempDir()
 	if err := os.WriteFile(filepath.Join(home, "notes"), []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
@@ -83,7 +54,7 @@ func TestFirstStartOnlyInAnEmptyHome(t *testing.T) {
 }
 
 func TestFailedCloneShowsGitAndEmptiesHome(t *testing.T) {
-	dotfiles := bareRepo(t, "dots", map[string]string{"README": "x"})
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"README": "x"})
 	home := t.TempDir()
 	missing := "file://" + filepath.Join(t.TempDir(), "missing.git")
 	out, ok := run(t, home, EnvDotfiles+"="+dotfiles, EnvRepository+"="+missing)

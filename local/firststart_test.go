@@ -3,39 +3,14 @@ package local
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/workspace"
 )
-
-// bareRepo makes a bare repository named service holding a README and
-// returns its file:// URL.
-func bareRepo(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
-	work := t.TempDir()
-	if err := os.WriteFile(filepath.Join(work, "README"), []byte("hello"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bare := filepath.Join(t.TempDir(), "service.git")
-	for _, args := range [][]string{
-		{"-C", work, "init", "--quiet"},
-		{"-C", work, "add", "."},
-		{"-C", work, "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "--quiet", "-m", "first"},
-		{"clone", "--quiet", "--bare", work, bare},
-	} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	return "file://" + bare
-}
 
 func startWith(t *testing.T, b *Backend, spec controller.WorkspaceSpec) {
 	t.Helper()
@@ -51,7 +26,7 @@ func startWith(t *testing.T, b *Backend, spec controller.WorkspaceSpec) {
 
 func TestFirstStartClonesBeforeTheProgram(t *testing.T) {
 	b := newTestBackend(t, t.TempDir())
-	startWith(t, b, controller.WorkspaceSpec{Repository: bareRepo(t)})
+	startWith(t, b, controller.WorkspaceSpec{Repository: testenv.BareRepo(t, "service", map[string]string{"README": "hello"})})
 	stopOnCleanup(t, b)
 	waitFor(t, b, "ready", func(o controller.Observed) bool { return o.UpstreamReady })
 	if got, err := os.ReadFile(filepath.Join(b.HomeDir(testID), "service", "README")); err != nil || string(got) != "hello" {
@@ -74,7 +49,7 @@ func TestFailedCloneFailsTheStartWithGitsMessage(t *testing.T) {
 func TestFirstStartOfANamedWorkspace(t *testing.T) {
 	b := codeServerBackend(t)
 	stopOnCleanup(t, b)
-	spec := controller.WorkspaceSpec{WorkspaceID: testID, Name: "service", RunID: "run-1", Repository: bareRepo(t)}
+	spec := controller.WorkspaceSpec{WorkspaceID: testID, Name: "service", RunID: "run-1", Repository: testenv.BareRepo(t, "service", map[string]string{"README": "hello"})}
 	startWith(t, b, spec)
 	waitFor(t, b, "ready", func(o controller.Observed) bool { return o.UpstreamReady })
 	if got, err := os.ReadFile(filepath.Join(b.HomeDir(testID), "service", "README")); err != nil || string(got) != "hello" {

@@ -155,7 +155,7 @@ func TestE2ETemplates(t *testing.T) {
 	})
 
 	t.Run("clone lands before the program starts", func(t *testing.T) {
-		repo := bareRepo(t, map[string]string{"README": "hello"})
+		repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
 		startTemplate(t, b, cfg, cloneID, "clone", map[string]any{"repo": repo})
 		observeUntil(t, b, cloneID, "clone ready", func(o controller.Observed) bool { return o.UpstreamReady })
 		home, err := b.HomeDir(t.Context(), cloneID)
@@ -184,28 +184,4 @@ func TestE2ETemplates(t *testing.T) {
 			t.Errorf("failure = %+v, want StartFailed with git's message", o.Failure)
 		}
 	})
-}
-
-// bareRepo makes a bare git repository named service holding files and
-// returns its file:// URL.
-func bareRepo(t *testing.T, files map[string]string) string {
-	t.Helper()
-	work := t.TempDir()
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(work, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bare := filepath.Join(t.TempDir(), "service.git")
-	for _, args := range [][]string{
-		{"-C", work, "init", "--quiet"},
-		{"-C", work, "add", "."},
-		{"-C", work, "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "--quiet", "-m", "first"},
-		{"clone", "--quiet", "--bare", work, bare},
-	} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	return "file://" + bare
 }
