@@ -359,6 +359,11 @@ func (s *Server) oidcAccount(r *http.Request, subject string, id oidcIdentity) (
 		})
 		u.IsAdmin = id.admin
 	}
+	// The provider's groups, as of this login, decide which templates the
+	// user may use.
+	if err := store.SetGroups(ctx, s.pool, u.ID, id.groups); err != nil {
+		return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
+	}
 	return u, nil
 }
 

@@ -16,6 +16,9 @@ type oidcIdentity struct {
 	// admin flag only when adminFromGroups (admin_groups is configured).
 	admin           bool
 	adminFromGroups bool
+	// groups are the user's groups from the groups claim, nil when the
+	// token carries none; templates may be limited to groups.
+	groups []string
 }
 
 // errNotAllowed refuses a user in none of allowed_groups.
@@ -49,13 +52,18 @@ func decideOIDCLogin(opts OIDCOptions, claims map[string]any) (oidcIdentity, err
 	if !config.ValidUsername(id.username) {
 		return id, &claimError{opts.UsernameClaim, fmt.Sprintf("holds %q, which is not a valid username (1 to 63 of a-z, 0-9, '.', '_' and '-')", name)}
 	}
+	groups, err := groupsClaim(opts.GroupsClaim, claims)
 	if len(opts.AllowedGroups) == 0 && len(opts.AdminGroups) == 0 {
+		// Groups decide nothing here: a token without them is fine.
+		if err == nil {
+			id.groups = groups
+		}
 		return id, nil
 	}
-	groups, err := groupsClaim(opts.GroupsClaim, claims)
 	if err != nil {
 		return id, err
 	}
+	id.groups = groups
 	member := func(of []string) bool {
 		return slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(of, g) })
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/codehub-io/codehub/audit"
@@ -21,11 +22,14 @@ func TestDecideOIDCLogin(t *testing.T) {
 		claim   bool // the refusal is a claimError
 		refused error
 	}{
-		{"member", groups, map[string]any{"preferred_username": "Ann", "groups": list("dev")}, oidcIdentity{username: "ann", adminFromGroups: true}, false, false, nil},
-		{"admin", groups, map[string]any{"preferred_username": "ann", "groups": list("dev", "ops")}, oidcIdentity{username: "ann", admin: true, adminFromGroups: true}, false, false, nil},
-		{"one group as text", groups, map[string]any{"preferred_username": "ann", "groups": "ops"}, oidcIdentity{username: "ann", admin: true, adminFromGroups: true}, false, false, nil},
+		{"member", groups, map[string]any{"preferred_username": "Ann", "groups": list("dev")}, oidcIdentity{username: "ann", adminFromGroups: true, groups: []string{"dev"}}, false, false, nil},
+		{"admin", groups, map[string]any{"preferred_username": "ann", "groups": list("dev", "ops")}, oidcIdentity{username: "ann", admin: true, adminFromGroups: true, groups: []string{"dev", "ops"}}, false, false, nil},
+		{"one group as text", groups, map[string]any{"preferred_username": "ann", "groups": "ops"}, oidcIdentity{username: "ann", admin: true, adminFromGroups: true, groups: []string{"ops"}}, false, false, nil},
 		{"no groups needed", open, map[string]any{"preferred_username": "ann"}, oidcIdentity{username: "ann"}, false, false, nil},
-		{"not allowed", groups, map[string]any{"preferred_username": "ann", "groups": list("sales")}, oidcIdentity{username: "ann"}, true, false, errNotAllowed},
+		// Groups decide nothing at login here, but are kept for templates.
+		{"groups kept", open, map[string]any{"preferred_username": "ann", "groups": list("data")}, oidcIdentity{username: "ann", groups: []string{"data"}}, false, false, nil},
+		{"groups not names, not needed", open, map[string]any{"preferred_username": "ann", "groups": list(7.0)}, oidcIdentity{username: "ann"}, false, false, nil},
+		{"not allowed", groups, map[string]any{"preferred_username": "ann", "groups": list("sales")}, oidcIdentity{username: "ann", groups: []string{"sales"}}, true, false, errNotAllowed},
 		{"no groups claim", groups, map[string]any{"preferred_username": "ann"}, oidcIdentity{username: "ann"}, true, true, nil},
 		{"groups not names", groups, map[string]any{"preferred_username": "ann", "groups": list("dev", 7.0)}, oidcIdentity{username: "ann"}, true, true, nil},
 		{"groups an object", groups, map[string]any{"preferred_username": "ann", "groups": map[string]any{"dev": true}}, oidcIdentity{username: "ann"}, true, true, nil},
@@ -35,7 +39,7 @@ func TestDecideOIDCLogin(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := decideOIDCLogin(tc.opts, tc.claims)
-			if got != tc.want || (err != nil) != tc.wantErr {
+			if !reflect.DeepEqual(got, tc.want) || (err != nil) != tc.wantErr {
 				t.Fatalf("decide = %+v, %v; want %+v (error %v)", got, err, tc.want, tc.wantErr)
 			}
 			var ce *claimError

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,9 +160,23 @@ func TestSSOGroupMapping(t *testing.T) {
 		t.Fatalf("member of admin_groups: %+v, want admin", s.User)
 	}
 
+	groupsOf := func() []string {
+		t.Helper()
+		var groups []string
+		if err := env.Pool.QueryRow(context.Background(), `SELECT groups FROM users WHERE username = 'bob'`).Scan(&groups); err != nil {
+			t.Fatal(err)
+		}
+		return groups
+	}
+	if got := groupsOf(); !slices.Equal(got, []string{"dev", "ops"}) {
+		t.Errorf("groups recorded at login: %q", got)
+	}
 	p.SetGroups(bob.Subject, []string{"dev"})
 	if _, s = mustSSOLogin(t, env, p, bob); s.User.IsAdmin {
 		t.Errorf("after leaving admin_groups: %+v, want no admin", s.User)
+	}
+	if got := groupsOf(); !slices.Equal(got, []string{"dev"}) {
+		t.Errorf("groups after the next login: %q", got)
 	}
 	eventually(t, "the older session loses its admin rights", func() bool {
 		s, _ := session(t, env, first)

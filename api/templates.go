@@ -1,8 +1,10 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
+	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -30,8 +32,13 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	creator, err := s.creator(r.Context(), sess)
+	if err != nil {
+		s.fail(w, "read the user's groups", err)
+		return
+	}
 	list := templateList{Templates: []templateView{}}
-	for _, t := range s.workspaces.Templates(sess.Username, sess.IsAdmin) {
+	for _, t := range s.workspaces.Templates(creator) {
 		list.Templates = append(list.Templates, templateView{
 			Name: t.Name, Description: t.Description, Version: t.Version(), Image: t.Image,
 			CPU: t.CPU, Memory: t.Memory, MemoryMax: t.MemoryMax, Parameters: t.Schema(),
@@ -74,4 +81,14 @@ func (s *Server) adminTemplateUsage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) templateOutdated(w workspace.Workspace) bool {
 	current, ok := s.workspaces.TemplateVersion(w.Template)
 	return w.TemplateVersion != "" && (!ok || current != w.TemplateVersion)
+}
+
+// creator is the session's user as the templates' access rules see them:
+// name, admin flag and the groups of their last single sign-on.
+func (s *Server) creator(ctx context.Context, sess store.Session) (workspace.Creator, error) {
+	groups, err := store.Groups(ctx, s.pool, sess.UserID)
+	if err != nil {
+		return workspace.Creator{}, err
+	}
+	return workspace.Creator{Username: sess.Username, Admin: sess.IsAdmin, Groups: groups}, nil
 }

@@ -1,7 +1,10 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +69,41 @@ func TestListTemplates(t *testing.T) {
 	}
 	if got := names(true, "root"); len(got) != 3 || got[2] != "gpu" {
 		t.Errorf("an administrator sees %q, want gpu too", got)
+	}
+}
+
+// TestTemplatesByGroup: a template limited to a group of the identity
+// provider is offered to, and created by, its members only.
+func TestTemplatesByGroup(t *testing.T) {
+	cfg := config.Default()
+	cfg.Templates = []*config.Template{{Name: "notebook", Groups: []string{"data"}}}
+	env := apitest.New(t, apitest.Config{Templates: cfg})
+	ann, bob := env.CreateUser("ann", false), env.CreateUser("bob", false)
+	if err := store.SetGroups(context.Background(), env.Pool, ann.ID, []string{"web", "data"}); err != nil {
+		t.Fatal(err)
+	}
+	offered := func(c *http.Client) bool {
+		t.Helper()
+		res := env.Do(c, "GET", "/api/v1/templates", nil)
+		var list struct{ Templates []templateJSON }
+		if err := json.Unmarshal(res.Body, &list); err != nil || res.StatusCode != 200 {
+			t.Fatalf("templates: %d %s", res.StatusCode, res.Body)
+		}
+		return slices.ContainsFunc(list.Templates, func(tp templateJSON) bool { return tp.Name == "notebook" })
+	}
+	ca, cb := env.Login(ann), env.Login(bob)
+	if !offered(ca) || offered(cb) {
+		t.Fatalf("notebook offered to ann %v, to bob %v; want ann only", offered(ca), offered(cb))
+	}
+	if res := env.Do(cb, "POST", "/api/v1/workspaces", map[string]any{"name": "nb", "template": "notebook"}); res.StatusCode == http.StatusCreated {
+		t.Fatalf("bob created a workspace of the data group's template: %s", res.Body)
+	}
+	var n int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM workspaces WHERE owner_id = $1`, bob.ID).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("bob has %d workspaces after the refusal (%v)", n, err)
+	}
+	if res := env.Do(ca, "POST", "/api/v1/workspaces", map[string]any{"name": "nb", "template": "notebook"}); res.StatusCode != http.StatusCreated {
+		t.Fatalf("ann's create: %d %s", res.StatusCode, res.Body)
 	}
 }
 

@@ -36,7 +36,7 @@ type WorkspaceService interface {
 	Archives(ctx context.Context, id string) ([]workspace.Archive, error)
 	OpenArchive(ctx context.Context, id, archiveID string) (io.ReadCloser, workspace.Archive, error)
 	Images() []string
-	Templates(username string, admin bool) []*config.Template
+	Templates(c workspace.Creator) []*config.Template
 	TemplateVersion(name string) (string, bool)
 	TemplateUsage(ctx context.Context) ([]workspace.TemplateCount, error)
 	Image(w workspace.Workspace) string
@@ -289,10 +289,15 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
+	creator, err := s.creator(r.Context(), sess)
+	if err != nil {
+		s.fail(w, "read the user's groups", err)
+		return
+	}
 	c, err := s.workspaces.Create(r.Context(), workspace.CreateRequest{
 		OwnerID: sess.UserID, Name: req.Name, Description: req.Description, Image: req.Image,
 		Template: req.Template, Parameters: req.Parameters,
-		Creator: workspace.Creator{Username: sess.Username, Admin: sess.IsAdmin},
+		Creator: creator,
 	})
 	if err != nil {
 		e := serviceError(s.logger, err)

@@ -282,7 +282,9 @@ template "go" {
   standby_ttl = "30m"
   archive_ttl = "2h"
 
-  # Who may use it: user names, and the group "admins". Both empty: everyone.
+  # Who may use it: user names, and groups: "admins" (every administrator)
+  # or groups of the identity provider (auth.oidc's groups_claim, as of the
+  # user's last login). Both empty: everyone.
   users  = []
   groups = []
 

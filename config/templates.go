@@ -57,8 +57,8 @@ type Template struct {
 	ArchiveTTLHCL string `hcl:"archive_ttl,optional"`
 	ArchiveTTL    time.Duration
 
-	// Users (user names) and Groups (GroupAdmins) who may use it; both
-	// empty: everyone.
+	// Users (user names) and Groups (GroupAdmins, or groups of the
+	// identity provider) who may use it; both empty: everyone.
 	Users  []string `hcl:"users,optional"`
 	Groups []string `hcl:"groups,optional"`
 
@@ -169,12 +169,14 @@ func (t *Template) Version() string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// Allows reports whether a user may create workspaces of t.
-func (t *Template) Allows(username string, admin bool) bool {
+// Allows reports whether a user, an administrator or not and in groups
+// (from single sign-on), may create workspaces of t.
+func (t *Template) Allows(username string, admin bool, groups []string) bool {
 	if len(t.Users) == 0 && len(t.Groups) == 0 {
 		return true
 	}
-	return slices.Contains(t.Users, username) || admin && slices.Contains(t.Groups, GroupAdmins)
+	return slices.Contains(t.Users, username) || admin && slices.Contains(t.Groups, GroupAdmins) ||
+		slices.ContainsFunc(groups, func(g string) bool { return g != GroupAdmins && slices.Contains(t.Groups, g) })
 }
 
 // ParameterError names the parameter a value was refused for.

@@ -150,11 +150,28 @@ func TestTemplateEnvAndRepository(t *testing.T) {
 func TestTemplateAllows(t *testing.T) {
 	open := &Template{}
 	admins := &Template{Groups: []string{GroupAdmins}, Users: []string{"ann"}}
-	if !open.Allows("bob", false) {
-		t.Error("a template without users or groups refuses a user")
-	}
-	if admins.Allows("bob", false) || !admins.Allows("bob", true) || !admins.Allows("ann", false) {
-		t.Error("users/groups not honoured")
+	data := &Template{Groups: []string{"data", "ml"}}
+	for _, tc := range []struct {
+		name   string
+		t      *Template
+		user   string
+		admin  bool
+		groups []string
+		want   bool
+	}{
+		{"no users or groups: everyone", open, "bob", false, nil, true},
+		{"not listed", admins, "bob", false, nil, false},
+		{"an administrator", admins, "bob", true, nil, true},
+		{"listed by name", admins, "ann", false, nil, true},
+		{"in a listed group", data, "bob", false, []string{"web", "ml"}, true},
+		{"in no listed group", data, "bob", false, []string{"web"}, false},
+		{"administrators only through admins", data, "root", true, nil, false},
+		// A provider's group called admins is not administrator rights.
+		{"a provider's admins group", admins, "bob", false, []string{GroupAdmins}, false},
+	} {
+		if got := tc.t.Allows(tc.user, tc.admin, tc.groups); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -105,8 +105,8 @@ func (c *Config) checkTemplate(ch *checker, t *Template) {
 		ch.add(path("archive_ttl"), "must be positive and at most workspace.max_archive_ttl (%s)", w.MaxArchiveTTL)
 	}
 	for i, g := range t.Groups {
-		if g != GroupAdmins {
-			ch.add(fmt.Sprintf("%s[%d]", path("groups"), i), "unknown group %q; the only group is %q", g, GroupAdmins)
+		if strings.TrimSpace(g) == "" {
+			ch.add(fmt.Sprintf("%s[%d]", path("groups"), i), "a group name must not be empty")
 		}
 	}
 	for i, u := range t.Users {

@@ -94,3 +94,29 @@ func TakeOIDCLogin(ctx context.Context, q Querier, stateHash []byte) (nonce, ver
 	}
 	return nonce, verifier, nil
 }
+
+// SetGroups records the groups a user's identity provider gave at their
+// last login (nil: none).
+func SetGroups(ctx context.Context, q Querier, userID string, groups []string) error {
+	if groups == nil {
+		groups = []string{}
+	}
+	tag, err := q.Exec(ctx, `UPDATE users SET groups = $2 WHERE id = $1`, userID, groups)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Groups returns the groups recorded for a user.
+func Groups(ctx context.Context, q Querier, userID string) ([]string, error) {
+	var groups []string
+	err := q.QueryRow(ctx, `SELECT groups FROM users WHERE id = $1`, userID).Scan(&groups)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return groups, err
+}

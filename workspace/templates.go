@@ -33,14 +33,14 @@ func (s *Service) template(name string) (*config.Template, bool) {
 
 // Templates lists the templates a user may create workspaces of, default
 // first.
-func (s *Service) Templates(username string, admin bool) []*config.Template {
+func (s *Service) Templates(c Creator) []*config.Template {
 	names := []string{config.DefaultTemplate}
 	if s.opts.Templates != nil {
 		names = s.opts.Templates.TemplateNames()
 	}
 	var out []*config.Template
 	for _, name := range names {
-		if t, ok := s.template(name); ok && t.Allows(username, admin) {
+		if t, ok := s.template(name); ok && t.Allows(c.Username, c.Admin, c.Groups) {
 			out = append(out, t)
 		}
 	}
@@ -73,6 +73,8 @@ func (s *Service) Image(w Workspace) string {
 type Creator struct {
 	Username string
 	Admin    bool
+	// Groups are the user's groups from single sign-on.
+	Groups []string
 }
 
 // newFromTemplate judges the template part of a create request and
@@ -81,7 +83,7 @@ type Creator struct {
 // timers where they differ from the operator's defaults.
 func (s *Service) newFromTemplate(req CreateRequest) (store.NewWorkspace, error) {
 	t, ok := s.template(req.Template)
-	if !ok || !t.Allows(req.Creator.Username, req.Creator.Admin) {
+	if !ok || !t.Allows(req.Creator.Username, req.Creator.Admin, req.Creator.Groups) {
 		return store.NewWorkspace{}, &InputError{Field: "template", Message: fmt.Sprintf("no template %q you may use", req.Template)}
 	}
 	values, err := t.ParameterValues(req.Parameters)
