@@ -12,7 +12,7 @@ template "big" {
     HOME = "/root"
   }
   standby_ttl = "100h"
-  groups      = ["staff"]
+  groups      = [""]
   parameter "n" {
     type    = "number"
     default = 40
