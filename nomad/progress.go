@@ -3,8 +3,6 @@ package nomad
 import (
 	"context"
 	"fmt"
-	"io"
-	"strconv"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -41,20 +39,12 @@ func (b *Backend) JobProgress(ctx context.Context, wsID string, kind controller.
 	if newest == nil || len(newest.TaskStates) == 0 || neverStarted(newest) {
 		return controller.JobProgress{}, controller.ErrNoProgress
 	}
-	q := b.query(ctx)
-	q.Params = map[string]string{
-		"task":   taskName(newest),
-		"type":   "stdout",
-		"plain":  "true",
-		"origin": "end",
-		"offset": strconv.Itoa(archive.ProgressTail),
-	}
-	body, err := b.client.Raw().Response("/v1/client/fs/logs/"+newest.ID, q)
+	body, err := b.logTail(ctx, newest, "stdout", archive.ProgressTail)
 	if err != nil {
-		return controller.JobProgress{}, classify("read logs of "+newest.ID, err)
+		return controller.JobProgress{}, err
 	}
 	defer body.Close()
-	p, ok, err := archive.LastProgress(io.LimitReader(body, archive.ProgressTail), archive.ProgressTail)
+	p, ok, err := archive.LastProgress(body, archive.ProgressTail)
 	if err != nil {
 		return controller.JobProgress{}, classify("read logs of "+newest.ID, err)
 	}

@@ -69,20 +69,12 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (arc
 		b.allocs.codes.put(a.ID, archive.CodeUnknown)
 		return archive.CodeUnknown, nil
 	}
-	q := b.query(ctx)
-	q.Params = map[string]string{
-		"task":   taskName(a),
-		"type":   "stdout",
-		"plain":  "true",
-		"origin": "end",
-		"offset": strconv.Itoa(archive.ResultTail),
-	}
-	body, err := b.client.Raw().Response("/v1/client/fs/logs/"+a.ID, q)
+	body, err := b.logTail(ctx, a, "stdout", archive.ResultTail)
 	if err != nil {
-		return "", classify("read logs of "+a.ID, err)
+		return "", err
 	}
 	defer body.Close()
-	code, err := archive.ResultCode(io.LimitReader(body, archive.ResultTail), archive.ResultTail)
+	code, err := archive.ResultCode(body, archive.ResultTail)
 	if err != nil {
 		return "", err
 	}
@@ -100,20 +92,12 @@ func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (
 		b.allocs.outputs.put(a.ID, "")
 		return "", nil
 	}
-	q := b.query(ctx)
-	q.Params = map[string]string{
-		"task":   taskName(a),
-		"type":   "stderr",
-		"plain":  "true",
-		"origin": "end",
-		"offset": strconv.Itoa(controller.OutputBytes),
-	}
-	body, err := b.client.Raw().Response("/v1/client/fs/logs/"+a.ID, q)
+	body, err := b.logTail(ctx, a, "stderr", controller.OutputBytes)
 	if err != nil {
-		return "", classify("read logs of "+a.ID, err)
+		return "", err
 	}
 	defer body.Close()
-	raw, err := io.ReadAll(io.LimitReader(body, controller.OutputBytes))
+	raw, err := io.ReadAll(body)
 	if err != nil {
 		return "", classify("read logs of "+a.ID, err)
 	}
@@ -157,4 +141,26 @@ func taskName(a *api.AllocationListStub) string {
 	}
 	_, kind, _ := controller.ParseJobName(a.JobID)
 	return string(kind)
+}
+
+// logTail opens the last size bytes of what the allocation's task wrote
+// to stream (stdout or stderr). Nomad answers 404 for a task that never
+// started: callers check neverStarted first.
+func (b *Backend) logTail(ctx context.Context, a *api.AllocationListStub, stream string, size int) (io.ReadCloser, error) {
+	q := b.query(ctx)
+	q.Params = map[string]string{
+		"task":   taskName(a),
+		"type":   stream,
+		"plain":  "true",
+		"origin": "end",
+		"offset": strconv.Itoa(size),
+	}
+	body, err := b.client.Raw().Response("/v1/client/fs/logs/"+a.ID, q)
+	if err != nil {
+		return nil, classify("read logs of "+a.ID, err)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(body, int64(size)), body}, nil
 }
