@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -100,7 +101,7 @@ func nomadLifecycle(t *testing.T, agent *nomadtest.Agent, cfg serverConfig, d no
 		if d.running != nil {
 			d.running(t, ws.ID)
 		}
-		openWorkbench(t, c, ws.ID, d.home(t, ws.ID))
+		openWorkbench(t, c, ws, d.home(t, ws.ID))
 	}
 	started()
 	firstVolume := volumePath(t, agent, ws.ID)
@@ -209,9 +210,12 @@ func navigate(t *testing.T, c *apiClient, id string) int {
 }
 
 // openWorkbench opens /w/{id}/ as a browser does: code-server redirects to
-// the folder it opens, which must be home, and then serves the workbench.
-func openWorkbench(t *testing.T, c *apiClient, id, home string) {
+// the folder it opens, which must be home, and then serves the workbench,
+// which the proxy titled with the workspace's name and gave its notice
+// script.
+func openWorkbench(t *testing.T, c *apiClient, ws apiWorkspace, home string) {
 	t.Helper()
+	id := ws.ID
 	resp := browserGet(t, c, "/w/"+id+"/")
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusFound {
@@ -229,6 +233,10 @@ func openWorkbench(t *testing.T, c *apiClient, id, home string) {
 	page.Body.Close()
 	if page.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("workbench")) {
 		t.Fatalf("workbench page: %d\n%.400s", page.StatusCode, body)
+	}
+	title := html.EscapeString(`"window.title":"${dirty}${activeEditorShort}${separator}` + ws.Name + `"`)
+	if !bytes.Contains(body, []byte(title)) || !bytes.Contains(body, []byte(`src="/w/`+id+`/_codehub/workbench.js"`)) {
+		t.Fatalf("workbench page without the workspace's title or CodeHub's notice script:\n%s", body)
 	}
 }
 

@@ -183,14 +183,6 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err := b.adoptHome(home); err != nil {
 		return fmt.Errorf("start %s: %w", wsID, err)
 	}
-	// The title is a courtesy; the workspace starts without it. A first
-	// start clones only into an empty home, which the settings file would
-	// fill: that start goes untitled, and the next one is titled.
-	if b.opts.Command == "" && spec.Name != "" && !(spec.FirstStart() && emptyDir(home)) {
-		if err := brandWindow(home, spec.Name, b.runAs); err != nil {
-			b.logger.Warn("set the window title", "workspace_id", wsID, "error", err)
-		}
-	}
 	if err := resetDir(dir); err != nil {
 		return fmt.Errorf("start %s: %w", wsID, err)
 	}
@@ -276,7 +268,7 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 // before the one it is given; --ignore-last-opened makes it open the home
 // as it is now, so a home restored or moved to another path never reopens
 // a folder that is gone. The workspace's name names the workbench installed
-// as an app (brandWindow titles its window).
+// as an app (the proxy titles its window).
 func codeServerArgs(port int, home, auth, name string) []string {
 	args := []string{
 		"--auth", auth,

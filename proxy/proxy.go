@@ -150,6 +150,10 @@ type target struct {
 	onHost bool
 	// user is the authenticated owner the request is served for.
 	user string
+	// name is the workspace's name, which a branded workbench shows.
+	name string
+	// brand: the answer may be a workbench page, to be branded.
+	brand bool
 	// rejudged is set once a failed upstream sent the request back to the
 	// workspace's state.
 	rejudged bool
@@ -325,12 +329,16 @@ func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 		return
 	}
 	t.user = userID
+	if strings.HasPrefix(t.path, ownPrefix) {
+		p.own(w, r, t)
+		return
+	}
 	if rt, ok := p.routes.get(t.id); ok {
 		if rt.owner != userID {
 			p.forbidden(w, r)
 			return
 		}
-		t.hostport, t.token = rt.upstream, rt.token
+		t.hostport, t.token, t.name = rt.upstream, rt.token, rt.name
 		p.forward(w, r, t)
 		return
 	}
@@ -523,12 +531,12 @@ func (p *Proxy) resolveAndForward(w *responseRecorder, r *http.Request, t target
 		p.badGateway(w, r)
 		return
 	}
-	rt := route{owner: ws.OwnerID, upstream: hostport}
+	rt := route{owner: ws.OwnerID, upstream: hostport, name: ws.Name}
 	if p.opts.UpstreamToken != nil {
 		rt.token = p.opts.UpstreamToken(ws.ID, ws.RunID)
 	}
 	p.routes.put(ws.ID, rt)
-	t.hostport, t.token = rt.upstream, rt.token
+	t.hostport, t.token, t.name = rt.upstream, rt.token, rt.name
 	p.forward(w, r, t)
 }
 
@@ -546,7 +554,8 @@ func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 	if isActivity(r) {
 		w.mark()
 	}
-	if isPlain(r) {
+	t.brand = isWorkbenchLoad(r)
+	if isPlain(r) && !t.brand {
 		p.forwardPlain(w, r, &t)
 		return
 	}
@@ -568,6 +577,10 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
 	}
 	stripCredentials(pr.Out.Header, p.isCredentialCookie)
+	if t.brand {
+		// A page to brand must come uncompressed.
+		pr.Out.Header.Del("Accept-Encoding")
+	}
 	if p.opts.UpstreamToken == nil {
 		return
 	}
@@ -579,14 +592,20 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Set("Cookie", cookie)
 }
 
-// modifyResponse drops any attempt of a workspace to set CodeHub's session
-// cookie, which in path mode would share the dashboard's cookie jar, or
+// modifyResponse brands a workbench page a person opened (brandResponse),
+// and drops any attempt of a workspace to set CodeHub's session cookie,
+// which in path mode would share the dashboard's cookie jar, or
 // code-server's, which only the proxy holds.
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	if res.StatusCode == http.StatusSwitchingProtocols && !switchAsked(res) {
 		// ReverseProxy refuses the switch too, but only an error here
 		// makes it close the connection, which would otherwise stay open.
 		return fmt.Errorf("workspace switched to %q unasked", res.Header.Get("Upgrade"))
+	}
+	if t, _ := res.Request.Context().Value(targetKey{}).(target); t.brand {
+		if err := brandResponse(res, t); err != nil {
+			return err
+		}
 	}
 	cookies := res.Header.Values("Set-Cookie")
 	if len(cookies) == 0 {
@@ -718,6 +737,7 @@ func (p *Proxy) internal(w http.ResponseWriter, r *http.Request, what string, er
 type route struct {
 	owner    string
 	upstream string
+	name     string
 	// token is the workspace's upstream token, derived once per route.
 	token   string
 	expires time.Time

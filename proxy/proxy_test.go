@@ -1131,7 +1131,7 @@ func TestProxyWorkbenchRefused(t *testing.T) {
 		}
 		var refusal struct{ Type, Reason string }
 		if err := json.Unmarshal(msg[13:], &refusal); err != nil || refusal.Type != "error" ||
-			refusal.Reason != "This workspace was stopped. It was last used 12 minutes ago. Reload the window to start it again." {
+			refusal.Reason != "This workspace was stopped. It stopped after 12 minutes without use, less than a minute ago. Reload the window to start it again." {
 			t.Fatalf("attempt %d: refusal %s: %v", attempt, msg[13:], err)
 		}
 		if _, _, err := conn.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {

@@ -55,35 +55,12 @@ func (p *Proxy) refuseWorkbench(w *responseRecorder, r *http.Request, ws workspa
 		p.logger.Debug("refuse workbench socket", "workspace_id", ws.ID, "error", err)
 		return true
 	}
-	if err := conn.Write(ctx, websocket.MessageBinary, vscodeRefusal(refusalReason(ws, v, time.Now()))); err != nil {
+	if err := conn.Write(ctx, websocket.MessageBinary, vscodeRefusal(noticeFor(ws, v, time.Now()).Message)); err != nil {
 		p.logger.Debug("refuse workbench socket", "workspace_id", ws.ID, "error", err)
 		return true
 	}
 	_ = conn.Close(websocket.StatusNormalClosure, "")
 	return true
-}
-
-// refusalReason says, from the stored row, why a workbench cannot
-// reconnect and what a reload does.
-func refusalReason(ws workspace.Workspace, v verdict, now time.Time) string {
-	used := "It was last used " + ago(now.Sub(ws.LastAccessAt)) + "."
-	switch {
-	case v == verdictGone:
-		return "This workspace was deleted."
-	case v == verdictError:
-		reason := "unknown"
-		if ws.ErrorReason != nil {
-			reason = *ws.ErrorReason
-		}
-		return "This workspace failed (" + reason + "). Reload the window for details."
-	case ws.DesiredState == workspace.DesiredArchived || v == verdictArchived:
-		return "This workspace was archived. " + used + " Reload the window to restore it."
-	case ws.DesiredState == workspace.DesiredStandby:
-		return "This workspace was stopped. " + used + " Reload the window to start it again."
-	}
-	// Wanted running but not up: a new run, which this window's session
-	// is not part of.
-	return "This workspace is starting again; the session of this window has ended. Reload the window to open it."
 }
 
 // ago is a rounded time in the past for people.

@@ -3,7 +3,6 @@ package proxy
 import (
 	"encoding/binary"
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,43 +24,52 @@ func TestVSCodeRefusal(t *testing.T) {
 	}
 }
 
-func TestRefusalReason(t *testing.T) {
+func TestNoticeFor(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	reason := "ImagePullFailed"
-	row := func(desired workspace.DesiredState, idle time.Duration) workspace.Workspace {
-		return workspace.Workspace{DesiredState: desired, LastAccessAt: now.Add(-idle)}
+	row := func(phase workspace.Phase, desired workspace.DesiredState, by workspace.Cause, asked, idle time.Duration) workspace.Workspace {
+		at := now.Add(-asked)
+		return workspace.Workspace{Phase: phase, DesiredState: desired, Operation: workspace.OpNone, DesiredBy: by, DesiredAt: &at, LastAccessAt: now.Add(-idle)}
 	}
-	failed := row(workspace.DesiredRunning, time.Minute)
+	failed := row(workspace.PhaseError, workspace.DesiredRunning, workspace.CauseUser, time.Minute, time.Minute)
 	failed.ErrorReason = &reason
+	moving := row(workspace.PhaseStandby, workspace.DesiredRunning, workspace.CauseUser, time.Minute, time.Minute)
+	moving.Operation = workspace.OpArchiving
+	moving.Conditions = workspace.Conditions{workspace.CondMoving: {Status: workspace.ConditionTrue, Reason: workspace.ReasonMoveLeaving, Message: "moving to another machine: leaving node a"}}
+	away := row(workspace.PhaseStandby, workspace.DesiredRunning, workspace.CauseUser, time.Minute, time.Minute)
+	away.Conditions = workspace.Conditions{workspace.CondVolumeReady: {Status: workspace.ConditionFalse, Reason: workspace.ReasonNodeDown, Message: "unavailable: node a is down"}}
+	stopping := row(workspace.PhaseRunning, workspace.DesiredStandby, workspace.CauseUser, 5*time.Second, time.Minute)
+	stopping.Operation = workspace.OpStopping
 	cases := []struct {
 		name string
 		ws   workspace.Workspace
 		v    verdict
-		want string
+		want notice
 	}{
-		{"stopped", row(workspace.DesiredStandby, 12*time.Minute+10*time.Second), verdictNotStarted,
-			"This workspace was stopped. It was last used 12 minutes ago. Reload the window to start it again."},
-		{"stopping", row(workspace.DesiredStandby, 30*time.Second), verdictStarting,
-			"This workspace was stopped. It was last used less than a minute ago. Reload the window to start it again."},
-		{"archived", row(workspace.DesiredArchived, 50*time.Hour), verdictArchived,
-			"This workspace was archived. It was last used 2 days ago. Reload the window to restore it."},
-		{"archiving", row(workspace.DesiredArchived, 3*time.Hour), verdictStarting,
-			"This workspace was archived. It was last used 3 hours ago. Reload the window to restore it."},
-		{"restarted elsewhere", row(workspace.DesiredRunning, 90*time.Second), verdictStarting,
-			"This workspace is starting again; the session of this window has ended. Reload the window to open it."},
-		{"never started", row(workspace.DesiredStandby, 0), verdictNotStarted,
-			"This workspace was stopped. It was last used less than a minute ago. Reload the window to start it again."},
-		{"failed", failed, verdictError, "This workspace failed (ImagePullFailed). Reload the window for details."},
-		{"failed without a reason", row(workspace.DesiredRunning, 0), verdictError, "This workspace failed (unknown). Reload the window for details."},
-		{"deleted", row(workspace.DesiredRunning, 0), verdictGone, "This workspace was deleted."},
+		{"running", row(workspace.PhaseRunning, workspace.DesiredRunning, workspace.CauseUser, time.Hour, 0), verdictProxy, notice{Running: true}},
+		{"stop asked, not begun", row(workspace.PhaseRunning, workspace.DesiredStandby, workspace.CauseUser, 5*time.Second, time.Minute), verdictProxy,
+			notice{Title: "Stopped", Message: "This workspace was stopped. You stopped it less than a minute ago. Reload the window to start it again."}},
+		{"stopping", stopping, verdictStarting,
+			notice{Title: "Stopped", Message: "This workspace was stopped. You stopped it less than a minute ago. Reload the window to start it again."}},
+		{"idle stop", row(workspace.PhaseStandby, workspace.DesiredStandby, workspace.CauseIdle, 2*time.Minute, 12*time.Minute), verdictNotStarted,
+			notice{Title: "Stopped", Message: "This workspace was stopped. It stopped after 10 minutes without use, 2 minutes ago. Reload the window to start it again."}},
+		{"archived", row(workspace.PhaseArchived, workspace.DesiredArchived, workspace.CauseUser, 50*time.Hour, 51*time.Hour), verdictArchived,
+			notice{Title: "Archived", Message: "This workspace was archived. You archived it 2 days ago. Reload the window to restore it."}},
+		{"restarted elsewhere", row(workspace.PhaseStandby, workspace.DesiredRunning, workspace.CauseUser, 90*time.Second, 90*time.Second), verdictStarting,
+			notice{Title: "Restarting", Message: "This workspace is starting again; the session of this window has ended. Reload the window to open it."}},
+		{"moving", moving, verdictStarting,
+			notice{Title: "Moving to another machine", Message: "This workspace is moving to another machine (moving to another machine: leaving node a). Reload the window to open it there."}},
+		{"node away", away, verdictStarting,
+			notice{Title: "Unavailable", Message: "This workspace's files are on a machine that cannot serve them right now (unavailable: node a is down). Nothing is lost."}},
+		{"failed", failed, verdictError, notice{Title: "Failed", Message: "This workspace failed (ImagePullFailed). Reload the window for details."}},
+		{"failed without a reason", row(workspace.PhaseError, workspace.DesiredRunning, workspace.CauseUser, 0, 0), verdictError,
+			notice{Title: "Failed", Message: "This workspace failed (unknown). Reload the window for details."}},
+		{"deleted", workspace.Workspace{}, verdictGone, notice{Title: "Deleted", Message: "This workspace was deleted."}},
 	}
 	for _, tc := range cases {
-		if got := refusalReason(tc.ws, tc.v, now); got != tc.want {
-			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		if got := noticeFor(tc.ws, tc.v, now); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
-	}
-	if got := refusalReason(row(workspace.DesiredStandby, 90*time.Second), verdictNotStarted, now); !strings.Contains(got, "1 minute ago") {
-		t.Errorf("a minute and a half: %q", got)
 	}
 }
 
