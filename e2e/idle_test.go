@@ -53,11 +53,37 @@ func TestBrowserIdle(t *testing.T) {
 			return err
 		})
 		t.Logf("the workbench reported its user idle %s after it opened", idleAt.Sub(wb.opened).Round(time.Second))
+		// The owner's dashboard, in a tab of its own, says when it stops:
+		// the card's line and, on hover, the exact time.
+		dash, closeDash := chromedp.NewContext(wb.ctx)
+		defer closeDash()
+		// The tab lives as long as the context of its first action.
+		if err := chromedp.Do(dash); err != nil {
+			t.Fatalf("open a dashboard tab: %v", err)
+		}
+		card := cardSelector(wb.id)
+		wb.step("the dashboard shows the workspace", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(dash, time.Minute)
+			defer cancel()
+			return chromedp.Do(ctx, chromedp.Navigate(srv.url+"/"), chromedp.WaitVisible(`article[data-id="`+wb.id+`"] .timers`))
+		})
+		dashboardStop := func() (said string, at time.Time) {
+			ctx, cancel := context.WithTimeout(dash, 10*time.Second)
+			defer cancel()
+			timers := card + `.querySelector(".timers")`
+			said, _ = chromedp.Run(ctx, chromedp.Evaluate[string](timers+`.textContent`))
+			ms, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`Date.parse((`+timers+`.title.split("\n").find(l => l.startsWith("Stops ")) || "").slice(6)) || 0`))
+			if err != nil || ms == 0 {
+				return said, time.Time{}
+			}
+			return said, time.UnixMilli(int64(ms))
+		}
 		// Idle means standby_ttl past the last mark, judged at the next runner
 		// pass from marks flushed at most one flush interval late.
 		deadline := idleAt.Add(idleStandbyTTL + activity.FlushInterval + idleTTLInterval + stopAllowance)
-		var stopAsked time.Time
+		var stopAsked, shown time.Time
 		var promised *time.Time
+		var said string
 		wb.step("the workspace stops", func(ctx context.Context) error {
 			return waitUntil(ctx, time.Until(deadline), func() bool {
 				ws := wb.get()
@@ -66,18 +92,28 @@ func TestBrowserIdle(t *testing.T) {
 				}
 				if stopAsked.IsZero() {
 					promised = ws.StopsAt
+					said, shown = dashboardStop()
 				}
 				return ws.Phase == "STANDBY" && ws.Operation == "NONE"
 			})
 		})
-		// The API said when it would stop; the runner asks for the stop at
-		// its first pass after that.
+		// The API and the dashboard said when it would stop; the runner
+		// asks for the stop at its first pass after that.
 		if promised == nil {
 			t.Fatal("the API gave no stops_at before the stop")
 		}
-		t.Logf("stops_at said %s, stop asked at %s", promised.Format(time.TimeOnly), stopAsked.Format(time.TimeOnly))
-		if stopAsked.Before(promised.Add(-time.Second)) || stopAsked.After(promised.Add(idleTTLInterval+5*time.Second)) {
-			t.Errorf("stop asked at %s; stops_at said %s", stopAsked.Format(time.TimeOnly), promised.Format(time.TimeOnly))
+		if shown.IsZero() {
+			t.Fatalf("the dashboard showed no stop time before the stop (its line: %q)", said)
+		}
+		t.Logf("stops_at said %s, the dashboard %q and, on hover, %s; stop asked at %s", promised.Format(time.TimeOnly),
+			said, shown.Format(time.TimeOnly), stopAsked.Format(time.TimeOnly))
+		for who, at := range map[string]time.Time{"the API's stops_at": *promised, "the dashboard": shown} {
+			if stopAsked.Before(at.Add(-time.Second)) || stopAsked.After(at.Add(idleTTLInterval+5*time.Second)) {
+				t.Errorf("stop asked at %s; %s said %s", stopAsked.Format(time.TimeOnly), who, at.Format(time.TimeOnly))
+			}
+		}
+		if !strings.Contains(said, "tops in under a minute if unused") {
+			t.Errorf("the dashboard's line just before the stop: %q", said)
 		}
 		t.Logf("stop asked %s after the workbench reported its user idle, STANDBY %s after",
 			stopAsked.Sub(idleAt).Round(time.Second), time.Since(idleAt).Round(time.Second))
@@ -109,6 +145,11 @@ func TestBrowserIdle(t *testing.T) {
 		// before that is never reported.
 		time.Sleep(20 * time.Second)
 		wb.api.setDesired(wb.id, "STANDBY")
+		// CodeHub's bar says why, from the moment the stop is asked.
+		wb.step("the workbench says who stopped it", func(ctx context.Context) error {
+			return wb.waitJS(ctx, 30*time.Second, `(n => n && n.innerText.includes("Stopped") &&
+				n.innerText.includes("You stopped it") && n.innerText.includes("Reload"))(document.getElementById("codehub-notice"))`)
+		})
 		wb.api.settle(wb.id, "STANDBY", time.Now())
 		wb.step("the workbench is told why and stops reconnecting", func(ctx context.Context) error {
 			select {
