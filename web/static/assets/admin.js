@@ -138,6 +138,9 @@ async function loadAllWorkspaces(more) {
     cell(row, username(ws.owner_id));
     cell(row, ws.phase, ws.error_message || "");
     cell(row, ws.desired_state);
+    const volume = ws.conditions && ws.conditions["storage.volume_ready"];
+    const moving = ws.conditions && ws.conditions["storage.moving"];
+    cell(row, (volume && volume.node) || "—", [volume && volume.message, moving && moving.message].filter(Boolean).join("\n"));
     cell(row, relTime(ws.last_access_at), exactTime(ws.last_access_at));
     cell(row, relTime(ws.created_at), exactTime(ws.created_at));
   }
