@@ -256,3 +256,69 @@ func TestAdminWorkspacesFilteredByState(t *testing.T) {
 		t.Errorf("unknown state: %d %s", res.StatusCode, res.Body)
 	}
 }
+
+// TestAdminStopsAWorkspace: an administrator stops and archives another
+// user's workspace, the owner is told an administrator did, the audit log
+// has it under the administrator's name, and nothing else gets through:
+// a non-administrator, a start, a bad body, an unknown workspace.
+func TestAdminStopsAWorkspace(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	root := env.CreateUser("root", true)
+	alice := env.CreateUser("alice", false)
+	ac, c := env.Login(root), env.Login(alice)
+	validate(t, ac)
+	validate(t, c)
+	w := env.CreateWorkspace(alice, "dev")
+	env.SetPhase(w.ID, workspace.PhaseRunning, workspace.OpNone)
+	path := "/api/v1/admin/workspaces/" + w.ID
+
+	if res := env.Do(c, "PATCH", path, map[string]string{"desired_state": "STANDBY"}); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("the owner through the admin API: %d %s", res.StatusCode, res.Body)
+	}
+	for name, body := range map[string]any{
+		"a start":       map[string]string{"desired_state": "RUNNING"},
+		"no state":      map[string]string{},
+		"unknown state": map[string]string{"desired_state": "PAUSED"},
+		"another field": map[string]string{"desired_state": "STANDBY", "name": "x"},
+	} {
+		if res := env.Do(ac, "PATCH", path, body); res.StatusCode != http.StatusBadRequest || (res.ErrorCode() != "INVALID_INPUT" && res.ErrorCode() != "INVALID_JSON") {
+			t.Errorf("%s: %d %s", name, res.StatusCode, res.Body)
+		}
+	}
+	if got := env.Workspace(w.ID); got.DesiredState != workspace.DesiredRunning || got.DesiredBy != workspace.CauseUser {
+		t.Fatalf("refused requests changed the workspace: %s by %s", got.DesiredState, got.DesiredBy)
+	}
+	if res := env.Do(ac, "PATCH", "/api/v1/admin/workspaces/01jz0000000000000000000000", map[string]string{"desired_state": "STANDBY"}); res.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown workspace: %d %s", res.StatusCode, res.Body)
+	}
+
+	var got struct {
+		DesiredState string     `json:"desired_state"`
+		DesiredBy    string     `json:"desired_by"`
+		DesiredAt    *time.Time `json:"desired_at"`
+	}
+	res := env.Do(ac, "PATCH", path, map[string]string{"desired_state": "STANDBY"})
+	res.Decode(t, &got)
+	if res.StatusCode != http.StatusOK || got.DesiredState != "STANDBY" || got.DesiredBy != "admin" {
+		t.Fatalf("stop: %d %s", res.StatusCode, res.Body)
+	}
+	env.Do(c, "GET", "/api/v1/workspaces/"+w.ID, nil).Decode(t, &got)
+	if got.DesiredBy != "admin" || got.DesiredAt == nil {
+		t.Fatalf("the owner sees desired_by %q at %v", got.DesiredBy, got.DesiredAt)
+	}
+	env.SetPhase(w.ID, workspace.PhaseStandby, workspace.OpNone)
+	if res := env.Do(ac, "PATCH", path, map[string]string{"desired_state": "ARCHIVED"}); res.StatusCode != http.StatusOK {
+		t.Fatalf("archive: %d %s", res.StatusCode, res.Body)
+	}
+
+	var trail auditJSON
+	env.Do(ac, "GET", "/api/v1/admin/audit?workspace_id="+w.ID, nil).Decode(t, &trail)
+	if got, want := trail.actions(), []string{"workspace.archive:success", "workspace.stop:success"}; fmt.Sprint(got[:2]) != fmt.Sprint(want) {
+		t.Errorf("audit trail %q, want %q first", got, want)
+	}
+	for _, e := range trail.Events[:2] {
+		if e.Actor.UserID != root.ID {
+			t.Errorf("event %+v not the administrator's", e)
+		}
+	}
+}

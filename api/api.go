@@ -190,6 +190,7 @@ const (
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
 	routeAdminRecover = "POST /api/v1/admin/workspaces/{id}/recover"
+	routeAdminDesired = "PATCH /api/v1/admin/workspaces/{id}"
 	routeAdminNodes   = "GET /api/v1/admin/nodes"
 	routeEvacuate     = "POST /api/v1/admin/nodes/{node}/evacuate"
 	routeEvacuateStop = "DELETE /api/v1/admin/nodes/{node}/evacuate"
@@ -225,6 +226,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeProgress:  s.getProgress,
 		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
+		routeAdminDesired: s.adminSetDesired,
 		routeAdminNodes: s.listNodes, routeEvacuate: s.evacuateNode, routeEvacuateStop: s.cancelEvacuation,
 		routeElsewhere: s.restoreElsewhere,
 		routeEvents:    s.events, routeOpenAPI: serveOpenAPI,

@@ -556,6 +556,54 @@ func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// adminSetDesired lets an administrator stop or archive any workspace
+// (to free a node, or the resources of someone who left it running). It
+// never starts one: that would spend the owner's running limit. The owner
+// sees that an administrator did it (desired_by "admin").
+func (s *Server) adminSetDesired(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireAdmin(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		DesiredState *string `json:"desired_state"`
+	}
+	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
+		WriteError(w, e)
+		return
+	}
+	var desired workspace.DesiredState
+	if req.DesiredState != nil {
+		desired = workspace.DesiredState(*req.DesiredState)
+	}
+	if desired != workspace.DesiredStandby && desired != workspace.DesiredArchived {
+		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "desired_state",
+			Message: "desired_state: must be STANDBY or ARCHIVED"})
+		return
+	}
+	id := r.PathValue("id")
+	if !proxy.ValidID(id) {
+		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "workspace not found"))
+		return
+	}
+	before, err := s.workspaces.Get(r.Context(), id)
+	if err != nil {
+		WriteError(w, serviceError(s.logger, err))
+		return
+	}
+	action := desiredAction(before, desired)
+	ws, err := s.workspaces.SetDesired(r.Context(), id, desired, workspace.CauseAdmin)
+	if err != nil {
+		e := serviceError(s.logger, err)
+		s.recordWorkspace(r, sess, action, before, e)
+		WriteError(w, e)
+		return
+	}
+	s.recordWorkspace(r, sess, action, ws, nil)
+	s.logger.Info("workspace desired state set by admin", "workspace_id", id, "desired", desired, "admin", sess.Username)
+	writeJSON(w, http.StatusOK, s.view(ws))
+}
+
 func (s *Server) recoverWorkspace(w http.ResponseWriter, r *http.Request) {
 	sess, ok := s.requireAdmin(w, r)
 	if !ok {

@@ -100,6 +100,10 @@ func TestStoppedWords(t *testing.T) {
 			"It has not been started yet."},
 		{"no time recorded", row(workspace.PhaseStandby, workspace.DesiredStandby, workspace.CauseUser, nil, time.Hour),
 			"You stopped it."},
+		{"stopped by an administrator", row(workspace.PhaseStandby, workspace.DesiredStandby, workspace.CauseAdmin, at(2*time.Minute), time.Hour),
+			"An administrator stopped it 2 minutes ago."},
+		{"archived by an administrator", row(workspace.PhaseArchived, workspace.DesiredArchived, workspace.CauseAdmin, at(2*time.Hour), 3*time.Hour),
+			"An administrator archived it 2 hours ago."},
 		{"stopped by a schedule", row(workspace.PhaseStandby, workspace.DesiredStandby, workspace.CauseSchedule, at(3*time.Hour), 3*time.Hour),
 			"It was stopped 3 hours ago."},
 	}

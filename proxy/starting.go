@@ -108,6 +108,10 @@ func stoppedWords(ws workspace.Workspace, now time.Time) string {
 		return "You archived it" + when + "."
 	case ws.DesiredBy == workspace.CauseUser:
 		return "You stopped it" + when + "."
+	case ws.DesiredBy == workspace.CauseAdmin && archived:
+		return "An administrator archived it" + when + "."
+	case ws.DesiredBy == workspace.CauseAdmin:
+		return "An administrator stopped it" + when + "."
 	case archived:
 		return "It was archived" + when + "."
 	}

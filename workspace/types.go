@@ -38,6 +38,9 @@ const (
 	CauseIdle Cause = "idle"
 	// CauseSchedule: the owner's autostart schedule.
 	CauseSchedule Cause = "schedule"
+	// CauseAdmin: an administrator stopped or archived another user's
+	// workspace.
+	CauseAdmin Cause = "admin"
 )
 
 // Operation is the single in-flight transition of a workspace.

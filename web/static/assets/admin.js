@@ -143,9 +143,31 @@ async function loadAllWorkspaces(more) {
     cell(row, (volume && volume.node) || "—", [volume && volume.message, moving && moving.message].filter(Boolean).join("\n"));
     cell(row, relTime(ws.last_access_at), exactTime(ws.last_access_at));
     cell(row, relTime(ws.created_at), exactTime(ws.created_at));
+    row.dataset.id = ws.id;
+    const actions = row.insertCell();
+    if (ws.phase === "ERROR" || ws.phase === "DELETING") continue;
+    if (ws.desired_state === "RUNNING") {
+      actions.append(smallButton("Stop", () => setDesired(ws, "STANDBY", "stop")));
+    }
+    if (ws.desired_state !== "ARCHIVED") {
+      actions.append(smallButton("Archive", () => setDesired(ws, "ARCHIVED", "archive")));
+    }
   }
   adminState.wsNext = page.next;
   $("all-ws-more").hidden = !page.next;
+}
+
+// setDesired stops or archives another user's workspace, after asking:
+// its owner loses the open terminals and editors of a running one.
+async function setDesired(ws, desired, verb) {
+  if (!confirm(`${verb[0].toUpperCase() + verb.slice(1)} ${ws.name} of ${username(ws.owner_id)}? They will see that an administrator did.`)) return;
+  try {
+    await api("PATCH", `/api/v1/admin/workspaces/${ws.id}`, { desired_state: desired });
+    toast(`${ws.name}: asked to ${verb}.`);
+    await loadAllWorkspaces(false);
+  } catch (err) {
+    toast(err.message);
+  }
 }
 
 // ---------- Audit log ----------

@@ -243,7 +243,7 @@ function timers(ws) {
         ? `${what} after ${duration(ws.archive_ttl_seconds)} stopped`
         : `${what} after ${duration(ws.standby_ttl_seconds)} unused`);
     } else {
-      said.push(`${what} by you`);
+      said.push(`${what} by ${ws.desired_by === "admin" ? "an administrator" : "you"}`);
     }
     exact.push(`${what} ${new Date(Date.parse(ws.desired_at)).toLocaleString()}`);
   }
