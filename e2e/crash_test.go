@@ -202,12 +202,8 @@ func checkHomeFiles(t *testing.T, id, home string, want map[string][]byte) {
 // or is empty.
 func liveJob(t *testing.T, agent *nomadtest.Agent, ids []string, kind string) string {
 	t.Helper()
-	list, _, err := agent.Client.Jobs().List(&api.QueryOptions{Prefix: "ws-"})
-	if err != nil {
-		t.Fatalf("list jobs: %v", err)
-	}
-	for _, j := range list {
-		for _, id := range ids {
+	for _, id := range ids {
+		for _, j := range jobs(t, agent, id) {
 			if j.ID == "ws-"+id+"-"+kind && !j.Stop && j.Status != "dead" {
 				return j.ID
 			}
