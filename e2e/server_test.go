@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,6 +64,9 @@ type serverConfig struct {
 	// and standbyTTL how long a workspace may be idle (added to the
 	// workspace block); the defaults if empty.
 	ttlInterval, standbyTTL string
+	// coordinator holds more settings of the coordinator block, one per
+	// line.
+	coordinator string
 }
 
 // localConfig is a single-machine server on this test's own database, Redis
@@ -82,21 +86,55 @@ type server struct {
 	url     string
 	dataDir string
 	logPath string
+	cfgPath string
+	// running is the `codehub server` process, nil while none runs.
+	running *serverProcess
 }
 
-// startServer builds codehub (unless given one) and runs `codehub server`
-// with the single-machine backend on a free loopback port.
+type serverProcess struct {
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+// codehubBuild is the codehub binary built once for every test of the run;
+// TestMain removes its directory.
+var codehubBuild struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// codehubBinary is the prebuilt codehub the variable names, or else one
+// built from this checkout, once per test run.
+func codehubBinary(t testing.TB) string {
+	t.Helper()
+	if bin := os.Getenv(envCodehubBinary); bin != "" {
+		return bin
+	}
+	codehubBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "codehub-e2e-bin-")
+		if err != nil {
+			codehubBuild.err = err
+			return
+		}
+		codehubBuild.dir, codehubBuild.path = dir, filepath.Join(dir, "codehub")
+		if out, err := exec.Command("go", "build", "-o", codehubBuild.path, "../cmd/codehub").CombinedOutput(); err != nil {
+			codehubBuild.err = fmt.Errorf("%w\n%s", err, out)
+		}
+	})
+	if codehubBuild.err != nil {
+		t.Fatalf("build codehub: %v", codehubBuild.err)
+	}
+	return codehubBuild.path
+}
+
+// startServer runs `codehub server` from a configuration file on a free
+// loopback port (the single-machine backend unless cfg says otherwise);
+// the test's end stops it.
 func startServer(t testing.TB, cfg serverConfig) *server {
 	t.Helper()
 	dir := t.TempDir()
-	bin := os.Getenv(envCodehubBinary)
-	if bin == "" {
-		bin = filepath.Join(dir, "codehub")
-		build := exec.Command("go", "build", "-o", bin, "../cmd/codehub")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build codehub: %v\n%s", err, out)
-		}
-	}
 	port := cfg.port
 	if port == 0 {
 		port = testenv.FreePort(t)
@@ -106,35 +144,17 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 		host = "127.0.0.1"
 	}
 	srv := &server{
-		bin:     bin,
+		bin:     codehubBinary(t),
 		url:     fmt.Sprintf("http://%s:%d", host, port),
 		dataDir: filepath.Join(dir, "data"),
 		logPath: filepath.Join(dir, "server.log"),
+		cfgPath: filepath.Join(dir, "codehub.hcl"),
 	}
-	cfgPath := filepath.Join(dir, "codehub.hcl")
-	if err := os.WriteFile(cfgPath, []byte(renderConfig(srv, port, cfg)), 0o600); err != nil {
+	if err := os.WriteFile(srv.cfgPath, []byte(renderConfig(srv, port, cfg)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.Create(srv.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "server", "-config", cfgPath)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start codehub server: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logFile.Close()
+		srv.stop()
 		// Workspaces outlive codehub by design; a failed run must not
 		// leave code-server processes behind. (Nomad's end with its agent.)
 		if cfg.backend == "" {
@@ -144,24 +164,85 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 			t.Logf("server log (%s):\n%s", srv.logPath, tail(srv.logPath, 80))
 		}
 	})
+	srv.start(t)
+	return srv
+}
+
+// start runs `codehub server -config` (again, after kill, with the same
+// configuration) and waits until it answers its health check. Every run
+// appends to the same log.
+func (srv *server) start(t testing.TB) {
+	t.Helper()
+	if srv.running != nil {
+		t.Fatal("codehub server is running already")
+	}
+	logFile, err := os.OpenFile(srv.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(srv.bin, "server", "-config", srv.cfgPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("start codehub server: %v", err)
+	}
+	p := &serverProcess{cmd: cmd, exited: make(chan error, 1)}
+	go func() {
+		err := cmd.Wait()
+		logFile.Close()
+		p.exited <- err
+	}()
+	srv.running = p
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
 		if resp, err := http.Get(srv.url + "/api/v1/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return srv
+				return
 			}
 		}
 		select {
-		case err := <-exited:
-			exited <- err
+		case err := <-p.exited:
+			p.exited <- err
 			t.Fatalf("codehub server exited: %v\n%s", err, tail(srv.logPath, 80))
 		case <-ctx.Done():
 			t.Fatalf("codehub server never became healthy\n%s", tail(srv.logPath, 80))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// stop ends the running server as an operator does (SIGTERM), with
+// SIGKILL after 20 s, and waits for it.
+func (srv *server) stop() {
+	p := srv.running
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	srv.running = nil
+}
+
+// kill ends the running server with SIGKILL, as a crash or `kill -9` does:
+// it gets no chance to finish anything or release anything.
+func (srv *server) kill(t testing.TB) {
+	t.Helper()
+	p := srv.running
+	if p == nil {
+		t.Fatal("no codehub server to kill")
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill codehub server: %v", err)
+	}
+	<-p.exited
+	srv.running = nil
 }
 
 func stopLocalWorkspaces(t testing.TB, dataDir, codeServer string) {
@@ -191,9 +272,9 @@ func renderConfig(srv *server, port int, cfg serverConfig) string {
 	if maxRunning == 0 {
 		maxRunning = 1
 	}
-	ttlInterval := ""
+	coordinator := cfg.coordinator
 	if cfg.ttlInterval != "" {
-		ttlInterval = fmt.Sprintf("  ttl_interval    = %q\n", cfg.ttlInterval)
+		coordinator += fmt.Sprintf("  ttl_interval    = %q\n", cfg.ttlInterval)
 	}
 	workspace := cfg.workspace
 	if cfg.standbyTTL != "" {
@@ -234,7 +315,7 @@ auth {
   }
 %s}
 `, port, srv.url, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
-		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, ttlInterval, adminPassword, cfg.oidc)
+		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, coordinator, adminPassword, cfg.oidc)
 }
 
 func tail(path string, lines int) string {
