@@ -144,7 +144,7 @@ func TestNomadFleetEvacuateKilled(t *testing.T) {
 			t.Errorf("workspace %s in S3: %d complete and %d incomplete archives, want one complete", id, len(list.Complete), len(list.Incomplete))
 		}
 	}
-	openWorkbench(t, c, running, volumePath(t, agent, running))
+	openWorkbench(t, c, apiWorkspace{ID: running, Name: "running"}, volumePath(t, agent, running))
 	if as := archives(t, c, archived); len(as) != 1 || as[0].ID != archivedBefore[0].ID || !as[0].Current {
 		t.Errorf("the archived workspace's archives changed: %+v, before %+v", as, archivedBefore)
 	}
