@@ -25,9 +25,12 @@ log() { printf 'run: %s\n' "$*" >&2; }
 # sample_repo makes, once, the bare repository the "sample" template clones
 # into a new workspace's home, beside the homes so the workspace user can
 # read it; it belongs to that user, since git refuses repositories of
-# others. It prints the repository's path.
+# others. It prints the repository's path, whose last part names the
+# folder the clone gets in the home ("sample").
 sample_repo() {
-	local repo=$1.sample-repo.git work
+	local repo=$1.repos/sample.git work
+	# Runs before this one kept it under a name the clone's folder took.
+	rm -rf "$1.sample-repo.git"
 	if [ ! -d "$repo" ]; then
 		work=$(mktemp -d)
 		printf '# Sample\n\nCloned by CodeHub at this workspace'"'"'s first start.\n' >"$work/README.md"
