@@ -52,7 +52,7 @@ func TestBrowserAdminStopsAWorkspace(t *testing.T) {
 	})
 	t.Logf("admin list: %s", b.screenshot("admin list"))
 	b.step("stop it from the list", func(ctx context.Context) error {
-		return b.acceptDialogsWhile(ctx, func() error {
+		return b.acceptDialogsWhile(ctx, "e2e-left-running", func() error {
 			if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`[...`+row+`.querySelectorAll("button")].find(b => b.textContent === "Stop").click() || true`)); err != nil {
 				return err
 			}

@@ -365,10 +365,10 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	})
 
 	b.step("delete", func(ctx context.Context) error {
-		if err := b.acceptDialogsWhile(ctx, func() error { return b.clickAction(ctx, two, "delete") }); err != nil {
+		if err := b.acceptDialogsWhile(ctx, "e2e", func() error { return b.clickAction(ctx, two, "delete") }); err != nil {
 			return err
 		}
-		if err := b.acceptDialogsWhile(ctx, func() error { return b.clickAction(ctx, id, "delete") }); err != nil {
+		if err := b.acceptDialogsWhile(ctx, "e2e", func() error { return b.clickAction(ctx, id, "delete") }); err != nil {
 			return err
 		}
 		if err := b.waitJS(ctx, time.Minute, `!`+cardSelector(id)); err != nil {
@@ -687,9 +687,9 @@ func (b *browser) openWorkbench(ctx context.Context, id string, checkSocket bool
 	return errors.New("event stream ended")
 }
 
-// acceptDialogsWhile accepts every JavaScript dialog (the delete
-// confirmation) that opens while fn runs.
-func (b *browser) acceptDialogsWhile(ctx context.Context, fn func() error) error {
+// acceptDialogsWhile accepts every JavaScript dialog (a confirmation)
+// that opens while fn runs; one of them must name what it asks about.
+func (b *browser) acceptDialogsWhile(ctx context.Context, naming string, fn func() error) error {
 	dctx, cancel := context.WithCancel(ctx)
 	dialogs := chromedp.Events(dctx, page.JavascriptDialogOpening)
 	var wg sync.WaitGroup
@@ -710,8 +710,8 @@ func (b *browser) acceptDialogsWhile(ctx context.Context, fn func() error) error
 	err := fn()
 	cancel()
 	wg.Wait()
-	if err == nil && !strings.Contains(accepted.String(), "e2e") {
-		err = fmt.Errorf("delete asked no confirmation naming the workspace (dialogs: %q)", accepted.String())
+	if err == nil && !strings.Contains(accepted.String(), naming) {
+		err = fmt.Errorf("no confirmation named %q (dialogs: %q)", naming, accepted.String())
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"io"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/codehub-io/codehub/internal/nomadtest"
 )
@@ -23,13 +26,14 @@ type apiNode struct {
 	} `json:"evacuation"`
 }
 
-// TestNomadFleetEvacuate is an operator's evacuation of a node, through
-// the REST API of a server started from its configuration file, on a
-// loopback cluster of two clients with the real code-server: a running and
-// a stopped workspace on node-a move to node-b with their files, the
-// running one's user sees the "moving to another machine" page meanwhile,
-// and the node listing shows node-a empty.
+// TestNomadFleetEvacuate is an operator's evacuation of a node, on the
+// dashboard's Nodes page of a server started from its configuration file,
+// on a loopback cluster of two clients with the real code-server: a
+// running and a stopped workspace on node-a move to node-b with their
+// files, the running one's user sees the "moving to another machine" page
+// meanwhile, and the node listing (API and page) shows node-a empty.
 func TestNomadFleetEvacuate(t *testing.T) {
+	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
 	cluster := nomadtest.StartCluster(t, "node-a", "node-b")
 	agent := &nomadtest.Agent{Addr: cluster.Addr, Client: cluster.Client}
 	srv := startServer(t, nomadConfig(t, agent))
@@ -65,10 +69,25 @@ func TestNomadFleetEvacuate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var node apiNode
-	if code := c.do("POST", "/api/v1/admin/nodes/node-a/evacuate", nil, &node); code != http.StatusOK || node.Evacuation == nil || node.Homes != 2 {
-		t.Fatalf("evacuate: %d %+v", code, node)
-	}
+	br := newBrowser(t, chromium, srv)
+	br.step("log in", br.logIn(srv.url+"/", "app-view"))
+	nodeRow := `document.querySelector('#nodes-body tr[data-node="node-a"]')`
+	br.step("the Nodes page lists node-a's two homes", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#admin-nav a[href="/admin/nodes"]`)), chromedp.WaitVisible(chromedp.ID("admin-nodes"))); err != nil {
+			return err
+		}
+		return br.waitJS(ctx, 30*time.Second, `(r => r && r.cells[1].textContent === "ready" && r.cells[3].textContent === "2" &&
+			["`+running+`", "`+stopped+`"].every(id => document.querySelector('#nodes-body tr[data-workspace="' + id + '"]')))(`+nodeRow+`)`)
+	})
+	t.Logf("nodes page: %s", br.screenshot("nodes before"))
+	br.step("evacuate node-a from the page", func(ctx context.Context) error {
+		return br.acceptDialogsWhile(ctx, "node-a", func() error {
+			if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`[...`+nodeRow+`.querySelectorAll("button")].find(b => b.textContent === "Evacuate").click() || true`)); err != nil {
+				return err
+			}
+			return br.waitJS(ctx, 30*time.Second, `(r => r && r.cells[5].textContent.startsWith("asked by admin"))(`+nodeRow+`)`)
+		})
+	})
 	sawMoving := false
 	nomadtest.Eventually(t, 5*time.Minute, "node-a empty", func() bool {
 		resp := browserGet(t, c, "/w/"+running+"/")
@@ -93,6 +112,10 @@ func TestNomadFleetEvacuate(t *testing.T) {
 	if !sawMoving {
 		t.Error("the running workspace's user never saw the moving page")
 	}
+	br.step("the Nodes page shows node-a empty", func(ctx context.Context) error {
+		return br.waitJS(ctx, 30*time.Second, `(r => r && r.cells[3].textContent === "0")(`+nodeRow+`)`)
+	})
+	t.Logf("nodes page: %s", br.screenshot("nodes after"))
 	c.settle(running, "RUNNING", time.Now())
 	c.settle(stopped, "STANDBY", time.Now())
 	for _, id := range []string{running, stopped} {

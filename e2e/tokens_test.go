@@ -126,7 +126,7 @@ func TestBrowserCLILoginAndTokens(t *testing.T) {
 		return b.waitJS(ctx, 10*time.Second, `document.getElementById("token-secret-box").hidden && !document.body.innerText.includes(`+jsString(secret)+`)`)
 	})
 	b.step("revoke it", func(ctx context.Context) error {
-		return b.acceptDialogsWhile(ctx, func() error {
+		return b.acceptDialogsWhile(ctx, "e2e script", func() error {
 			row := `[...document.querySelectorAll("#token-rows tr")].find(r => r.innerText.includes("e2e script"))`
 			if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(r => { r.querySelector(".act-revoke").click(); return true; })(`+row+`)`)); err != nil {
 				return err

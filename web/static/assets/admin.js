@@ -1,13 +1,15 @@
-// CodeHub dashboard, admin pages: users, every workspace, the audit log.
+// CodeHub dashboard, admin pages: users, every workspace, the nodes, the
+// audit log.
 // It uses app.js's helpers ($, api, APIError, toast, relTime, exactTime).
 "use strict";
 
-const adminPages = new Set(["/admin/users", "/admin/workspaces", "/admin/audit"]);
+const adminPages = new Set(["/admin/users", "/admin/workspaces", "/admin/nodes", "/admin/audit"]);
 
 const adminState = {
   users: [],           // from /api/v1/admin/users
   wsNext: null,        // next page of the workspace list
   auditNext: null,     // next page of the audit log
+  nodesTimer: 0,       // refreshes the nodes page while it shows
 };
 
 // showView shows the home page ("/") or one admin page.
@@ -17,6 +19,10 @@ function showView(path) {
   $("admin-view").hidden = !admin;
   $("admin-users").hidden = path !== "/admin/users";
   $("admin-workspaces").hidden = path !== "/admin/workspaces";
+  $("admin-nodes").hidden = path !== "/admin/nodes";
+  clearInterval(adminState.nodesTimer);
+  // Homes move while the page shows: follow them.
+  if (path === "/admin/nodes") adminState.nodesTimer = setInterval(loadNodes, 5000);
   $("admin-audit").hidden = path !== "/admin/audit";
   for (const a of $("admin-nav").querySelectorAll("a")) {
     if (a.getAttribute("href") === path) a.setAttribute("aria-current", "page");
@@ -26,6 +32,7 @@ function showView(path) {
   loadUsers().then(() => {
     if (path === "/admin/users") renderUsers();
     if (path === "/admin/workspaces") loadAllWorkspaces(false);
+    if (path === "/admin/nodes") loadNodes();
     if (path === "/admin/audit") loadAudit(false);
   }).catch((err) => toast(err.message));
 }
@@ -168,6 +175,74 @@ async function setDesired(ws, desired, verb) {
   } catch (err) {
     toast(err.message);
   }
+}
+
+// ---------- Nodes ----------
+
+function bytes(n) {
+  if (n == null) return "not reported";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+// loadNodes lists the nodes with the homes they hold; each home row says
+// its workspace and, while it moves, how far it got.
+async function loadNodes() {
+  const body = $("nodes-body");
+  const note = $("nodes-note");
+  let nodes;
+  try {
+    nodes = (await api("GET", "/api/v1/admin/nodes")).nodes;
+  } catch (err) {
+    body.replaceChildren();
+    note.textContent = err.message;
+    note.hidden = false;
+    return;
+  }
+  note.hidden = true;
+  body.replaceChildren();
+  for (const n of nodes) {
+    const row = body.insertRow();
+    row.dataset.node = n.name;
+    cell(row, n.name, `${n.id}\ndatacenter ${n.datacenter}, pool ${n.node_pool}`);
+    cell(row, n.status);
+    cell(row, n.draining ? "draining" : n.eligible ? "eligible" : "ineligible");
+    cell(row, String(n.homes));
+    cell(row, bytes(n.disk_used_bytes));
+    cell(row, n.evacuation ? `asked by ${n.evacuation.requested_by} ${relTime(n.evacuation.requested_at)}` : "—",
+      n.evacuation ? exactTime(n.evacuation.requested_at) : "");
+    const actions = row.insertCell();
+    actions.append(n.evacuation
+      ? smallButton("Cancel evacuation", () => evacuate(n, false))
+      : smallButton("Evacuate", () => evacuate(n, true)));
+    for (const v of n.volumes) {
+      const home = body.insertRow();
+      home.className = "node-home";
+      home.dataset.workspace = v.workspace_id;
+      const what = v.known ? `${v.workspace_name} (${username(v.owner_id)})` : `no workspace: ${v.workspace_id}`;
+      cell(home, `↳ ${what}`, v.volume_id);
+      cell(home, v.phase || v.state);
+      const moving = v.moving && v.moving.message;
+      const td = cell(home, moving || "");
+      td.colSpan = 5;
+    }
+  }
+}
+
+async function evacuate(n, start) {
+  const ask = start
+    ? `Move every home off ${n.name}? Running workspaces there stop, are archived, and start again on another node.`
+    : `Cancel the evacuation of ${n.name}? Homes already moved stay where they are.`;
+  if (!confirm(ask)) return;
+  try {
+    await api(start ? "POST" : "DELETE", `/api/v1/admin/nodes/${encodeURIComponent(n.id)}/evacuate`);
+    toast(start ? `${n.name}: evacuation asked.` : `${n.name}: evacuation cancelled.`);
+  } catch (err) {
+    toast(err.message);
+  }
+  await loadNodes();
 }
 
 // ---------- Audit log ----------
