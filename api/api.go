@@ -227,7 +227,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeAdminDesired: s.adminSetDesired,
-		routeAdminNodes: s.listNodes, routeEvacuate: s.evacuateNode, routeEvacuateStop: s.cancelEvacuation,
+		routeAdminNodes:   s.listNodes, routeEvacuate: s.evacuateNode, routeEvacuateStop: s.cancelEvacuation,
 		routeElsewhere: s.restoreElsewhere,
 		routeEvents:    s.events, routeOpenAPI: serveOpenAPI,
 		routeTokens: s.listTokens, routeTokenCreate: s.createToken, routeTokenRevoke: s.revokeToken,
