@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/codehub-io/codehub/controller"
-	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -237,9 +236,8 @@ func (s *Server) restoreElsewhere(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	if !proxy.ValidID(id) {
-		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "workspace not found"))
+	id, ok := pathID(w, r, "workspace")
+	if !ok {
 		return
 	}
 	var req restoreElsewhereRequest

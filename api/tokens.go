@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/codehub-io/codehub/audit"
-	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -339,9 +338,8 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	if !proxy.ValidID(id) {
-		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "token not found"))
+	id, ok := pathID(w, r, "token")
+	if !ok {
 		return
 	}
 	err := s.deleteToken(r, s.actor(r, sess), sess.UserID, id)

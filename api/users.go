@@ -11,7 +11,6 @@ import (
 
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/config"
-	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -151,9 +150,8 @@ func (s *Server) adminPatchUser(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
-	id := r.PathValue("id")
-	if !proxy.ValidID(id) {
-		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "user not found"))
+	id, ok := pathID(w, r, "user")
+	if !ok {
 		return
 	}
 	u, err := store.UserByID(r.Context(), s.pool, id)

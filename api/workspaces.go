@@ -379,10 +379,20 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 // ownedWorkspace loads the workspace named by the path for its owner; it
 // answers 404 for malformed, unknown and deleted ids and 403 for another
 // user's workspace.
-func (s *Server) ownedWorkspace(w http.ResponseWriter, r *http.Request, sess store.Session) (workspace.Workspace, bool) {
+// pathID is the {id} of the request's path, or false after a 404 naming
+// what: an id that is no ULID names nothing.
+func pathID(w http.ResponseWriter, r *http.Request, what string) (string, bool) {
 	id := r.PathValue("id")
 	if !proxy.ValidID(id) {
-		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "workspace not found"))
+		WriteError(w, newError(http.StatusNotFound, CodeNotFound, what+" not found"))
+		return "", false
+	}
+	return id, true
+}
+
+func (s *Server) ownedWorkspace(w http.ResponseWriter, r *http.Request, sess store.Session) (workspace.Workspace, bool) {
+	id, ok := pathID(w, r, "workspace")
+	if !ok {
 		return workspace.Workspace{}, false
 	}
 	ws, err := s.workspaces.Get(r.Context(), id)
@@ -581,9 +591,8 @@ func (s *Server) adminSetDesired(w http.ResponseWriter, r *http.Request) {
 			Message: "desired_state: must be STANDBY or ARCHIVED"})
 		return
 	}
-	id := r.PathValue("id")
-	if !proxy.ValidID(id) {
-		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "workspace not found"))
+	id, ok := pathID(w, r, "workspace")
+	if !ok {
 		return
 	}
 	before, err := s.workspaces.Get(r.Context(), id)
@@ -609,9 +618,8 @@ func (s *Server) recoverWorkspace(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	if !proxy.ValidID(id) {
-		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "workspace not found"))
+	id, ok := pathID(w, r, "workspace")
+	if !ok {
 		return
 	}
 	ws, err := s.workspaces.Recover(r.Context(), id)
