@@ -109,3 +109,24 @@ func TestPlanDrainMove(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanDrainMoveCrash: codehub stopped after giving up the volume and
+// before deleting it. The home is the archive's now: the next passes
+// delete the volume (a restore cannot be placed on the drained node) and
+// never take it for a lost home.
+func TestPlanDrainMoveCrash(t *testing.T) {
+	w, obs := drainedHome("run1", "run1")
+	n := Plan(w, obs, ArchiveCheck{}, t0, testCfg).Next
+	deleted := false
+	for range 3 {
+		a := Plan(n, obs, ArchiveCheck{}, t0, testCfg)
+		if a.Next.ErrorReason != nil || a.Next.Phase == workspace.PhaseError {
+			t.Fatalf("error %s after a crash mid-move", deref(a.Next.ErrorReason))
+		}
+		deleted = deleted || slices.Contains(a.Steps, StepDeleteVolume)
+		n = a.Next
+	}
+	if !deleted {
+		t.Fatal("the given-up volume on the drained node is never deleted")
+	}
+}

@@ -173,7 +173,8 @@ func TestE2EFleetNodeLoss(t *testing.T) {
 // the other node in STANDBY with its files. The ARCHIVED one, once opened,
 // is restored there too. The RUNNING one changed since it was last
 // archived (never, here): only the drained node holds it, so it waits,
-// unavailable, named, saying why, never in ERROR and never deleted.
+// unavailable, named, saying why, never in ERROR and never deleted, and
+// the drain completes.
 func TestE2EFleetDrain(t *testing.T) {
 	cfg := shortTimeouts()
 	cfg.BackupInterval = time.Second
@@ -231,6 +232,11 @@ func TestE2EFleetDrain(t *testing.T) {
 	if w.Phase == workspace.PhaseError {
 		t.Error("unsaved home in ERROR")
 	}
+	// The drain itself completes: nothing codehub did keeps it waiting.
+	nomadtest.Eventually(t, 2*time.Minute, "the drain complete", func() bool {
+		n, _, err := f.cluster.Client.Nodes().Info(a.NodeID, nil)
+		return err == nil && n.DrainStrategy == nil
+	})
 }
 
 // restartController replaces the controller with a new one under a new
