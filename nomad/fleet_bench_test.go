@@ -24,15 +24,26 @@ import (
 // time. Run it with
 // -benchtime 1x: each size sets up its own cluster.
 func BenchmarkFleetEvacuate(b *testing.B) {
-	for _, homes := range []int{1, 10, 50} {
+	benchmarkMoves(b, []int{1, 10, 50}, evacuationFixture, "evacuation-s", func(f *fleetHarness, a *nomadtest.ClusterClient) error {
+		_, err := store.StartEvacuation(b.Context(), f.pool, store.Evacuation{NodeID: a.NodeID, NodeName: a.Name, RequestedBy: "bench"})
+		return err
+	})
+}
+
+// benchmarkMoves times, for each number of homes that fixture puts on
+// node-a, from move (which asks for the homes to leave node-a) until the
+// last home is STANDBY on another node with its move recorded, reported
+// as metric.
+func benchmarkMoves(b *testing.B, sizes []int, fixture func(*testing.B, int) (*fleetHarness, []string), metric string, move func(*fleetHarness, *nomadtest.ClusterClient) error) {
+	for _, homes := range sizes {
 		b.Run(fmt.Sprintf("homes=%d", homes), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				f, ids := evacuationFixture(b, homes)
+				f, ids := fixture(b, homes)
 				a := f.cluster.Node(b, "node-a")
 				b.StartTimer()
 				start := time.Now()
-				if _, err := store.StartEvacuation(b.Context(), f.pool, store.Evacuation{NodeID: a.NodeID, NodeName: a.Name, RequestedBy: "bench"}); err != nil {
+				if err := move(f, a); err != nil {
 					b.Fatal(err)
 				}
 				f.tickAllUntil(b, "every home moved", ids, func(w workspace.Workspace) bool {
@@ -41,7 +52,7 @@ func BenchmarkFleetEvacuate(b *testing.B) {
 				})
 				elapsed := time.Since(start)
 				b.StopTimer()
-				b.ReportMetric(elapsed.Seconds(), "evacuation-s")
+				b.ReportMetric(elapsed.Seconds(), metric)
 				b.ReportMetric(elapsed.Seconds()/float64(homes), "s/home")
 			}
 		})
@@ -94,28 +105,10 @@ func evacuationFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 // apart) with the default configuration. Run it with -benchtime 1x: each
 // size sets up its own cluster.
 func BenchmarkFleetDrain(b *testing.B) {
-	for _, homes := range []int{1, 10} {
-		b.Run(fmt.Sprintf("homes=%d", homes), func(b *testing.B) {
-			for range b.N {
-				b.StopTimer()
-				f, ids := drainFixture(b, homes)
-				a := f.cluster.Node(b, "node-a")
-				b.StartTimer()
-				start := time.Now()
-				if _, err := f.cluster.Client.Nodes().UpdateDrain(a.NodeID, &api.DrainSpec{Deadline: 10 * time.Minute}, false, nil); err != nil {
-					b.Fatal(err)
-				}
-				f.tickAllUntil(b, "every home moved", ids, func(w workspace.Workspace) bool {
-					return w.Operation == workspace.OpNone && w.Phase == workspace.PhaseStandby &&
-						w.Conditions[workspace.CondMoving].Reason == workspace.ReasonMoved
-				})
-				elapsed := time.Since(start)
-				b.StopTimer()
-				b.ReportMetric(elapsed.Seconds(), "failover-s")
-				b.ReportMetric(elapsed.Seconds()/float64(homes), "s/home")
-			}
-		})
-	}
+	benchmarkMoves(b, []int{1, 10}, drainFixture, "failover-s", func(f *fleetHarness, a *nomadtest.ClusterClient) error {
+		_, err := f.cluster.Client.Nodes().UpdateDrain(a.NodeID, &api.DrainSpec{Deadline: 10 * time.Minute}, false, nil)
+		return err
+	})
 }
 
 // drainFixture is evacuationFixture with each home archived and restored
