@@ -47,6 +47,9 @@ type volumeView struct {
 	Phase     string               `json:"phase,omitempty"`
 	Operation workspace.Operation  `json:"operation,omitempty"`
 	Moving    *workspace.Condition `json:"moving,omitempty"`
+	// Unavailable says why the home waits for its node (a drained node
+	// holding its only copy, one that is down); empty otherwise.
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
@@ -117,6 +120,7 @@ func (s *Server) volumeView(ctx context.Context, vol controller.FleetVolume) (vo
 		if c, ok := ws.Conditions[workspace.CondMoving]; ok {
 			v.Moving = &c
 		}
+		v.Unavailable, _ = workspace.Unavailable(ws)
 		return v, nil
 	}
 	if serviceError(s.logger, err).Code == CodeNotFound {

@@ -31,17 +31,23 @@ type nodeJSON struct {
 		Known       bool   `json:"known"`
 		Name        string `json:"workspace_name"`
 		Phase       string `json:"phase"`
+		Unavailable string `json:"unavailable"`
 	} `json:"volumes"`
 }
 
 // TestAdminNodes: admins see every node with its homes (named workspaces,
-// sizes where reported, ghost volumes under a gone node), and evacuate a
-// node by name, which the controller then reads; others are refused.
+// sizes where reported, why a home waits for its node, ghost volumes under
+// a gone node), and evacuate a node by name, which the controller then
+// reads; others are refused.
 func TestAdminNodes(t *testing.T) {
 	fleet := &fleetOf{}
 	env := apitest.New(t, apitest.Config{Fleet: fleet})
 	alice, admin := env.CreateUser("alice", false), env.CreateUser("root", true)
 	w := env.CreateWorkspace(alice, "dev")
+	const why = "unavailable: node node-a is drained and holds the only copy of the home, which changed since its last archive"
+	env.Exec(`UPDATE workspaces SET conditions = jsonb_build_object('storage.volume_ready',
+		jsonb_build_object('status', 'True', 'reason', 'NodeIneligible', 'message', $2::text, 'node', 'node-a',
+			'last_transition_time', now())) WHERE id = $1`, w.ID, why)
 	orphan := workspace.NewID()
 	fleet.nodes = []controller.FleetNode{
 		{ID: "n1", Name: "node-a", Status: "ready", Eligible: true, Volumes: []controller.FleetVolume{
@@ -69,6 +75,9 @@ func TestAdminNodes(t *testing.T) {
 	a, gone := body.Nodes[0], body.Nodes[2]
 	if a.Homes != 1 || a.DiskUsedBytes == nil || *a.DiskUsedBytes != 100 || !a.Volumes[0].Known || a.Volumes[0].Name != "dev" || a.Volumes[0].Phase == "" {
 		t.Errorf("node-a: %+v", a)
+	}
+	if a.Volumes[0].Unavailable != why {
+		t.Errorf("node-a's home says %q, want why it waits", a.Volumes[0].Unavailable)
 	}
 	if gone.Status != "gone" || gone.DiskUsedBytes != nil || gone.Volumes[0].Known || gone.Volumes[0].WorkspaceID != orphan {
 		t.Errorf("ghost volumes: %+v", gone)

@@ -14,8 +14,9 @@ import (
 // then up to its desired phase on a node that is not evacuated. Every
 // workspace already on its way keeps moving, so none is left half-way on
 // the node; new ones start, in id order, while fewer than parallel move.
-// Homes whose node is away (down, drained) cannot move: nothing can run
-// there to archive them.
+// Homes whose node is away (down, drained) cannot move this way: nothing
+// can run there to archive them. On a drained node, those whose archive
+// holds all of them move without it (DrainMove).
 func Moves(ws []*workspace.Workspace, snap Snapshot, evacuating map[string]bool, parallel int) map[string]bool {
 	moves := make(map[string]bool)
 	var waiting []string
@@ -45,13 +46,14 @@ func Moves(ws []*workspace.Workspace, snap Snapshot, evacuating map[string]bool,
 
 // moveCondition sets storage.moving on conds, the progress of a home on an
 // evacuated node: waiting for its turn, leaving (down to ARCHIVED),
-// arriving (restored and brought back up elsewhere), moved. A workspace
-// that never sat on an evacuated node gets no such condition.
+// arriving (restored and brought back up elsewhere), moved. A home that
+// leaves a drained node for its archive (DrainMove) shows the same steps.
+// A workspace that never moved gets no such condition.
 func moveCondition(w workspace.Workspace, obs Observed, conds workspace.Conditions, now time.Time) workspace.Conditions {
 	prev, had := w.Conditions[workspace.CondMoving]
 	var c workspace.Condition
 	switch {
-	case obs.Move:
+	case obs.Move || DrainMove(w, obs):
 		c = condition(true, workspace.ReasonMoveLeaving, "", fmt.Sprintf("moving to another machine: leaving node %s", obs.Node))
 	case obs.Evacuating && obs.VolumeExists:
 		c = condition(false, "", workspace.ReasonMoveWaiting, fmt.Sprintf("waiting to move off node %s", obs.Node))

@@ -280,6 +280,9 @@ func (p *planner) idle() Action {
 		// put another home in its place. Wait for the volume.
 		return p.settle(p.purgeStale()...)
 	}
+	if p.home == workspace.HomeInVolume && DrainMove(p.w, p.obs) {
+		return p.leaveDrained()
+	}
 	if p.home == workspace.HomeInVolume && p.obs.NodeAway != "" && !p.obs.ContainerLive {
 		// The home's node takes no new allocation: neither the workspace
 		// nor an archive job could run there. Wait for it, as for a node
@@ -698,6 +701,9 @@ func observeConditions(w workspace.Workspace, obs Observed, now time.Time) works
 		}
 		if obs.NodeAway != "" {
 			volume.Reason, volume.Message = obs.NodeAway, workspace.NodeAwayMessage(obs.NodeAway, obs.Node)
+			if obs.NodeAway == workspace.ReasonNodeIneligible {
+				volume.Message = drainedMessage(w, obs.Node)
+			}
 		}
 	}
 	container := condition(obs.ContainerLive, "Live", "NotRunning", "")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/store"
@@ -22,15 +24,26 @@ import (
 // time. Run it with
 // -benchtime 1x: each size sets up its own cluster.
 func BenchmarkFleetEvacuate(b *testing.B) {
-	for _, homes := range []int{1, 10, 50} {
+	benchmarkMoves(b, []int{1, 10, 50}, evacuationFixture, "evacuation-s", func(f *fleetHarness, a *nomadtest.ClusterClient) error {
+		_, err := store.StartEvacuation(b.Context(), f.pool, store.Evacuation{NodeID: a.NodeID, NodeName: a.Name, RequestedBy: "bench"})
+		return err
+	})
+}
+
+// benchmarkMoves times, for each number of homes that fixture puts on
+// node-a, from move (which asks for the homes to leave node-a) until the
+// last home is STANDBY on another node with its move recorded, reported
+// as metric.
+func benchmarkMoves(b *testing.B, sizes []int, fixture func(*testing.B, int) (*fleetHarness, []string), metric string, move func(*fleetHarness, *nomadtest.ClusterClient) error) {
+	for _, homes := range sizes {
 		b.Run(fmt.Sprintf("homes=%d", homes), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				f, ids := evacuationFixture(b, homes)
+				f, ids := fixture(b, homes)
 				a := f.cluster.Node(b, "node-a")
 				b.StartTimer()
 				start := time.Now()
-				if _, err := store.StartEvacuation(b.Context(), f.pool, store.Evacuation{NodeID: a.NodeID, NodeName: a.Name, RequestedBy: "bench"}); err != nil {
+				if err := move(f, a); err != nil {
 					b.Fatal(err)
 				}
 				f.tickAllUntil(b, "every home moved", ids, func(w workspace.Workspace) bool {
@@ -39,7 +52,7 @@ func BenchmarkFleetEvacuate(b *testing.B) {
 				})
 				elapsed := time.Since(start)
 				b.StopTimer()
-				b.ReportMetric(elapsed.Seconds(), "evacuation-s")
+				b.ReportMetric(elapsed.Seconds(), metric)
 				b.ReportMetric(elapsed.Seconds()/float64(homes), "s/home")
 			}
 		})
@@ -77,6 +90,45 @@ func evacuationFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 	if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, true, nil); err != nil {
 		b.Fatal(err)
 	}
+	nomadtest.Eventually(b, time.Minute, "node-b eligible", func() bool {
+		n, _, err := f.cluster.Client.Nodes().Info(other.NodeID, nil)
+		return err == nil && n.SchedulingEligibility == "eligible"
+	})
+	return f, ids
+}
+
+// BenchmarkFleetDrain measures a failover by a plain drain: from the drain
+// request (as `nomad node drain -enable -deadline 10m`) until the last
+// home, each holding 100 MiB of random bytes whose archive holds all of
+// it, is STANDBY on node-b. Nothing runs on the drained node: each home is
+// restored from its archive elsewhere. Passes run back to back (100 ms
+// apart) with the default configuration. Run it with -benchtime 1x: each
+// size sets up its own cluster.
+func BenchmarkFleetDrain(b *testing.B) {
+	benchmarkMoves(b, []int{1, 10}, drainFixture, "failover-s", func(f *fleetHarness, a *nomadtest.ClusterClient) error {
+		_, err := f.cluster.Client.Nodes().UpdateDrain(a.NodeID, &api.DrainSpec{Deadline: 10 * time.Minute}, false, nil)
+		return err
+	})
+}
+
+// drainFixture is evacuationFixture with each home archived and restored
+// on node-a, so that its archive holds all of it.
+func drainFixture(b *testing.B, homes int) (*fleetHarness, []string) {
+	f, ids := evacuationFixture(b, homes)
+	other := f.cluster.Node(b, "node-b")
+	eligible := func(on bool) {
+		if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, on, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	eligible(false)
+	for _, d := range []workspace.DesiredState{workspace.DesiredArchived, workspace.DesiredStandby} {
+		for _, id := range ids {
+			f.desire(b, id, d)
+		}
+		f.tickAllUntil(b, "every home "+string(d), ids, settled(workspace.TargetPhase(d)))
+	}
+	eligible(true)
 	nomadtest.Eventually(b, time.Minute, "node-b eligible", func() bool {
 		n, _, err := f.cluster.Client.Nodes().Info(other.NodeID, nil)
 		return err == nil && n.SchedulingEligibility == "eligible"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,13 +167,18 @@ func TestE2EFleetNodeLoss(t *testing.T) {
 }
 
 // TestE2EFleetDrain drains the node holding a RUNNING, a STANDBY and an
-// ARCHIVED workspace. Nomad cannot place anything on a drained node (no
-// archive job either), so the two homes there wait, shown unavailable and
-// named, never in ERROR and never deleted; the archived workspace, once
-// opened, is restored on the other node with its files.
+// ARCHIVED workspace, with backups on. Nomad places nothing on a drained
+// node, not even an archive job. The STANDBY home, backed up when it
+// stopped, is held whole by its archive: it leaves on its own, restored on
+// the other node in STANDBY with its files. The ARCHIVED one, once opened,
+// is restored there too. The RUNNING one changed since it was last
+// archived (never, here): only the drained node holds it, so it waits,
+// unavailable, named, saying why, never in ERROR and never deleted, and
+// the drain completes.
 func TestE2EFleetDrain(t *testing.T) {
-	f := newFleetHarness(t, true, shortTimeouts())
-	ctx := t.Context()
+	cfg := shortTimeouts()
+	cfg.BackupInterval = time.Second
+	f := newFleetHarness(t, true, cfg)
 	a, b := f.cluster.Node(t, "node-a"), f.cluster.Node(t, "node-b")
 	// Every home starts on node-a: node-b takes none meanwhile.
 	if _, err := f.cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
@@ -182,13 +188,16 @@ func TestE2EFleetDrain(t *testing.T) {
 	for _, id := range []string{running, standby, archived} {
 		f.tickUntil(id, "RUNNING", settled(workspace.PhaseRunning))
 	}
+	standbyContent := f.writeHome(t, standby)
 	f.desire(t, standby, workspace.DesiredStandby)
 	f.desire(t, archived, workspace.DesiredStandby)
 	f.tickUntil(archived, "STANDBY", settled(workspace.PhaseStandby))
 	content := f.writeHome(t, archived)
 	f.desire(t, archived, workspace.DesiredArchived)
 	f.tickUntil(archived, "ARCHIVED", settled(workspace.PhaseArchived))
-	f.tickUntil(standby, "STANDBY", settled(workspace.PhaseStandby))
+	f.tickUntil(standby, "STANDBY and backed up", func(w workspace.Workspace) bool {
+		return settled(workspace.PhaseStandby)(w) && !controller.HomeChanged(w)
+	})
 	if _, err := f.cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -196,28 +205,38 @@ func TestE2EFleetDrain(t *testing.T) {
 	if _, err := f.cluster.Client.Nodes().UpdateDrain(a.NodeID, &api.DrainSpec{Deadline: 10 * time.Minute}, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	f.desire(t, archived, workspace.DesiredRunning)
-	f.tickUntil(archived, "RUNNING after a restore", settled(workspace.PhaseRunning))
-	if got := f.holder(t, archived); got != b {
-		t.Errorf("restored on %s, want %s (the drained node takes nothing)", got.Name, b.Name)
-	}
-	if !bytes.Equal(f.served(t, archived), content) {
-		t.Fatal("the restored workspace serves other bytes than were archived")
+	f.tickUntil(standby, "STANDBY on the other node", func(w workspace.Workspace) bool {
+		return settled(workspace.PhaseStandby)(w) && slices.Equal(f.homeVolumes(t, standby), []string{b.NodeID})
+	})
+	f.tickUntil(standby, "its progress saying it moved", func(w workspace.Workspace) bool {
+		return w.Conditions[workspace.CondMoving].Reason == workspace.ReasonMoved
+	})
+	for id, want := range map[string][]byte{archived: content, standby: standbyContent} {
+		f.desire(t, id, workspace.DesiredRunning)
+		f.tickUntil(id, "RUNNING after a restore", settled(workspace.PhaseRunning))
+		if got := f.holder(t, id); got != b {
+			t.Errorf("%s restored on %s, want %s (the drained node takes nothing)", id, got.Name, b.Name)
+		}
+		if !bytes.Equal(f.served(t, id), want) {
+			t.Fatalf("workspace %s serves other bytes than were archived", id)
+		}
 	}
 
-	for _, id := range []string{running, standby} {
-		w := f.tickFor(id, 25*time.Second)
-		if msg, away := workspace.Unavailable(w); !away || !strings.Contains(msg, "node "+a.Name+" is drained") {
-			t.Errorf("workspace %s says %q (%v), want it waiting for the drained %s", id, msg, away, a.Name)
-		}
-		if got := f.holder(t, id); got != a {
-			t.Errorf("home of %s moved to %s", id, got.Name)
-		}
-		if w.Phase == workspace.PhaseError {
-			t.Errorf("workspace %s in ERROR", id)
-		}
+	w := f.tickFor(running, 15*time.Second)
+	if msg, away := workspace.Unavailable(w); !away || !strings.Contains(msg, "node "+a.Name+" is drained") || !strings.Contains(msg, "only copy") {
+		t.Errorf("running workspace says %q (%v), want it waiting for the drained %s and why", msg, away, a.Name)
 	}
-	_ = ctx
+	if got := f.holder(t, running); got != a {
+		t.Errorf("unsaved home moved to %s", got.Name)
+	}
+	if w.Phase == workspace.PhaseError {
+		t.Error("unsaved home in ERROR")
+	}
+	// The drain itself completes: nothing codehub did keeps it waiting.
+	nomadtest.Eventually(t, 2*time.Minute, "the drain complete", func() bool {
+		n, _, err := f.cluster.Client.Nodes().Info(a.NodeID, nil)
+		return err == nil && n.DrainStrategy == nil
+	})
 }
 
 // restartController replaces the controller with a new one under a new

@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// drainedHome is a standby home restored from (or backed up to) keyOld,
+// observed on a drained node.
+func drainedHome(runID, archiveRunID string) (workspace.Workspace, Observed) {
+	obs := observed(workspace.PhaseStandby)
+	obs.NodeID, obs.Node, obs.NodeAway = "n1", "node-a", workspace.ReasonNodeIneligible
+	w := stored(workspace.PhaseStandby, workspace.DesiredStandby, obs)
+	w.ArchiveKey, w.RestoreMarker = ptr(keyOld), ptr(keyOld)
+	w.RunID, w.ArchiveRunID = runID, archiveRunID
+	return w, obs
+}
+
+// TestDrainMove: which homes leave a drained node on their own. Only one
+// whose archive holds all of it, idle, on a node that is up: anything else
+// needs the node (a running program, a home only it holds) or is not on a
+// drained node at all.
+func TestDrainMove(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*workspace.Workspace, *Observed)
+		want   bool
+	}{
+		{"backed up since its last run", func(*workspace.Workspace, *Observed) {}, true},
+		{"restored and never started", func(w *workspace.Workspace, _ *Observed) { w.RunID, w.ArchiveRunID = "", "" }, true},
+		{"ran since its archive", func(w *workspace.Workspace, _ *Observed) { w.RunID = "run2" }, false},
+		{"never archived", func(w *workspace.Workspace, _ *Observed) { w.ArchiveKey, w.RestoreMarker = nil, nil }, false},
+		{"archive not restored into the volume", func(w *workspace.Workspace, _ *Observed) { w.RestoreMarker = nil }, false},
+		{"program still running", func(_ *workspace.Workspace, o *Observed) { o.ContainerLive = true }, false},
+		{"operation in flight", func(w *workspace.Workspace, _ *Observed) { w.Operation = workspace.OpRestoring }, false},
+		{"deleted", func(w *workspace.Workspace, _ *Observed) { w.DeletedAt = ptr(t0) }, false},
+		{"in error", func(w *workspace.Workspace, _ *Observed) { w.Phase = workspace.PhaseError }, false},
+		{"node down", func(_ *workspace.Workspace, o *Observed) { o.NodeAway, o.VolumeReady = workspace.ReasonNodeDown, false }, false},
+		{"node gone", func(_ *workspace.Workspace, o *Observed) { o.NodeAway, o.VolumeReady = workspace.ReasonNodeGone, false }, false},
+		{"node eligible", func(_ *workspace.Workspace, o *Observed) { o.NodeAway = "" }, false},
+		{"volume not ready", func(_ *workspace.Workspace, o *Observed) { o.VolumeReady = false }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w, obs := drainedHome("run1", "run1")
+			c.change(&w, &obs)
+			if got := DrainMove(w, obs); got != c.want {
+				t.Errorf("DrainMove = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestPlanDrainMove: a home its archive holds gives up its volume on a
+// drained node for that archive (marker cleared in the same write, so the
+// volume's going is no lost home), says it is moving, and once the volume
+// is gone is restored elsewhere. A changed home is left alone and says
+// why.
+func TestPlanDrainMove(t *testing.T) {
+	w, obs := drainedHome("run1", "run1")
+	a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+	if a.Next.Operation != workspace.OpNone || !slices.Equal(a.Steps, []Step{StepDeleteVolume}) || !a.Write || a.Next.RestoreMarker != nil {
+		t.Fatalf("plan = op %s steps %v write %v marker %v, want the volume given up and deleted", a.Next.Operation, a.Steps, a.Write, a.Next.RestoreMarker)
+	}
+	if msg, moving := workspace.Moving(a.Next); !moving || !strings.Contains(msg, "leaving node node-a") {
+		t.Errorf("progress %q (%v), want it leaving node-a", msg, moving)
+	}
+	if got := a.Next.Conditions[workspace.CondVolumeReady].Message; !strings.Contains(got, "restored on another node") {
+		t.Errorf("volume message %q, want it on its way", got)
+	}
+
+	// The volume is gone: restored elsewhere, no lost home.
+	gone := a.Next
+	b := Plan(gone, Observed{}, ArchiveCheck{}, t0, testCfg)
+	if b.Next.Operation != workspace.OpRestoring || !slices.Equal(b.Steps, []Step{StepProvisionVolume}) || b.Next.ErrorReason != nil {
+		t.Fatalf("after the volume went: op %s steps %v error %v, want a restore elsewhere", b.Next.Operation, b.Steps, deref(b.Next.ErrorReason))
+	}
+	if msg, moving := workspace.Moving(b.Next); !moving || !strings.Contains(msg, "bringing it back up") {
+		t.Errorf("progress %q (%v), want it arriving", msg, moving)
+	}
+
+	for _, c := range []struct {
+		name, runID string
+		archived    bool
+		why         string
+	}{
+		{"changed since its archive", "run2", true, "changed since its last archive"},
+		{"never archived", "run1", false, "never archived"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, obs := drainedHome(c.runID, "run1")
+			if !c.archived {
+				w.ArchiveKey, w.RestoreMarker, w.ArchiveRunID = nil, nil, ""
+			}
+			a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+			if a.Next.Operation != workspace.OpNone || len(a.Steps) != 0 || deref(a.Next.RestoreMarker) != deref(w.RestoreMarker) {
+				t.Fatalf("plan = op %s steps %v marker %v, want the home left on its node", a.Next.Operation, a.Steps, deref(a.Next.RestoreMarker))
+			}
+			msg, ok := workspace.Unavailable(a.Next)
+			if !ok || !strings.Contains(msg, "node node-a is drained") || !strings.Contains(msg, c.why) || !strings.Contains(msg, "evacuates a node before draining") {
+				t.Errorf("unavailable message %q (%v), want node-a, %q and what to do", msg, ok, c.why)
+			}
+			if _, moving := workspace.Moving(a.Next); moving {
+				t.Error("a home that stays is shown as moving")
+			}
+		})
+	}
+}
+
+// TestPlanDrainMoveCrash: codehub stopped after giving up the volume and
+// before deleting it. The home is the archive's now: the next passes
+// delete the volume (a restore cannot be placed on the drained node) and
+// never take it for a lost home.
+func TestPlanDrainMoveCrash(t *testing.T) {
+	w, obs := drainedHome("run1", "run1")
+	n := Plan(w, obs, ArchiveCheck{}, t0, testCfg).Next
+	deleted := false
+	for range 3 {
+		a := Plan(n, obs, ArchiveCheck{}, t0, testCfg)
+		if a.Next.ErrorReason != nil || a.Next.Phase == workspace.PhaseError {
+			t.Fatalf("error %s after a crash mid-move", deref(a.Next.ErrorReason))
+		}
+		deleted = deleted || slices.Contains(a.Steps, StepDeleteVolume)
+		n = a.Next
+	}
+	if !deleted {
+		t.Fatal("the given-up volume on the drained node is never deleted")
+	}
+}
