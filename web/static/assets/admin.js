@@ -224,8 +224,8 @@ async function loadNodes() {
       const what = v.known ? `${v.workspace_name} (${username(v.owner_id)})` : `no workspace: ${v.workspace_id}`;
       cell(home, `↳ ${what}`, v.volume_id);
       cell(home, v.phase || v.state);
-      const moving = v.moving && v.moving.message;
-      const td = cell(home, moving || "");
+      const moving = v.moving && v.moving.status === "True" && v.moving.message;
+      const td = cell(home, moving || v.unavailable || (v.moving && v.moving.message) || "");
       td.colSpan = 5;
     }
   }
