@@ -2,6 +2,8 @@ package web
 
 import (
 	"io"
+	"io/fs"
+	"regexp"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,6 +25,7 @@ func TestHandler(t *testing.T) {
 		{"GET", "/cli-login?port=1&state=s&name=n", 200, "text/html", `id="cli-allow"`},
 		{"GET", "/admin/users", 200, "text/html", `id="users-body"`},
 		{"GET", "/admin/workspaces", 200, "text/html", `id="all-ws-body"`},
+		{"GET", "/admin/nodes", 200, "text/html", `id="nodes-body"`},
 		{"GET", "/admin/audit", 200, "text/html", `id="audit-body"`},
 		{"GET", "/admin/other", 404, "text/html", "Page not found"},
 		{"GET", "/assets/admin.js", 200, "text/javascript", "adminPages"},
@@ -65,5 +68,33 @@ func TestFaviconRedirect(t *testing.T) {
 	Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/favicon.ico", nil))
 	if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != "/assets/favicon.svg" {
 		t.Fatalf("favicon: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+}
+
+// topLevelName matches a name a dashboard script declares at its top level.
+var topLevelName = regexp.MustCompile(`(?m)^(?:async\s+)?(?:function\*?|const|let|var|class)\s+([A-Za-z_$][\w$]*)`)
+
+// TestScriptsShareNoNames: the dashboard's scripts are classic scripts in
+// one global scope, where a later declaration of a name silently replaces
+// an earlier one (an admin page's helper once replaced the dashboard's
+// Start button handler).
+func TestScriptsShareNoNames(t *testing.T) {
+	scripts, err := fs.Glob(static, "static/assets/*.js")
+	if err != nil || len(scripts) < 2 {
+		t.Fatalf("scripts %v: %v", scripts, err)
+	}
+	declared := map[string]string{}
+	for _, name := range scripts {
+		src, err := fs.ReadFile(static, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range topLevelName.FindAllSubmatch(src, -1) {
+			id := string(m[1])
+			if other, ok := declared[id]; ok && other != name {
+				t.Errorf("%s and %s both declare %q", other, name, id)
+			}
+			declared[id] = name
+		}
 	}
 }

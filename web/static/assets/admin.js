@@ -1,6 +1,7 @@
 // CodeHub dashboard, admin pages: users, every workspace, the nodes, the
 // audit log.
-// It uses app.js's helpers ($, api, APIError, toast, relTime, exactTime).
+// It uses app.js's helpers ($, api, APIError, toast, relTime, exactTime,
+// bytes) and shares its global scope: its names must not repeat app.js's.
 "use strict";
 
 const adminPages = new Set(["/admin/users", "/admin/workspaces", "/admin/nodes", "/admin/audit"]);
@@ -154,19 +155,19 @@ async function loadAllWorkspaces(more) {
     const actions = row.insertCell();
     if (ws.phase === "ERROR" || ws.phase === "DELETING") continue;
     if (ws.desired_state === "RUNNING") {
-      actions.append(smallButton("Stop", () => setDesired(ws, "STANDBY", "stop")));
+      actions.append(smallButton("Stop", () => adminSetDesired(ws, "STANDBY", "stop")));
     }
     if (ws.desired_state !== "ARCHIVED") {
-      actions.append(smallButton("Archive", () => setDesired(ws, "ARCHIVED", "archive")));
+      actions.append(smallButton("Archive", () => adminSetDesired(ws, "ARCHIVED", "archive")));
     }
   }
   adminState.wsNext = page.next;
   $("all-ws-more").hidden = !page.next;
 }
 
-// setDesired stops or archives another user's workspace, after asking:
+// adminSetDesired stops or archives another user's workspace, after asking:
 // its owner loses the open terminals and editors of a running one.
-async function setDesired(ws, desired, verb) {
+async function adminSetDesired(ws, desired, verb) {
   if (!confirm(`${verb[0].toUpperCase() + verb.slice(1)} ${ws.name} of ${username(ws.owner_id)}? They will see that an administrator did.`)) return;
   try {
     await api("PATCH", `/api/v1/admin/workspaces/${ws.id}`, { desired_state: desired });
@@ -178,14 +179,6 @@ async function setDesired(ws, desired, verb) {
 }
 
 // ---------- Nodes ----------
-
-function bytes(n) {
-  if (n == null) return "not reported";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
-}
 
 // loadNodes lists the nodes with the homes they hold; each home row says
 // its workspace and, while it moves, how far it got.
@@ -210,7 +203,7 @@ async function loadNodes() {
     cell(row, n.status);
     cell(row, n.draining ? "draining" : n.eligible ? "eligible" : "ineligible");
     cell(row, String(n.homes));
-    cell(row, bytes(n.disk_used_bytes));
+    cell(row, n.disk_used_bytes == null ? "not reported" : bytes(n.disk_used_bytes));
     cell(row, n.evacuation ? `asked by ${n.evacuation.requested_by} ${relTime(n.evacuation.requested_at)}` : "—",
       n.evacuation ? exactTime(n.evacuation.requested_at) : "");
     const actions = row.insertCell();
