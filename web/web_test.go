@@ -3,9 +3,9 @@ package web
 import (
 	"io"
 	"io/fs"
-	"regexp"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 )
