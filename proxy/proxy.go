@@ -551,10 +551,12 @@ func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 		p.metrics.websockets.Inc()
 		defer p.metrics.websockets.Dec()
 	}
-	if isActivity(r) {
+	// A GET is activity only as a page load, which is what brand tells:
+	// the hot path reads the Fetch Metadata headers once.
+	t.brand = isWorkbenchLoad(r)
+	if t.brand || (r.Method != http.MethodGet && isActivity(r)) {
 		w.mark()
 	}
-	t.brand = isWorkbenchLoad(r)
 	if isPlain(r) && !t.brand {
 		p.forwardPlain(w, r, &t)
 		return
