@@ -9,10 +9,10 @@ import (
 )
 
 // drainedHome is a standby home restored from (or backed up to) keyOld,
-// observed on a drained node.
+// observed on a drained node, its turn to move come.
 func drainedHome(runID, archiveRunID string) (workspace.Workspace, Observed) {
 	obs := observed(workspace.PhaseStandby)
-	obs.NodeID, obs.Node, obs.NodeAway = "n1", "node-a", workspace.ReasonNodeIneligible
+	obs.NodeID, obs.Node, obs.NodeAway, obs.Move = "n1", "node-a", workspace.ReasonNodeIneligible, true
 	w := stored(workspace.PhaseStandby, workspace.DesiredStandby, obs)
 	w.ArchiveKey, w.RestoreMarker = ptr(keyOld), ptr(keyOld)
 	w.RunID, w.ArchiveRunID = runID, archiveRunID
@@ -72,6 +72,16 @@ func TestPlanDrainMove(t *testing.T) {
 		t.Errorf("volume message %q, want it on its way", got)
 	}
 
+	// Before its turn (Moves bounds how many move at a time) it waits.
+	obs.Move = false
+	wait := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+	if wait.Next.Operation != workspace.OpNone || len(wait.Steps) != 0 || wait.Next.RestoreMarker == nil {
+		t.Fatalf("before its turn: op %s steps %v marker %v, want it to wait", wait.Next.Operation, wait.Steps, wait.Next.RestoreMarker)
+	}
+	if cond := wait.Next.Conditions[workspace.CondMoving]; cond.Status != workspace.ConditionFalse || cond.Reason != workspace.ReasonMoveWaiting {
+		t.Errorf("before its turn: storage.moving %+v, want it waiting", cond)
+	}
+
 	// The volume is gone: restored elsewhere, no lost home.
 	gone := a.Next
 	b := Plan(gone, Observed{}, ArchiveCheck{}, t0, testCfg)
@@ -92,6 +102,7 @@ func TestPlanDrainMove(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w, obs := drainedHome(c.runID, "run1")
+			obs.Move = false // Moves never picks a home DrainMove holds back
 			if !c.archived {
 				w.ArchiveKey, w.RestoreMarker, w.ArchiveRunID = nil, nil, ""
 			}

@@ -8,40 +8,81 @@ import (
 	"github.com/codehub-io/codehub/workspace"
 )
 
-// Moves picks the workspaces whose homes leave an evacuated node in this
-// pass. A home moves by the ordinary ladder: down to ARCHIVED (stop,
-// archive, and only once the archive is committed, delete the volume),
-// then up to its desired phase on a node that is not evacuated. Every
-// workspace already on its way keeps moving, so none is left half-way on
-// the node; new ones start, in id order, while fewer than parallel move.
-// Homes whose node is away (down, drained) cannot move this way: nothing
-// can run there to archive them. On a drained node, those whose archive
-// holds all of them move without it (DrainMove).
+// Moves picks the workspaces whose homes leave their node in this pass,
+// at most parallel at a time over the whole fleet. A home moves off an
+// evacuated node by the ordinary ladder: down to ARCHIVED (stop, archive,
+// and only once the archive is committed, delete the volume), then up to
+// its desired phase on a node that is not evacuated. Homes whose node is
+// away (down, drained) cannot move this way: nothing can run there to
+// archive them. On a drained node, those whose archive holds all of them
+// move without it (DrainMove). A move counts from its first step until
+// the workspace is back in its desired phase elsewhere (storage.moving),
+// so the bound holds for the restores that bring homes back too. Every
+// move under way keeps going, so none is left half-way; new ones start,
+// in id order, while fewer than parallel are under way.
 func Moves(ws []*workspace.Workspace, snap Snapshot, evacuating map[string]bool, parallel int) map[string]bool {
 	moves := make(map[string]bool)
+	under := 0
 	var waiting []string
 	for _, w := range ws {
-		obs := snap.Workspaces[w.ID]
-		if w.DeletedAt != nil || !obs.VolumeExists || obs.NodeAway != "" || !evacuating[obs.NodeID] || w.Phase == workspace.PhaseError {
+		if w.DeletedAt != nil || w.Phase == workspace.PhaseError {
 			continue
 		}
-		home := locateHome(*w, obs)
-		switch {
-		case home == workspace.HomeInBoth, w.Operation != workspace.OpNone,
-			workspace.Level(w.Phase) < workspace.Level(workspace.TargetPhase(w.DesiredState)):
+		obs := snap.Workspaces[w.ID]
+		switch onTheWay(*w, obs, evacuating) {
+		case moveUnderWay:
 			moves[w.ID] = true
-		case home == workspace.HomeInVolume:
+			under++
+		case moveArriving:
+			under++
+		case moveReady:
 			waiting = append(waiting, w.ID)
 		}
 	}
 	slices.Sort(waiting)
 	for _, id := range waiting {
-		if len(moves) >= parallel {
+		if under >= parallel {
 			break
 		}
 		moves[id] = true
+		under++
 	}
 	return moves
+}
+
+// moveState is where a workspace stands in the moves of the fleet.
+type moveState int
+
+const (
+	moveNone moveState = iota
+	// moveReady: its home may start to move.
+	moveReady
+	// moveUnderWay: its home is leaving an evacuated node.
+	moveUnderWay
+	// moveArriving: its home left its node and is being brought back up
+	// elsewhere.
+	moveArriving
+)
+
+func onTheWay(w workspace.Workspace, obs Observed, evacuating map[string]bool) moveState {
+	if DrainMove(w, obs) {
+		return moveReady
+	}
+	if obs.VolumeExists && obs.NodeAway == "" && evacuating[obs.NodeID] {
+		home := locateHome(w, obs)
+		switch {
+		case home == workspace.HomeInBoth, w.Operation != workspace.OpNone,
+			workspace.Level(w.Phase) < workspace.Level(workspace.TargetPhase(w.DesiredState)):
+			return moveUnderWay
+		case home == workspace.HomeInVolume:
+			return moveReady
+		}
+		return moveNone
+	}
+	if c, ok := w.Conditions[workspace.CondMoving]; ok && c.Status == workspace.ConditionTrue && !arrived(w) {
+		return moveArriving
+	}
+	return moveNone
 }
 
 // moveCondition sets storage.moving on conds, the progress of a home on an
@@ -53,9 +94,9 @@ func moveCondition(w workspace.Workspace, obs Observed, conds workspace.Conditio
 	prev, had := w.Conditions[workspace.CondMoving]
 	var c workspace.Condition
 	switch {
-	case obs.Move || DrainMove(w, obs):
+	case obs.Move:
 		c = condition(true, workspace.ReasonMoveLeaving, "", fmt.Sprintf("moving to another machine: leaving node %s", obs.Node))
-	case obs.Evacuating && obs.VolumeExists:
+	case obs.Evacuating && obs.VolumeExists, DrainMove(w, obs):
 		c = condition(false, "", workspace.ReasonMoveWaiting, fmt.Sprintf("waiting to move off node %s", obs.Node))
 	case !had:
 		return conds

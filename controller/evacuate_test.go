@@ -130,6 +130,49 @@ func TestMoves(t *testing.T) {
 	}
 }
 
+// TestMovesBound: homes that leave a drained node for their archive share
+// the bound with evacuations, and a move counts until the workspace is
+// back in its desired phase elsewhere, so the restores that bring homes
+// back are bounded too.
+func TestMovesBound(t *testing.T) {
+	drained := func(id string) (*workspace.Workspace, Observed) {
+		w, obs := drainedHome("run1", "run1")
+		w.ID = id
+		obs.Move = false
+		return &w, obs
+	}
+	a, obsA := drained("01a")
+	b, obsB := drained("01b")
+	c, obsC := drained("01c")
+	// Left its drained node and is being restored elsewhere.
+	arriving := stored(workspace.PhaseArchived, workspace.DesiredRunning, Observed{})
+	arriving.ID, arriving.ArchiveKey = "01z", ptr(keyOld)
+	arriving.Conditions[workspace.CondMoving] = workspace.Condition{Status: workspace.ConditionTrue, Reason: workspace.ReasonMoveArriving}
+	// Moved, and running there.
+	moved := stored(workspace.PhaseRunning, workspace.DesiredRunning, observed(workspace.PhaseRunning))
+	moved.ID = "01y"
+	moved.Conditions[workspace.CondMoving] = workspace.Condition{Status: workspace.ConditionTrue, Reason: workspace.ReasonMoveArriving}
+	snap := Snapshot{Workspaces: map[string]Observed{"01a": obsA, "01b": obsB, "01c": obsC, "01y": observed(workspace.PhaseRunning)}}
+	for _, tc := range []struct {
+		name     string
+		ws       []*workspace.Workspace
+		parallel int
+		want     []string
+	}{
+		{"drained homes in id order", []*workspace.Workspace{c, b, a}, 2, []string{"01a", "01b"}},
+		{"all at a wide bound", []*workspace.Workspace{c, b, a}, 5, []string{"01a", "01b", "01c"}},
+		{"an arriving home takes a place", []*workspace.Workspace{c, b, a, &arriving}, 2, []string{"01a"}},
+		{"an arrived home takes none", []*workspace.Workspace{c, b, a, &moved}, 2, []string{"01a", "01b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := slices.Sorted(maps.Keys(Moves(tc.ws, snap, nil, tc.parallel)))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("moves %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestMoveProgress follows the storage.moving condition of one home along
 // its move: leaving while it goes down the ladder, arriving while it comes
 // back up elsewhere, moved once in its desired state.

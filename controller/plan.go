@@ -280,7 +280,7 @@ func (p *planner) idle() Action {
 		// put another home in its place. Wait for the volume.
 		return p.settle(p.purgeStale()...)
 	}
-	if p.home == workspace.HomeInVolume && DrainMove(p.w, p.obs) {
+	if p.home == workspace.HomeInVolume && p.obs.Move && DrainMove(p.w, p.obs) {
 		return p.leaveDrained()
 	}
 	if p.home == workspace.HomeInVolume && p.obs.NodeAway != "" && !p.obs.ContainerLive {
