@@ -54,24 +54,47 @@ func ParseFields(line string) ([][2]string, error) {
 // its result: the result line is the last line the job prints.
 const ResultTail = 64 << 10
 
-// ResultCode returns the CODEHUB_ERROR of the last "RESULT=FAIL" line a job
-// printed, or CodeUnknown without one. Lines that are not the job's own
-// key/value lines are passed over; maxLine bounds one line.
-func ResultCode(r io.Reader, maxLine int) (Code, error) {
-	code := CodeUnknown
+// Results a job's last RESULT line gives.
+const (
+	ResultOK   = "OK"
+	ResultFail = "FAIL"
+	// ResultSkipped: the job had nothing to do (a stop archive nobody
+	// asked for).
+	ResultSkipped = "SKIPPED"
+)
+
+// Outcome is what a job's last RESULT line says: Result is "" when it
+// printed none, and Code is CodeUnknown unless it failed with a code.
+type Outcome struct {
+	Result string
+	Code   Code
+}
+
+// LastResult reads the last RESULT line a job printed. Lines that are not
+// the job's own key/value lines are passed over; maxLine bounds one line.
+func LastResult(r io.Reader, maxLine int) (Outcome, error) {
+	out := Outcome{Code: CodeUnknown}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, min(maxLine, 64<<10)), maxLine)
 	for sc.Scan() {
 		fields, err := ParseFields(sc.Text())
-		if err != nil || len(fields) < 2 || fields[0] != [2]string{"RESULT", "FAIL"} {
+		if err != nil || len(fields) == 0 || fields[0][0] != "RESULT" {
 			continue
 		}
+		out = Outcome{Result: fields[0][1], Code: CodeUnknown}
 		for _, f := range fields[1:] {
-			if f[0] == "CODEHUB_ERROR" && f[1] != "" {
-				code = Code(f[1])
+			if out.Result == ResultFail && f[0] == "CODEHUB_ERROR" && f[1] != "" {
+				out.Code = Code(f[1])
 				break
 			}
 		}
 	}
-	return code, sc.Err()
+	return out, sc.Err()
+}
+
+// ResultCode returns the CODEHUB_ERROR of the last RESULT line a job
+// printed when it says FAIL, or CodeUnknown.
+func ResultCode(r io.Reader, maxLine int) (Code, error) {
+	out, err := LastResult(r, maxLine)
+	return out.Code, err
 }

@@ -59,3 +59,22 @@ func TestResultCodeIgnoresFieldsInsideValues(t *testing.T) {
 		}
 	}
 }
+
+// TestLastResult: the last RESULT line decides, whatever came before it.
+func TestLastResult(t *testing.T) {
+	cases := map[string]Outcome{
+		"":                      {"", CodeUnknown},
+		"CODEHUB_JOB=archive\n": {"", CodeUnknown},
+		"RESULT=OK\n":           {ResultOK, CodeUnknown},
+		"RESULT=SKIPPED\n":      {ResultSkipped, CodeUnknown},
+		"RESULT=FAIL CODEHUB_ERROR=DISK_FULL\nRESULT=OK\n": {ResultOK, CodeUnknown},
+		"RESULT=OK\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL\n": {ResultFail, CodeDiskFull},
+		"RESULT=OK CODEHUB_ERROR=DISK_FULL\n":              {ResultOK, CodeUnknown},
+	}
+	for in, want := range cases {
+		got, err := LastResult(strings.NewReader(in), 64<<10)
+		if err != nil || got != want {
+			t.Errorf("LastResult(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+}

@@ -48,14 +48,24 @@ func readJobEnv(getenv func(string) string) (jobEnv, error) {
 	return env, nil
 }
 
-// runJob implements `codehub job archive --src DIR` and
+// stopArchiveAsked reports whether a workspace's stop-archive task is to
+// archive: its variable, which codehub removes before any stop of its own,
+// names the run the task belongs to. A stop of an older run's program, by
+// a newer run replacing it, archives nothing either.
+func stopArchiveAsked(getenv func(string) string) bool {
+	run := getenv("CODEHUB_RUN_ID")
+	return run != "" && getenv("CODEHUB_STOP_ARCHIVE_RUN") == run
+}
+
+// runJob implements `codehub job archive [--on-stop] --src DIR` and
 // `codehub job restore --dst DIR`. Stdout carries the key=value lines the
 // controller reads (the last one is RESULT=OK or RESULT=FAIL with
-// CODEHUB_ERROR); stderr carries diagnostic logs. Exit 0 on success, 1 on
+// CODEHUB_ERROR, or RESULT=SKIPPED for a stop archive not asked for);
+// stderr carries diagnostic logs. Exit 0 on success, 1 on
 // any failure.
 func runJob(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "archive" && args[0] != "restore") {
-		fmt.Fprintln(stderr, "usage: codehub job archive --src DIR | codehub job restore --dst DIR")
+		fmt.Fprintln(stderr, "usage: codehub job archive [--on-stop] --src DIR | codehub job restore --dst DIR")
 		return 1
 	}
 	kind := args[0]
@@ -72,8 +82,17 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 		dirFlag, dirHelp = "dst", "directory whose contents the archive replaces"
 	}
 	dir := flags.String(dirFlag, "", dirHelp)
+	onStop := false
+	if kind == "archive" {
+		flags.BoolVar(&onStop, "on-stop", false, "archive only if this run's stop is to be archived (a workspace's stop-archive task)")
+	}
 	if err := flags.Parse(args[1:]); err != nil {
 		return 1
+	}
+	if onStop && !stopArchiveAsked(os.Getenv) {
+		archive.WriteFields(stdout, "CODEHUB_JOB", kind, "ARCHIVE_URL", os.Getenv("ARCHIVE_URL"))
+		archive.WriteFields(stdout, "RESULT", archive.ResultSkipped)
+		return 0
 	}
 	env, err := readJobEnv(os.Getenv)
 	if err == nil && *dir == "" {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
@@ -108,5 +110,45 @@ func TestJobUsage(t *testing.T) {
 		if code := runJob(args, &stdout, &stderr); code != 1 || stderr.Len() == 0 {
 			t.Errorf("runJob(%q) = %d, stderr %q; want 1 and a usage message", args, code, stderr.String())
 		}
+	}
+}
+
+// TestJobArchiveOnStop: a workspace's stop-archive task archives only when
+// its variable names its own run; otherwise (codehub stopped the workspace
+// itself and removed the variable, or a newer run replaced the program) it
+// reports SKIPPED, writes nothing and exits 0, so the allocation ends
+// without a failure.
+func TestJobArchiveOnStop(t *testing.T) {
+	s3 := testenv.NewS3(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "notes.txt"), []byte("unsaved elsewhere\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, run, asked, want string
+	}{
+		{"variable removed", "01jb3x8a0000000000000000r1", "", "RESULT=SKIPPED"},
+		{"an older run's program", "01jb3x8a0000000000000000r1", "01jb3x8a0000000000000000r2", "RESULT=SKIPPED"},
+		{"asked", "01jb3x8a0000000000000000r1", "01jb3x8a0000000000000000r1", "RESULT=OK"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := archive.Key("01jb3x7k9q2m5n8p4r6s0t1v2w", tc.run)
+			setJobEnv(t, s3, "s3://"+s3.Bucket+"/"+key)
+			if tc.asked == "" {
+				// The template renders nothing without the variable.
+				t.Setenv("S3_ACCESS_KEY", "")
+				t.Setenv("S3_SECRET_KEY", "")
+			}
+			t.Setenv("CODEHUB_RUN_ID", tc.run)
+			t.Setenv("CODEHUB_STOP_ARCHIVE_RUN", tc.asked)
+			code, lines := runJobLines(t, "archive", "--on-stop", "--src", src)
+			if code != 0 || lastLine(lines) != tc.want {
+				t.Fatalf("exit %d, lines %q; want exit 0 and %s", code, lines, tc.want)
+			}
+			_, err := archive.NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket).Stat(t.Context(), key)
+			if made := err == nil; made != (tc.want == "RESULT=OK") {
+				t.Errorf("archive made = %v (%v), want %v", made, err, tc.want == "RESULT=OK")
+			}
+		})
 	}
 }
