@@ -187,6 +187,12 @@ type Observed struct {
 	Failure *Failure
 	Archive *JobResult
 	Restore *JobResult
+	// StopArchive is the archive a workspace job's poststop task made of
+	// the home when something other than codehub (a node drain) stopped
+	// its program: OpID is the run, ArchiveKey archive.Key(id, run).
+	// Backends without such a task never report one, nor does a stop
+	// codehub asked for.
+	StopArchive *JobResult
 }
 
 // Failure is a classified backend problem.

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -32,21 +34,105 @@ func archiveHoldsHome(w workspace.Workspace) bool {
 	return w.ArchiveKey != nil && w.RestoreMarker != nil && *w.RestoreMarker == *w.ArchiveKey && !HomeChanged(w)
 }
 
+// A drain also stops running programs, and a home that ran since its
+// archive would have its only copy on the drained node. The workspace
+// job's poststop task (stop-archive) archives it as the drain stops the
+// program, under a key named after the run; the controller commits that
+// archive as a backup is committed (the volume holds what the archive
+// does), after which the home leaves like any other its archive holds.
+
+// stopArchiveDone returns the key of the stop archive of w's current run
+// once it is made and waits to be committed: the home is idle on a drained
+// node and has changed since its last archive.
+func stopArchiveDone(w workspace.Workspace, obs Observed) string {
+	j := stopArchiveOfRun(w, obs)
+	if j == nil || j.Status != JobSucceeded || w.Operation != workspace.OpNone || w.DeletedAt != nil ||
+		obs.NodeAway != workspace.ReasonNodeIneligible || obs.ContainerLive {
+		return ""
+	}
+	return j.ArchiveKey
+}
+
+// stopArchiveOfRun is the observed stop archive of w's current run, while
+// the home holds writes its archive lacks.
+func stopArchiveOfRun(w workspace.Workspace, obs Observed) *JobResult {
+	j := obs.StopArchive
+	if j == nil || w.RunID == "" || j.ArchiveKey != archive.Key(w.ID, w.RunID) || !HomeChanged(w) {
+		return nil
+	}
+	return j
+}
+
+// savingOnStop reports a home on a drained node whose stop archive is
+// being made or waits to be committed.
+func savingOnStop(w workspace.Workspace, obs Observed) bool {
+	j := stopArchiveOfRun(w, obs)
+	return j != nil && obs.NodeAway == workspace.ReasonNodeIneligible && (j.Status == JobRunning || j.Status == JobSucceeded)
+}
+
+// commitStopArchive records the stop archive of the current run once S3
+// shows it complete, with the restore marker: the volume holds what it
+// holds. Until S3 answers it waits.
+func (p *planner) commitStopArchive(key string) Action {
+	if p.check.Key != key || p.check.Err != nil {
+		return p.settle(p.purgeStale()...)
+	}
+	p.next.ArchiveKey = &key
+	p.next.ArchiveRunID = p.w.RunID
+	p.next.RestoreMarker = &key
+	return p.settle(p.purgeStale()...)
+}
+
+// stopArchiveChecked amends obs with what S3 showed of the stop archive
+// waiting to be committed: one that is missing or broken there failed,
+// whatever its task reported, and is never committed.
+func stopArchiveChecked(w workspace.Workspace, obs Observed, check ArchiveCheck) Observed {
+	key := stopArchiveDone(w, obs)
+	if key == "" || check.Key != key || check.Err == nil ||
+		!missing(check.Err) && !errors.Is(check.Err, archive.ErrChecksumMismatch) {
+		return obs
+	}
+	j := *obs.StopArchive
+	j.Status, j.Message = JobFailed, check.Err.Error()
+	obs.StopArchive = &j
+	return obs
+}
+
 // drainedMessage is storage.volume_ready's message for a home on a drained
 // node: whether it is on its way, or why it waits.
-func drainedMessage(w workspace.Workspace, node string) string {
+func drainedMessage(w workspace.Workspace, obs Observed) string {
+	node := obs.Node
 	switch {
 	case archiveHoldsHome(w):
 		return fmt.Sprintf("node %s is drained: the home's last archive holds all of it, so it is restored on another node", node)
+	case savingOnStop(w, obs):
+		return fmt.Sprintf("node %s is drained: the home is being archived as its program stopped, then it is restored on another node", node)
+	}
+	if j := stopArchiveOfRun(w, obs); j != nil && j.Status == JobFailed {
+		return fmt.Sprintf("unavailable: node %s is drained and holds the only copy of the home; archiving it as its program stopped failed (%s)", node, stopFailure(j))
+	}
+	switch {
 	case w.ArchiveKey == nil:
 		return fmt.Sprintf("unavailable: node %s is drained and holds the only copy of the home, which was never archived; an admin evacuates a node before draining it, or backups archive homes that stopped", node)
 	}
 	return fmt.Sprintf("unavailable: node %s is drained and holds the only copy of the home, which changed since its last archive; an admin evacuates a node before draining it, or backups archive homes that stopped", node)
 }
 
+// stopFailure says why a stop archive failed.
+func stopFailure(j *JobResult) string {
+	switch {
+	case j.ErrorCode != "" && j.Message != "":
+		return string(j.ErrorCode) + ": " + j.Message
+	case j.ErrorCode != "":
+		return string(j.ErrorCode)
+	}
+	return j.Message
+}
+
 // leaveDrained gives up the volume of a home DrainMove lets go for its
-// archive.
+// archive. The workspace job is stopped first: one a drain stopped still
+// wants to run, and Nomad would place it on the new volume of the restore.
 func (p *planner) leaveDrained() Action {
 	p.next.RestoreMarker = nil
-	return p.settle(append(p.purgeStale(), StepDeleteVolume)...)
+	return p.settle(append(p.purgeStale(), StepStopWorkspace, StepDeleteVolume)...)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -62,7 +63,7 @@ func TestDrainMove(t *testing.T) {
 func TestPlanDrainMove(t *testing.T) {
 	w, obs := drainedHome("run1", "run1")
 	a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
-	if a.Next.Operation != workspace.OpNone || !slices.Equal(a.Steps, []Step{StepDeleteVolume}) || !a.Write || a.Next.RestoreMarker != nil {
+	if a.Next.Operation != workspace.OpNone || !slices.Equal(a.Steps, []Step{StepStopWorkspace, StepDeleteVolume}) || !a.Write || a.Next.RestoreMarker != nil {
 		t.Fatalf("plan = op %s steps %v write %v marker %v, want the volume given up and deleted", a.Next.Operation, a.Steps, a.Write, a.Next.RestoreMarker)
 	}
 	if msg, moving := workspace.Moving(a.Next); !moving || !strings.Contains(msg, "leaving node node-a") {
@@ -134,10 +135,111 @@ func TestPlanDrainMoveCrash(t *testing.T) {
 		if a.Next.ErrorReason != nil || a.Next.Phase == workspace.PhaseError {
 			t.Fatalf("error %s after a crash mid-move", deref(a.Next.ErrorReason))
 		}
-		deleted = deleted || slices.Contains(a.Steps, StepDeleteVolume)
+		if i := slices.Index(a.Steps, StepDeleteVolume); i >= 0 {
+			// The job a drain left wanting to run is stopped first, or
+			// Nomad would place it on the restore's new volume.
+			if i == 0 || a.Steps[i-1] != StepStopWorkspace {
+				t.Fatalf("steps %v delete the volume without stopping the job first", a.Steps)
+			}
+			deleted = true
+		}
 		n = a.Next
 	}
 	if !deleted {
 		t.Fatal("the given-up volume on the drained node is never deleted")
+	}
+}
+
+// TestPlanStopArchive follows a running home through a drain: the drain
+// stops its program and the workspace job's stop-archive task archives the
+// home under the run's key. The workspace says it is moving while that
+// runs; once S3 shows the archive complete it is committed as the home's
+// archive (marker set, no longer changed), and the home leaves the node
+// like any its archive holds. An archive of another run, one S3 does not
+// have, or a failed one is never committed: the home waits on its node,
+// saying why.
+func TestPlanStopArchive(t *testing.T) {
+	const run = "01jb3x7k9q2m5n8p4r6s0t1run"
+	key := archive.Key(wsID, run)
+	drained := func(status JobStatus) (workspace.Workspace, Observed) {
+		obs := observed(workspace.PhaseRunning)
+		obs.NodeID, obs.Node, obs.NodeAway = "n1", "node-a", workspace.ReasonNodeIneligible
+		w := stored(workspace.PhaseRunning, workspace.DesiredRunning, obs)
+		w.RunID = run
+		obs.UpstreamReady = false
+		obs.ContainerLive = status == JobRunning
+		obs.StopArchive = &JobResult{OpID: run, ArchiveKey: key, Status: status}
+		return w, obs
+	}
+
+	w, obs := drained(JobRunning)
+	a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+	if len(a.Steps) != 0 || a.Next.Operation != workspace.OpNone || needsArchiveCheck(w, obs) != "" {
+		t.Fatalf("while it archives: op %s steps %v check %q, want to wait", a.Next.Operation, a.Steps, needsArchiveCheck(w, obs))
+	}
+	if msg, moving := workspace.Moving(a.Next); !moving || !strings.Contains(msg, "saving the home on node node-a") {
+		t.Errorf("progress %q (%v), want it saving the home", msg, moving)
+	}
+
+	w, obs = drained(JobSucceeded)
+	if got := needsArchiveCheck(w, obs); got != key {
+		t.Fatalf("archive check of %q, want the run's archive %q", got, key)
+	}
+	if a := Plan(w, obs, ArchiveCheck{}, t0, testCfg); a.Next.ArchiveKey != nil || len(a.Steps) != 0 {
+		t.Fatalf("before S3 was looked at: archive %v steps %v, want to wait", deref(a.Next.ArchiveKey), a.Steps)
+	}
+	a = Plan(w, obs, ArchiveCheck{Key: key}, t0, testCfg)
+	if deref(a.Next.ArchiveKey) != key || deref(a.Next.RestoreMarker) != key || HomeChanged(a.Next) || !a.Write || len(a.Steps) != 0 {
+		t.Fatalf("committed: archive %s marker %s changed %v write %v steps %v, want the run's archive as the home's",
+			deref(a.Next.ArchiveKey), deref(a.Next.RestoreMarker), HomeChanged(a.Next), a.Write, a.Steps)
+	}
+	if a.Next.DesiredState != workspace.DesiredRunning || a.Next.ErrorReason != nil {
+		t.Errorf("desired %s error %s, want RUNNING and none", a.Next.DesiredState, deref(a.Next.ErrorReason))
+	}
+	// Its turn come, it leaves the node for the archive.
+	obs.Move = true
+	if !DrainMove(a.Next, obs) {
+		t.Fatal("a home its stop archive holds does not leave the drained node")
+	}
+	if b := Plan(a.Next, obs, ArchiveCheck{}, t0, testCfg); !slices.Equal(b.Steps, []Step{StepStopWorkspace, StepDeleteVolume}) {
+		t.Fatalf("leaving: steps %v, want the job stopped and the volume deleted", b.Steps)
+	}
+
+	for _, c := range []struct {
+		name   string
+		change func(*workspace.Workspace, *Observed) ArchiveCheck
+		why    string
+	}{
+		{"not in S3", func(*workspace.Workspace, *Observed) ArchiveCheck {
+			return ArchiveCheck{Key: key, Err: archive.ErrArchiveNotFound}
+		}, "archiving it as its program stopped failed"},
+		{"of another run", func(w *workspace.Workspace, _ *Observed) ArchiveCheck {
+			w.RunID = "01jb3x7k9q2m5n8p4r6s0t1new"
+			return ArchiveCheck{Key: key}
+		}, "only copy"},
+		{"failed", func(_ *workspace.Workspace, o *Observed) ArchiveCheck {
+			o.StopArchive.Status, o.StopArchive.ErrorCode = JobFailed, archive.CodeS3Access
+			return ArchiveCheck{Key: key}
+		}, "archiving it as its program stopped failed"},
+		{"node not drained", func(_ *workspace.Workspace, o *Observed) ArchiveCheck {
+			o.NodeAway = ""
+			return ArchiveCheck{Key: key}
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, obs := drained(JobSucceeded)
+			check := c.change(&w, &obs)
+			a := Plan(w, obs, check, t0, testCfg)
+			if a.Next.ArchiveKey != nil || a.Next.RestoreMarker != nil || slices.Contains(a.Steps, StepDeleteVolume) {
+				t.Fatalf("archive %s marker %s steps %v, want nothing committed or deleted", deref(a.Next.ArchiveKey), deref(a.Next.RestoreMarker), a.Steps)
+			}
+			msg, away := workspace.Unavailable(a.Next)
+			if c.why != "" && (!away || !strings.Contains(msg, c.why)) {
+				t.Errorf("unavailable message %q (%v), want %q", msg, away, c.why)
+			}
+			if _, moving := workspace.Moving(a.Next); moving && c.why != "" {
+				t.Error("a home that stays is shown as moving")
+			}
+		})
 	}
 }

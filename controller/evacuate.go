@@ -96,6 +96,8 @@ func moveCondition(w workspace.Workspace, obs Observed, conds workspace.Conditio
 	switch {
 	case obs.Move:
 		c = condition(true, workspace.ReasonMoveLeaving, "", fmt.Sprintf("moving to another machine: leaving node %s", obs.Node))
+	case savingOnStop(w, obs):
+		c = condition(true, workspace.ReasonMoveLeaving, "", fmt.Sprintf("moving to another machine: saving the home on node %s", obs.Node))
 	case obs.Evacuating && obs.VolumeExists, DrainMove(w, obs):
 		c = condition(false, "", workspace.ReasonMoveWaiting, fmt.Sprintf("waiting to move off node %s", obs.Node))
 	case !had:

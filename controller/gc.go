@@ -178,8 +178,9 @@ func (g *GCRunner) remove(ctx context.Context, wsID, key string, del func() erro
 	return true, del()
 }
 
-// protected are the keys of w no removal may touch: its current archive and
-// the one its operation (or the failed one it may retry) writes.
+// protected are the keys of w no removal may touch: its current archive,
+// the one its operation (or the failed one it may retry) writes, and the
+// one a drain's stop of its current run makes (committed later).
 func protected(w workspace.Workspace) map[string]bool {
 	keys := map[string]bool{}
 	if w.Phase == workspace.PhaseDeleted {
@@ -190,6 +191,9 @@ func protected(w workspace.Workspace) map[string]bool {
 	}
 	if w.OpID != nil {
 		keys[archive.Key(w.ID, *w.OpID)] = true
+	}
+	if w.RunID != "" {
+		keys[archive.Key(w.ID, w.RunID)] = true
 	}
 	return keys
 }

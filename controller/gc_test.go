@@ -29,6 +29,8 @@ func TestGarbage(t *testing.T) {
 		{"live keeps newest 3", workspace.Workspace{ID: wsID, Phase: workspace.PhaseRunning}, []string{k(2), k(1)}},
 		{"live keeps its archive key", workspace.Workspace{ID: wsID, Phase: workspace.PhaseArchived, ArchiveKey: ptr(k(1))}, []string{k(2)}},
 		{"live keeps its op id archive", workspace.Workspace{ID: wsID, Phase: workspace.PhaseError, OpID: ptr(ops[1])}, []string{k(1)}},
+		// A drain's stop archive of the current run, not committed yet.
+		{"live keeps its run's stop archive", workspace.Workspace{ID: wsID, Phase: workspace.PhaseStandby, RunID: ops[0]}, []string{k(2)}},
 		{"deleted loses all", workspace.Workspace{ID: wsID, Phase: workspace.PhaseDeleted, DeletedAt: deleted, ArchiveKey: ptr(k(5))}, []string{k(5), k(4), k(3), k(2), k(1)}},
 		{"deleted in ERROR keeps what recovery needs", workspace.Workspace{ID: wsID, Phase: workspace.PhaseError, DeletedAt: deleted,
 			ArchiveKey: ptr(k(2)), OpID: ptr(ops[4])}, []string{k(4), k(3), k(1)}},

@@ -150,7 +150,7 @@ func TestPlanNodeAwayInFlight(t *testing.T) {
 				return o
 			}(),
 			op:    workspace.OpRestoring,
-			steps: []Step{StepStopRestoreJob, StepDeleteVolume},
+			steps: []Step{StepStopRestoreJob, StepStopWorkspace, StepDeleteVolume},
 		},
 	}
 	for _, c := range cases {

@@ -70,6 +70,9 @@ type ArchiveCheck struct {
 // needsArchiveCheck names the archive object the plan for w needs to see,
 // or returns "".
 func needsArchiveCheck(w workspace.Workspace, obs Observed) string {
+	if key := stopArchiveDone(w, obs); key != "" {
+		return key
+	}
 	if w.OpID == nil || workspace.ArchiveCommitted(w) {
 		return ""
 	}
@@ -107,6 +110,7 @@ func plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time
 	if w.Phase == workspace.PhaseDeleted {
 		return Action{Next: w}
 	}
+	obs = stopArchiveChecked(w, obs, check)
 	p := planner{w: w, obs: obs, check: check, now: now, cfg: cfg, home: locateHome(w, obs)}
 	p.next = w
 	p.next.Conditions = observeConditions(w, obs, now)
@@ -280,6 +284,9 @@ func (p *planner) idle() Action {
 		// put another home in its place. Wait for the volume.
 		return p.settle(p.purgeStale()...)
 	}
+	if key := stopArchiveDone(p.w, p.obs); key != "" && p.home == workspace.HomeInVolume {
+		return p.commitStopArchive(key)
+	}
 	if p.home == workspace.HomeInVolume && p.obs.Move && DrainMove(p.w, p.obs) {
 		return p.leaveDrained()
 	}
@@ -306,8 +313,10 @@ func (p *planner) idle() Action {
 	case p.home == workspace.HomeInArchive && p.obs.VolumeExists && !p.obs.ContainerLive && !restoreRunning(p.obs):
 		// A volume left by a restore that failed or was given up: it never
 		// held the home (the archive is the only copy), and nobody will
-		// finish it now that the workspace is to stay archived.
-		return p.settle(append(p.purgeStale(), StepDeleteVolume)...)
+		// finish it now that the workspace is to stay archived. Or a
+		// volume given up on a drained node (leaveDrained), whose job a
+		// drain may have left wanting to run.
+		return p.settle(append(p.purgeStale(), StepStopWorkspace, StepDeleteVolume)...)
 	case p.backupDue(phase):
 		return p.claimBackup(append(p.purgeStale(), StepSubmitArchive)...)
 	}
@@ -415,8 +424,9 @@ func (p *planner) nodeAway() (Action, bool) {
 			return Action{}, false
 		}
 		// The volume holds nothing the archive lacks: delete it, so the
-		// restore starts over on a node that can take it.
-		return p.settle(append(stopUnplaced(p.obs.Restore, StepStopRestoreJob), StepDeleteVolume)...), true
+		// restore starts over on a node that can take it. A workspace job
+		// a drain left wanting to run is stopped first (leaveDrained).
+		return p.settle(append(stopUnplaced(p.obs.Restore, StepStopRestoreJob), StepStopWorkspace, StepDeleteVolume)...), true
 	}
 	return Action{}, false
 }
@@ -702,7 +712,7 @@ func observeConditions(w workspace.Workspace, obs Observed, now time.Time) works
 		if obs.NodeAway != "" {
 			volume.Reason, volume.Message = obs.NodeAway, workspace.NodeAwayMessage(obs.NodeAway, obs.Node)
 			if obs.NodeAway == workspace.ReasonNodeIneligible {
-				volume.Message = drainedMessage(w, obs.Node)
+				volume.Message = drainedMessage(w, obs)
 			}
 		}
 	}

@@ -582,7 +582,7 @@ func TestPlanRules(t *testing.T) {
 		}
 		obs.Restore = &JobResult{Status: JobFailed}
 		a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
-		if a.Next.Operation != workspace.OpNone || !slices.Equal(a.Steps, []Step{StepPurgeRestoreJob, StepDeleteVolume}) {
+		if a.Next.Operation != workspace.OpNone || !slices.Equal(a.Steps, []Step{StepPurgeRestoreJob, StepStopWorkspace, StepDeleteVolume}) {
 			t.Errorf("op %s steps %v", a.Next.Operation, a.Steps)
 		}
 		if deref(a.Next.ArchiveKey) != keyOld || a.Next.Phase != workspace.PhaseArchived {

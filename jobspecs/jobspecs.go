@@ -193,6 +193,14 @@ type Values struct {
 	// TokenVariablePath is the Nomad Variable whose "token" item the
 	// workspace program gets as HASHED_PASSWORD; empty runs it without one.
 	TokenVariablePath string
+
+	// StopArchiveURL, when set, adds the workspace's poststop task, which
+	// archives the home there after a stop codehub did not ask for; it
+	// uses the batch jobs' mover fields (JobImage, CodehubPath, ArtifactURL,
+	// S3*). StopVariablePath is that task's own Nomad Variable: the S3
+	// credentials and the run whose stop is to be archived.
+	StopArchiveURL   string
+	StopVariablePath string
 }
 
 // EnvVar is one variable of a program's environment.

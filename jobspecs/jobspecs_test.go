@@ -53,14 +53,19 @@ func baseValues(kind Kind, driver string) Values {
 	if driver == "raw_exec" {
 		v.HomeDir = "/opt/nomad/host_volumes/5f1f2c1e-6a51-4a3f-9a55-2f0b8f2a1c11"
 	}
+	v.S3Endpoint = "127.0.0.1:9000"
+	v.S3Region = "us-east-1"
+	if kind == KindWorkspace {
+		// The nomad backend gives every run a stop-archive task.
+		v.StopArchiveURL = "s3://codehub/archives/" + testWorkspaceID + "/" + v.RunID + "/home.tar.zst"
+		v.StopVariablePath = "nomad/jobs/" + v.JobID + "/workspace/stop-archive"
+	}
 	if kind != KindWorkspace {
 		v.JobID = "ws-" + testWorkspaceID + "-" + string(kind)
 		v.OpID = "01jb3x9zzq2m5n8p4r6s0t1v2w"
 		v.ArchiveKey = "archives/" + testWorkspaceID + "/01jb3x9zzq2m5n8p4r6s0t1v2w/home.tar.zst"
 		v.Attempt = 2
 		v.ArchiveURL = "s3://codehub/" + v.ArchiveKey
-		v.S3Endpoint = "127.0.0.1:9000"
-		v.S3Region = "us-east-1"
 		v.VariablePath = "nomad/jobs/" + v.JobID
 	}
 	return v
@@ -104,6 +109,16 @@ func TestRenderGolden(t *testing.T) {
 		{"workspace-docker-first-start", KindWorkspace, "docker", func(v *Values) {
 			v.FirstStartScript = "echo first start\n"
 			v.Dotfiles = "https://example.com/dotfiles.git"
+		}},
+		// The stop-archive task fetching codehub as the archive job does.
+		{"workspace-exec-artifact", KindWorkspace, "exec", func(v *Values) {
+			v.ArtifactURL = "https://codehub.example.com/dl/codehub"
+			v.ArtifactChecksum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		}},
+		// An operator's own template, or a start without a run: no
+		// stop-archive task.
+		{"workspace-raw_exec-no-stop-archive", KindWorkspace, "raw_exec", func(v *Values) {
+			v.StopArchiveURL, v.StopVariablePath = "", ""
 		}},
 		{"archive-docker", KindArchive, "docker", nil},
 		{"archive-raw_exec", KindArchive, "raw_exec", nil},
@@ -156,7 +171,7 @@ func TestWorkspaceTokenOnlyFromVariable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.Contains(plain, "HASHED_PASSWORD") || strings.Contains(plain, "nomadVar") {
+			if strings.Contains(plain, "HASHED_PASSWORD") || strings.Contains(plain, "nomadVar "+quote("nomad/jobs/"+v.JobID)) {
 				t.Fatalf("workspace without a token variable reads one:\n%s", plain)
 			}
 

@@ -234,13 +234,58 @@ func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceS
 		}
 		secrets["git_token"] = spec.GitToken
 	}
-	return b.register(ctx, jobID(spec.WorkspaceID), hcl, secrets)
+	return b.register(ctx, jobID(spec.WorkspaceID), hcl, secrets, b.stopArchiveVariable(spec)...)
 }
 
 // StopWorkspace deregisters ws-{id} without purging it, so its allocations
-// stay visible until the client reports them terminal.
+// stay visible until the client reports them terminal. It first removes
+// the variable of the job's stop-archive task, which then archives
+// nothing: a stop codehub asks for keeps the home where it is. A job that
+// is stopped already is left as it is.
 func (b *Backend) StopWorkspace(ctx context.Context, wsID string) error {
-	return b.deregister(ctx, jobID(wsID), false)
+	if err := b.deleteVariable(ctx, stopVariablePath(wsID)); err != nil {
+		return err
+	}
+	id := jobID(wsID)
+	job, _, err := b.client.Jobs().Info(id, b.query(ctx))
+	switch {
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return classify("read job "+id, err)
+	case job.Stop != nil && *job.Stop:
+		return nil
+	}
+	return b.deregister(ctx, id, false)
+}
+
+// stopArchiveVariable is the variable of the job's stop-archive task: it
+// archives this run's home if something other than codehub stops it. A
+// start without a run id (every start the controller makes has one) has
+// no such task.
+func (b *Backend) stopArchiveVariable(spec controller.WorkspaceSpec) []variable {
+	if spec.RunID == "" {
+		return nil
+	}
+	return []variable{{path: stopVariablePath(spec.WorkspaceID), items: api.VariableItems{
+		"access_key": b.opts.S3.AccessKey.Reveal(),
+		"secret_key": b.opts.S3.SecretKey.Reveal(),
+		"run":        spec.RunID,
+	}}}
+}
+
+// variable is a Nomad Variable a registration writes besides the job's own.
+type variable struct {
+	path  string
+	items api.VariableItems
+}
+
+// deleteVariable deletes the variable at path; one that is gone is done.
+func (b *Backend) deleteVariable(ctx context.Context, path string) error {
+	if _, err := b.client.Variables().Delete(path, b.write(ctx)); err != nil && !isNotFound(err) {
+		return classify("delete variable "+path, err)
+	}
+	return nil
 }
 
 // SubmitArchive writes the S3 credentials variable and registers the
@@ -269,12 +314,13 @@ func (b *Backend) submitBatch(ctx context.Context, kind controller.JobKind, job 
 	})
 }
 
-// writeVariable stores secrets of job id where only that job's workload
-// identity can read them (nomad/jobs/<job id>), replacing what was there.
-func (b *Backend) writeVariable(ctx context.Context, id string, items api.VariableItems) error {
+// writeVariableAt stores items at path, replacing what was there. Secrets
+// of job id go to variablePath(id), where only that job's workload
+// identity can read them.
+func (b *Backend) writeVariableAt(ctx context.Context, path string, items api.VariableItems) error {
 	v := &api.Variable{
 		Namespace: b.opts.Namespace,
-		Path:      variablePath(id),
+		Path:      path,
 		Items:     items,
 	}
 	if _, _, err := b.client.Variables().Create(v, b.write(ctx)); err != nil {
@@ -287,9 +333,9 @@ func (b *Backend) writeVariable(ctx context.Context, id string, items api.Variab
 // registered and not stopped: resubmitting an actuator is a no-op, and a
 // finished batch job is never rerun by accident. A workspace job that
 // nothing runs any more is purged first. secrets, when set, are written to
-// the job's variable before the job, since its template waits for a
-// variable that is missing.
-func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.VariableItems) error {
+// the job's variable, and more to theirs, before the job: a template waits
+// for a variable that is missing.
+func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.VariableItems, more ...variable) error {
 	current, index, err := b.currentRegistration(ctx, id, hcl)
 	if err != nil || current == registeredSame {
 		return err
@@ -304,16 +350,21 @@ func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.Vari
 		}
 	}
 	if secrets != nil {
-		if err := b.writeVariable(ctx, id, secrets); err != nil {
+		more = append([]variable{{path: variablePath(id), items: secrets}}, more...)
+	}
+	for _, v := range more {
+		if err := b.writeVariableAt(ctx, v.path, v.items); err != nil {
 			return err
 		}
 	}
 	err = b.submit(ctx, id, hcl, index)
-	if err != nil && secrets != nil && current == registeredNone && refused(err) {
+	if err != nil && current == registeredNone && refused(err) {
 		// No job reads the secrets, and no purge would ever name a job
 		// that was never registered.
-		if _, derr := b.client.Variables().Delete(variablePath(id), b.write(ctx)); derr != nil && !isNotFound(derr) {
-			b.logger.Warn("delete variable of a refused job", "job_id", id, "error", derr)
+		for _, v := range more {
+			if derr := b.deleteVariable(ctx, v.path); derr != nil {
+				b.logger.Warn("delete variable of a refused job", "job_id", id, "path", v.path, "error", derr)
+			}
 		}
 	}
 	return err
@@ -501,10 +552,12 @@ func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.Job
 	for _, a := range allocs {
 		b.allocs.forget(a.ID)
 	}
-	if _, err := b.client.Variables().Delete(variablePath(id), b.write(ctx)); err != nil && !isNotFound(err) {
-		return classify("delete variable "+variablePath(id), err)
+	if kind == controller.JobWorkspace {
+		if err := b.deleteVariable(ctx, stopVariablePath(wsID)); err != nil {
+			return err
+		}
 	}
-	return nil
+	return b.deleteVariable(ctx, variablePath(id))
 }
 
 // RenderWorkspace returns the HCL StartWorkspace would submit; home is the
@@ -534,6 +587,13 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	v.CheckInterval = b.opts.CheckInterval.String()
 	if w.UpstreamAuth {
 		v.TokenVariablePath = variablePath(jobID(spec.WorkspaceID))
+	}
+	if spec.RunID != "" {
+		// The archive is named after the run whose writes it holds
+		// (armStopArchive).
+		v.StopArchiveURL = archive.URL(b.opts.S3.Bucket, archive.Key(spec.WorkspaceID, spec.RunID))
+		v.StopVariablePath = stopVariablePath(spec.WorkspaceID)
+		b.moverValues(&v)
 	}
 	if spec.FirstStart() {
 		v.FirstStartScript = firststart.Script
@@ -573,15 +633,9 @@ func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, h
 	v.ArchiveKey = job.ArchiveKey
 	v.Attempt = job.Attempt
 	v.ArchiveURL = archive.URL(b.opts.S3.Bucket, job.ArchiveKey)
-	v.JobImage = b.opts.JobImage
 	v.NetworkMode = b.opts.Workspace.NetworkMode
 	v.UID, v.GID = b.opts.Workspace.UID, b.opts.Workspace.GID
-	v.CodehubPath = b.opts.CodehubPath
-	v.ArtifactURL = b.opts.ArtifactURL
-	v.ArtifactChecksum = b.opts.ArtifactChecksum
-	v.S3Endpoint = b.opts.S3.Endpoint
-	v.S3Region = b.opts.S3.Region
-	v.S3UseSSL = b.opts.S3.UseSSL
+	b.moverValues(&v)
 	v.VariablePath = variablePath(id)
 	var k jobspecs.Kind
 	switch kind {
@@ -593,6 +647,18 @@ func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, h
 		return "", fmt.Errorf("not a batch job kind: %q", kind)
 	}
 	return b.renderer.Render(k, v)
+}
+
+// moverValues sets how a task runs the data mover (codehub job) and
+// reaches S3.
+func (b *Backend) moverValues(v *jobspecs.Values) {
+	v.JobImage = b.opts.JobImage
+	v.CodehubPath = b.opts.CodehubPath
+	v.ArtifactURL = b.opts.ArtifactURL
+	v.ArtifactChecksum = b.opts.ArtifactChecksum
+	v.S3Endpoint = b.opts.S3.Endpoint
+	v.S3Region = b.opts.S3.Region
+	v.S3UseSSL = b.opts.S3.UseSSL
 }
 
 func (b *Backend) commonValues(wsID, id, home string) jobspecs.Values {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -231,6 +232,7 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	parseFixture(f)
 	varRoute := "PUT /v1/var/nomad/jobs/ws-" + testWS
 	f.json(varRoute, &api.Variable{})
+	f.json("PUT /v1/var/"+stopVariablePath(testWS), &api.Variable{})
 	opts := testOptions()
 	opts.Workspace.UpstreamAuth = true
 	var asked []string
@@ -263,6 +265,23 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	if order := f.routesInOrder(); indexOf(order, varRoute) > indexOf(order, "PUT /v1/jobs") {
 		t.Fatalf("job registered before its token was written: %v", order)
 	}
+	// The stop-archive task's own variable: the S3 keys and the run whose
+	// stop it archives, written before the job.
+	stopRoute := "PUT /v1/var/" + stopVariablePath(testWS)
+	stops := f.calls(stopRoute)
+	if len(stops) != 1 {
+		t.Fatalf("%d stop-archive variable writes, want 1", len(stops))
+	}
+	var sv api.Variable
+	if err := json.Unmarshal([]byte(stops[0].Body), &sv); err != nil {
+		t.Fatal(err)
+	}
+	if sv.Items["run"] != "run1" || sv.Items["access_key"] != "AKIA-TEST-ACCESS-KEY" || sv.Items["secret_key"] != "s3cr3t-value-never-in-hcl" {
+		t.Fatalf("stop-archive variable = %+v, want the run and the S3 keys", sv.Items)
+	}
+	if order := f.routesInOrder(); indexOf(order, stopRoute) > indexOf(order, "PUT /v1/jobs") {
+		t.Fatalf("job registered before its stop-archive variable was written: %v", order)
+	}
 	for _, route := range []string{"PUT /v1/jobs/parse", "PUT /v1/jobs"} {
 		for _, c := range f.calls(route) {
 			if strings.Contains(c.Body, token) {
@@ -278,6 +297,10 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 		`nomadVar "nomad/jobs/ws-` + testWS + `"`,
 		`HASHED_PASSWORD={{ .token }}`,
 		`destination = "secrets/upstream.env"`,
+		`task "stop-archive"`,
+		`hook = "poststop"`,
+		`ARCHIVE_URL    = "s3://codehub/` + archive.Key(testWS, "run1") + `"`,
+		`nomadVarExists "` + stopVariablePath(testWS) + `"`,
 	} {
 		if !strings.Contains(parse.JobHCL, want) {
 			t.Errorf("rendered HCL lacks %q", want)
@@ -339,13 +362,31 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 
 func TestStopWorkspaceDoesNotPurge(t *testing.T) {
 	f := newFakeNomad(t)
-	f.json("DELETE /v1/job/ws-"+testWS, &api.JobDeregisterResponse{})
-	if err := newTestBackend(t, f, testOptions()).StopWorkspace(t.Context(), testWS); err != nil {
+	id := "ws-" + testWS
+	running, stopped := false, true
+	f.json("GET /v1/job/"+id, &api.Job{ID: &id, Stop: &running})
+	f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+	f.json("DELETE /v1/var/"+stopVariablePath(testWS), nil)
+	b := newTestBackend(t, f, testOptions())
+	if err := b.StopWorkspace(t.Context(), testWS); err != nil {
 		t.Fatal(err)
 	}
-	calls := f.calls("DELETE /v1/job/ws-" + testWS)
+	calls := f.calls("DELETE /v1/job/" + id)
 	if len(calls) != 1 || calls[0].Query.Get("purge") == "true" {
 		t.Fatalf("stop calls = %+v, want one deregister without purge", calls)
+	}
+	// A stop codehub asks for keeps the home where it is: the stop-archive
+	// task loses its variable before the program is stopped.
+	if order := f.routesInOrder(); indexOf(order, "DELETE /v1/var/"+stopVariablePath(testWS)) > indexOf(order, "DELETE /v1/job/"+id) {
+		t.Fatalf("job stopped before its stop archive was called off: %v", order)
+	}
+	// A job stopped already is not stopped again.
+	f.json("GET /v1/job/"+id, &api.Job{ID: &id, Stop: &stopped})
+	if err := b.StopWorkspace(t.Context(), testWS); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("DELETE /v1/job/" + id)); n != 1 {
+		t.Errorf("%d deregisters after stopping a stopped job, want 1", n)
 	}
 
 	// Stopping a job that does not exist is done.

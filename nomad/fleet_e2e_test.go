@@ -172,9 +172,10 @@ func TestE2EFleetNodeLoss(t *testing.T) {
 // stopped, is held whole by its archive: it leaves on its own, restored on
 // the other node in STANDBY with its files. The ARCHIVED one, once opened,
 // is restored there too. The RUNNING one changed since it was last
-// archived (never, here): only the drained node holds it, so it waits,
-// unavailable, named, saying why, never in ERROR and never deleted, and
-// the drain completes.
+// archived (never, here): the drain stops its program, the job's poststop
+// task archives the home on the drained node, and it runs again on the
+// other node with its files. Nothing goes to ERROR, the drained node keeps
+// no home, and the drain completes.
 func TestE2EFleetDrain(t *testing.T) {
 	cfg := shortTimeouts()
 	cfg.BackupInterval = time.Second
@@ -188,6 +189,7 @@ func TestE2EFleetDrain(t *testing.T) {
 	for _, id := range []string{running, standby, archived} {
 		f.tickUntil(id, "RUNNING", settled(workspace.PhaseRunning))
 	}
+	runningContent := f.writeHome(t, running)
 	standbyContent := f.writeHome(t, standby)
 	f.desire(t, standby, workspace.DesiredStandby)
 	f.desire(t, archived, workspace.DesiredStandby)
@@ -222,15 +224,28 @@ func TestE2EFleetDrain(t *testing.T) {
 		}
 	}
 
-	w := f.tickFor(running, 15*time.Second)
-	if msg, away := workspace.Unavailable(w); !away || !strings.Contains(msg, "node "+a.Name+" is drained") || !strings.Contains(msg, "only copy") {
-		t.Errorf("running workspace says %q (%v), want it waiting for the drained %s and why", msg, away, a.Name)
+	// The running one: the drain stopped its program, the job's
+	// stop-archive task saved the home, and it runs again on node-b with
+	// its files, without anyone asking.
+	f.tickUntil(running, "RUNNING on the other node", func(w workspace.Workspace) bool {
+		return settled(workspace.PhaseRunning)(w) && slices.Equal(f.homeVolumes(t, running), []string{b.NodeID})
+	})
+	if !bytes.Equal(f.served(t, running), runningContent) {
+		t.Fatal("the running workspace serves other bytes than it had when the drain began")
 	}
-	if got := f.holder(t, running); got != a {
-		t.Errorf("unsaved home moved to %s", got.Name)
+	w := f.tickUntil(running, "its progress saying it moved", func(w workspace.Workspace) bool {
+		return w.Conditions[workspace.CondMoving].Reason == workspace.ReasonMoved
+	})
+	if w.DesiredState != workspace.DesiredRunning || w.ErrorReason != nil {
+		t.Errorf("desired %s error %s after the move, want RUNNING and none", w.DesiredState, deref(w.ErrorReason))
 	}
-	if w.Phase == workspace.PhaseError {
-		t.Error("unsaved home in ERROR")
+	if got := archive.OpID(deref(w.ArchiveKey)); got == "" {
+		t.Errorf("archive key %q, want the stop archive of its run", deref(w.ArchiveKey))
+	}
+	for _, id := range []string{running, standby, archived} {
+		if slices.Contains(f.homeVolumes(t, id), a.NodeID) {
+			t.Errorf("the drained node still holds the home of %s", id)
+		}
 	}
 	// The drain itself completes: nothing codehub did keeps it waiting.
 	nomadtest.Eventually(t, 2*time.Minute, "the drain complete", func() bool {

@@ -27,6 +27,7 @@ const (
 	MetaOpID        = "codehub.io/op-id"
 	MetaArchiveKey  = "codehub.io/archive-key"
 	MetaAttempt     = "codehub.io/attempt"
+	MetaRunID       = "codehub.io/run-id"
 )
 
 // Drivers codehub can render jobs for.
@@ -135,6 +136,16 @@ const workspaceHome = "/home/coder"
 func jobID(wsID string) string         { return controller.JobName(wsID, controller.JobWorkspace) }
 func serviceName(wsID string) string   { return jobID(wsID) }
 func variablePath(jobID string) string { return "nomad/jobs/" + jobID }
+
+// stopArchiveTask is the workspace job's poststop task that archives a home
+// after a stop codehub did not ask for.
+const stopArchiveTask = "stop-archive"
+
+// stopVariablePath is the variable of a workspace's stop-archive task: the
+// path only that task's workload identity may read (job, group, task).
+func stopVariablePath(wsID string) string {
+	return variablePath(jobID(wsID)) + "/workspace/" + stopArchiveTask
+}
 
 // classify turns an API error into a controller.Failure: transport errors
 // and 5xx answers mean Nomad could not be reached or answer (retried);

@@ -44,6 +44,9 @@ type listing struct {
 	outputs map[string]string
 	// errorCodes holds CODEHUB_ERROR of failed batch allocations.
 	errorCodes map[string]archive.Code
+	// stops holds the result of the stop-archive task of workspace
+	// allocations that something other than codehub stopped.
+	stops map[string]archive.Outcome
 	// placement describes why a job's allocation cannot be placed.
 	placement map[string]string
 }
@@ -79,6 +82,19 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 			continue
 		}
 		l.errorCodes[a.ID] = code
+	}
+
+	l.stops = make(map[string]archive.Outcome)
+	for _, a := range stoppedWorkspaceAllocs(byID, current) {
+		if !clientTerminal(a.ClientStatus) {
+			continue
+		}
+		out, err := b.stopOutcome(ctx, a)
+		if err != nil {
+			b.logger.Warn("read stop archive output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
+			continue
+		}
+		l.stops[a.ID] = out
 	}
 
 	l.outputs = make(map[string]string)
@@ -280,7 +296,9 @@ func allocsNeedingChecks(jobs map[string]*api.JobListStub, current map[string][]
 
 // allocsNeedingEvents are the allocations whose task events explain their
 // state: workspace allocations still pending (an image pull may be failing)
-// or failed, and the failed allocation of a batch job (exit code, message).
+// or failed, the newest one of a workspace job something other than codehub
+// stopped (its stop-archive task), and the failed allocation of a batch job
+// (exit code, message).
 func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
 	var out []*api.AllocationListStub
 	for id, list := range current {
@@ -297,8 +315,9 @@ func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]
 		if jobs[id].Stop {
 			continue
 		}
-		for _, a := range list {
-			if a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusFailed {
+		for i, a := range list {
+			if a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusFailed ||
+				i == 0 && stoppedElsewhere(a) {
 				out = append(out, a)
 			}
 		}
@@ -351,6 +370,29 @@ func failedBatchAllocs(jobs map[string]*api.JobListStub, current map[string][]*a
 			continue
 		}
 		if list[0].ClientStatus == api.AllocClientStatusFailed {
+			out = append(out, list[0])
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out
+}
+
+// stoppedElsewhere reports a workspace allocation stopped while its job
+// still wants to run: a node drain (or an operator) stopped it, not codehub,
+// which stops the job.
+func stoppedElsewhere(a *api.AllocationListStub) bool {
+	return a.DesiredStatus != api.AllocDesiredStatusRun
+}
+
+// stoppedWorkspaceAllocs are the newest allocations of running workspace
+// jobs that were stopped elsewhere: their stop-archive task saves the home.
+func stoppedWorkspaceAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
+	var out []*api.AllocationListStub
+	for id, list := range current {
+		if _, kind, _ := controller.ParseJobName(id); kind != controller.JobWorkspace || jobs[id].Stop || len(list) == 0 {
+			continue
+		}
+		if stoppedElsewhere(list[0]) {
 			out = append(out, list[0])
 		}
 	}
@@ -496,6 +538,7 @@ func assemble(l listing) controller.Snapshot {
 			if !j.Stop {
 				o.UpstreamReady = upstreamReady(current[id], l.checks, l.ownRegistration, l.services == nil || l.services[serviceName(wsID)])
 				o.Failure = workspaceFailure(current[id], l.placement[id], l.outputs)
+				o.StopArchive = stopArchive(wsID, j, current[id], l.stops)
 			}
 		case controller.JobArchive:
 			o.Archive = jobResult(j, current[id], l.errorCodes, l.placement[id])
@@ -505,6 +548,33 @@ func assemble(l listing) controller.Snapshot {
 		snap.Workspaces[wsID] = o
 	}
 	return snap
+}
+
+// stopArchive reports the stop-archive task of the newest allocation of a
+// workspace job that was stopped elsewhere: running while the allocation
+// is, then its result. A task that archived nothing (not asked, never
+// started) reports nothing.
+func stopArchive(wsID string, j *api.JobListStub, allocs []*api.AllocationListStub, outcomes map[string]archive.Outcome) *controller.JobResult {
+	if len(allocs) == 0 || !stoppedElsewhere(allocs[0]) || allocs[0].TaskStates[stopArchiveTask] == nil {
+		return nil
+	}
+	a := allocs[0]
+	run := j.Meta[MetaRunID]
+	res := &controller.JobResult{OpID: run, ArchiveKey: archive.Key(wsID, run), Status: controller.JobRunning}
+	if !clientTerminal(a.ClientStatus) {
+		return res
+	}
+	out, ok := outcomes[a.ID]
+	switch {
+	case !ok, out.Result == archive.ResultSkipped, out.Result == "" && a.TaskStates[stopArchiveTask].StartedAt.IsZero():
+		return nil
+	case out.Result == archive.ResultOK:
+		res.Status = controller.JobSucceeded
+	default:
+		res.Status, res.ErrorCode = controller.JobFailed, out.Code
+		res.Message = "the archive made as the program was stopped on its node failed"
+	}
+	return res
 }
 
 // upstreamReady: a running allocation whose deployment health is known good,

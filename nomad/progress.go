@@ -39,7 +39,7 @@ func (b *Backend) JobProgress(ctx context.Context, wsID string, kind controller.
 	if newest == nil || len(newest.TaskStates) == 0 || neverStarted(newest) {
 		return controller.JobProgress{}, controller.ErrNoProgress
 	}
-	body, err := b.logTail(ctx, newest, "stdout", archive.ProgressTail)
+	body, err := b.logTail(ctx, newest, taskName(newest), "stdout", archive.ProgressTail)
 	if err != nil {
 		return controller.JobProgress{}, err
 	}

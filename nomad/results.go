@@ -20,6 +20,7 @@ type allocCache struct {
 	states  perAlloc[map[string]*api.TaskState]
 	codes   perAlloc[archive.Code]
 	outputs perAlloc[string]
+	stops   perAlloc[archive.Outcome]
 }
 
 func newAllocCache() *allocCache { return &allocCache{} }
@@ -28,6 +29,7 @@ func (c *allocCache) forget(allocID string) {
 	c.states.forget(allocID)
 	c.codes.forget(allocID)
 	c.outputs.forget(allocID)
+	c.stops.forget(allocID)
 }
 
 // perAlloc holds one value per allocation id, safe for concurrent use.
@@ -69,7 +71,7 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (arc
 		b.allocs.codes.put(a.ID, archive.CodeUnknown)
 		return archive.CodeUnknown, nil
 	}
-	body, err := b.logTail(ctx, a, "stdout", archive.ResultTail)
+	body, err := b.logTail(ctx, a, taskName(a), "stdout", archive.ResultTail)
 	if err != nil {
 		return "", err
 	}
@@ -82,6 +84,31 @@ func (b *Backend) errorCode(ctx context.Context, a *api.AllocationListStub) (arc
 	return code, nil
 }
 
+// stopOutcome reads the result line of the stop-archive task of a
+// workspace allocation that ended, once per allocation. A task that never
+// started has none.
+func (b *Backend) stopOutcome(ctx context.Context, a *api.AllocationListStub) (archive.Outcome, error) {
+	if out, ok := b.allocs.stops.get(a.ID); ok {
+		return out, nil
+	}
+	if ts := a.TaskStates[stopArchiveTask]; ts == nil || ts.StartedAt.IsZero() {
+		out := archive.Outcome{Code: archive.CodeUnknown}
+		b.allocs.stops.put(a.ID, out)
+		return out, nil
+	}
+	body, err := b.logTail(ctx, a, stopArchiveTask, "stdout", archive.ResultTail)
+	if err != nil {
+		return archive.Outcome{}, err
+	}
+	defer body.Close()
+	out, err := archive.LastResult(body, archive.ResultTail)
+	if err != nil {
+		return archive.Outcome{}, classify("read logs of "+a.ID, err)
+	}
+	b.allocs.stops.put(a.ID, out)
+	return out, nil
+}
+
 // failedOutput returns the end of what a failed workspace allocation's task
 // wrote to stderr, read once per allocation; "" when it never ran.
 func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (string, error) {
@@ -92,7 +119,7 @@ func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (
 		b.allocs.outputs.put(a.ID, "")
 		return "", nil
 	}
-	body, err := b.logTail(ctx, a, "stderr", controller.OutputBytes)
+	body, err := b.logTail(ctx, a, taskName(a), "stderr", controller.OutputBytes)
 	if err != nil {
 		return "", err
 	}
@@ -143,13 +170,13 @@ func taskName(a *api.AllocationListStub) string {
 	return string(kind)
 }
 
-// logTail opens the last size bytes of what the allocation's task wrote
+// logTail opens the last size bytes of what task of the allocation wrote
 // to stream (stdout or stderr). Nomad answers 404 for a task that never
 // started: callers check neverStarted first.
-func (b *Backend) logTail(ctx context.Context, a *api.AllocationListStub, stream string, size int) (io.ReadCloser, error) {
+func (b *Backend) logTail(ctx context.Context, a *api.AllocationListStub, task, stream string, size int) (io.ReadCloser, error) {
 	q := b.query(ctx)
 	q.Params = map[string]string{
-		"task":   taskName(a),
+		"task":   task,
 		"type":   stream,
 		"plain":  "true",
 		"origin": "end",

@@ -69,6 +69,17 @@ func decide(phase workspace.Phase, desired workspace.DesiredState, op workspace.
 	return verdictGone
 }
 
+// decideFor is decide for a stored workspace: one whose home is moving to
+// another node is on its way up there, even while its program still shows
+// as running on the node it leaves (a drain saving its home).
+func decideFor(ws workspace.Workspace, navigate bool) verdict {
+	v := decide(ws.Phase, ws.DesiredState, ws.Operation, navigate)
+	if _, moving := workspace.Moving(ws); v == verdictProxy && moving && ws.ErrorReason == nil {
+		return verdictStarting
+	}
+	return v
+}
+
 // isNavigation reports whether r is a person opening a page of the
 // workspace rather than a request a loaded page makes by itself: a fetch,
 // a script, an image, a frame inside the page (VS Code's webviews), a

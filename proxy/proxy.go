@@ -355,7 +355,7 @@ func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 		p.forbidden(w, r)
 		return
 	}
-	v := decide(ws.Phase, ws.DesiredState, ws.Operation, isNavigation(r))
+	v := decideFor(ws, isNavigation(r))
 	if r.Method == http.MethodPost && (v == verdictArchived || v == verdictNotStarted) && p.startRequested(r, t.id) {
 		p.startFromPage(w, r, ws)
 		return
@@ -424,7 +424,8 @@ func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws worksp
 // only wait, and the user should know for what.
 func (p *Proxy) unavailable(w http.ResponseWriter, r *http.Request, ws workspace.Workspace) bool {
 	msg, away := workspace.Unavailable(ws)
-	if !away {
+	if _, moving := workspace.Moving(ws); !away || moving && ws.ErrorReason == nil {
+		// A home leaving its node shows the moving page instead.
 		return false
 	}
 	render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
@@ -687,7 +688,7 @@ func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, t target, err err
 		return
 	}
 	t.rejudged = true
-	p.answer(rec, r, t, ws, decide(ws.Phase, ws.DesiredState, ws.Operation, isNavigation(r)))
+	p.answer(rec, r, t, ws, decideFor(ws, isNavigation(r)))
 }
 
 func (p *Proxy) badGateway(w http.ResponseWriter, r *http.Request) {

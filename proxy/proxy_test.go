@@ -486,6 +486,16 @@ func TestProxyStatusPages(t *testing.T) {
 	env.Exec(`UPDATE workspaces SET phase = 'RUNNING', operation = 'STOPPING', conditions = jsonb_build_object('storage.moving',
 		jsonb_build_object('status', 'True', 'reason', 'Leaving', 'message', 'moving to another machine: leaving node node-a',
 			'last_transition_time', now())) WHERE id = $1`, moving.ID)
+	// A running workspace on a drained node: the drain stopped its
+	// program and its home is being saved. Its users see it move, not a
+	// bad gateway, and not the node's unavailability.
+	saving := env.CreateWorkspace(alice, "saving")
+	env.Exec(`UPDATE workspaces SET phase = 'RUNNING', conditions = jsonb_build_object(
+		'storage.moving', jsonb_build_object('status', 'True', 'reason', 'Leaving',
+			'message', 'moving to another machine: saving the home on node node-a', 'last_transition_time', now()),
+		'storage.volume_ready', jsonb_build_object('status', 'True', 'reason', 'NodeIneligible', 'node', 'node-a',
+			'message', 'node node-a is drained: the home is being archived as its program stopped', 'last_transition_time', now()))
+		WHERE id = $1`, saving.ID)
 
 	for _, tc := range []struct {
 		id, code, text string
@@ -497,6 +507,7 @@ func TestProxyStatusPages(t *testing.T) {
 		{retrying.ID, "STARTING", "Cannot find module"},
 		{away.ID, "UNAVAILABLE", "unavailable: node node-a is down"},
 		{moving.ID, "STARTING", "moving to another machine: leaving node node-a"},
+		{saving.ID, "STARTING", "moving to another machine: saving the home on node node-a"},
 	} {
 		if res := get(t, c, env.URL+"/w/"+tc.id+"/"); res.StatusCode != 503 || res.ErrorCode() != tc.code {
 			t.Errorf("%s (JSON): %d %s", tc.code, res.StatusCode, res.Body)

@@ -210,7 +210,7 @@ func (p *Proxy) own(w *responseRecorder, r *http.Request, t target) {
 			p.forbidden(w, r)
 			return
 		default:
-			v = decide(ws.Phase, ws.DesiredState, ws.Operation, false)
+			v = decideFor(ws, false)
 		}
 		h := w.Header()
 		h.Set("Content-Type", "application/json")

@@ -233,5 +233,95 @@ job [[ hcl .JobID ]] {
 [[- end ]]
       }
     }
+[[- if .StopArchiveURL ]]
+
+    # Archives the home once the program has stopped, when a stop codehub
+    # did not ask for (a node drain) ends the allocation: nothing else can
+    # run on a drained node to save a home that changed. codehub removes
+    # the variable before it stops a workspace itself, and the task then
+    # archives nothing; it runs as the archive job does.
+    task "stop-archive" {
+      driver = [[ hcl .Driver ]]
+
+      lifecycle {
+        hook = "poststop"
+      }
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = "30s"
+[[- if eq .Driver "docker" ]]
+
+      user = "[[ .UID ]]:[[ .GID ]]"
+
+      config {
+        image        = [[ hcl (required "job_image" .JobImage) ]]
+        force_pull   = false
+[[- if .NetworkMode ]]
+        network_mode = [[ hcl .NetworkMode ]]
+[[- end ]]
+        args         = ["job", "archive", "--on-stop", "--src", [[ hcl .HomeDir ]]]
+      }
+[[- else ]]
+[[- if .ArtifactURL ]]
+
+      artifact {
+        source      = [[ hcl .ArtifactURL ]]
+        destination = "local/codehub"
+        mode        = "file"
+
+        options {
+          checksum = [[ hcl (required "artifact_checksum" .ArtifactChecksum) ]]
+        }
+      }
+[[- end ]]
+
+      config {
+        command = [[ if .ArtifactURL ]]"local/codehub"[[ else ]][[ hcl (required "codehub_path" .CodehubPath) ]][[ end ]]
+        args    = ["job", "archive", "--on-stop", "--src", [[ hcl .HomeDir ]]]
+[[- if eq .Driver "exec" ]]
+        cap_drop = ["all"]
+[[- end ]]
+      }
+[[- end ]]
+[[- if ne .Driver "raw_exec" ]]
+
+      volume_mount {
+        volume      = "home"
+        destination = [[ hcl .HomeDir ]]
+        read_only   = true
+      }
+[[- end ]]
+
+      env {
+        ARCHIVE_URL    = [[ hcl .StopArchiveURL ]]
+        CODEHUB_RUN_ID = [[ hcl (required "run_id" .RunID) ]]
+        S3_ENDPOINT    = [[ hcl (required "s3_endpoint" .S3Endpoint) ]]
+        S3_REGION      = [[ hcl .S3Region ]]
+        S3_USE_SSL     = "[[ .S3UseSSL ]]"
+      }
+
+      # Only this task can read its variable: the credentials, and the run
+      # whose stop it archives.
+      template {
+        destination = "secrets/s3.env"
+        env         = true
+        change_mode = "noop"
+        data        = <<-EOT
+          {{ if nomadVarExists [[ hcl (required "stop_variable_path" .StopVariablePath) ]] }}
+          {{ with nomadVar [[ hcl .StopVariablePath ]] }}
+          S3_ACCESS_KEY={{ .access_key }}
+          S3_SECRET_KEY={{ .secret_key }}
+          CODEHUB_STOP_ARCHIVE_RUN={{ .run }}
+          {{ end }}
+          {{ end }}
+        EOT
+      }
+
+      resources {
+        cpu    = 500
+        memory = 256
+      }
+    }
+[[- end ]]
   }
 }
