@@ -360,8 +360,9 @@ coordinator {
   backoff_base = "5s"
   backoff_max  = "5m"
 
-  # Homes moving off a node an admin evacuates at once, each one archive
-  # and one restore through S3 (docs/nomad.md, "Operating a fleet").
+  # Homes moving at once off nodes an admin evacuates or Nomad drains,
+  # each one archive and one restore through S3 (docs/nomad.md,
+  # "Operating a fleet").
   evacuation_parallel = 2
 }
 

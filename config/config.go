@@ -245,8 +245,8 @@ type Coordinator struct {
 	BackoffMaxHCL  string `hcl:"backoff_max,optional"`
 	BackoffMax     time.Duration
 
-	// EvacuationParallel is how many homes move off evacuated nodes at
-	// once (each an archive and a restore through S3).
+	// EvacuationParallel is how many homes move off evacuated or drained
+	// nodes at once (each an archive and a restore through S3).
 	EvacuationParallel int `hcl:"evacuation_parallel,optional"`
 }
 

@@ -97,7 +97,7 @@ type Config struct {
 	// BackupInterval is how old the last archive of a changed home in
 	// standby may get before it is archived again; 0 turns backups off.
 	BackupInterval time.Duration
-	// EvacuationParallel bounds the homes moving off evacuated nodes at
+	// EvacuationParallel bounds the homes moving off evacuated or drained nodes at
 	// once (Moves).
 	EvacuationParallel int
 	// Metrics records committed transitions, operations and passes (nil:

@@ -30,10 +30,16 @@ func BenchmarkFleetEvacuate(b *testing.B) {
 	})
 }
 
+// drainNode drains node a as `nomad node drain -enable -deadline 10m`.
+func drainNode(f *fleetHarness, a *nomadtest.ClusterClient) error {
+	_, err := f.cluster.Client.Nodes().UpdateDrain(a.NodeID, &api.DrainSpec{Deadline: 10 * time.Minute}, false, nil)
+	return err
+}
+
 // benchmarkMoves times, for each number of homes that fixture puts on
 // node-a, from move (which asks for the homes to leave node-a) until the
-// last home is STANDBY on another node with its move recorded, reported
-// as metric.
+// last home is back in its desired phase on another node with its move
+// recorded, reported as metric.
 func benchmarkMoves(b *testing.B, sizes []int, fixture func(*testing.B, int) (*fleetHarness, []string), metric string, move func(*fleetHarness, *nomadtest.ClusterClient) error) {
 	for _, homes := range sizes {
 		b.Run(fmt.Sprintf("homes=%d", homes), func(b *testing.B) {
@@ -47,7 +53,7 @@ func benchmarkMoves(b *testing.B, sizes []int, fixture func(*testing.B, int) (*f
 					b.Fatal(err)
 				}
 				f.tickAllUntil(b, "every home moved", ids, func(w workspace.Workspace) bool {
-					return w.Operation == workspace.OpNone && w.Phase == workspace.PhaseStandby &&
+					return w.Operation == workspace.OpNone && w.Phase == workspace.TargetPhase(w.DesiredState) &&
 						w.Conditions[workspace.CondMoving].Reason == workspace.ReasonMoved
 				})
 				elapsed := time.Since(start)
@@ -74,19 +80,7 @@ func evacuationFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 		ids = append(ids, id)
 	}
 	f.tickAllUntil(b, "every home STANDBY", ids, settled(workspace.PhaseStandby))
-	content := make([]byte, 100<<20)
-	for _, id := range ids {
-		if _, err := rand.Read(content); err != nil {
-			b.Fatal(err)
-		}
-		home, err := f.backend.HomeDir(b.Context(), id)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(home, "data.bin"), content, 0o600); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fillHomes(b, f, ids)
 	if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, true, nil); err != nil {
 		b.Fatal(err)
 	}
@@ -105,10 +99,60 @@ func evacuationFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 // apart) with the default configuration. Run it with -benchtime 1x: each
 // size sets up its own cluster.
 func BenchmarkFleetDrain(b *testing.B) {
-	benchmarkMoves(b, []int{1, 10}, drainFixture, "failover-s", func(f *fleetHarness, a *nomadtest.ClusterClient) error {
-		_, err := f.cluster.Client.Nodes().UpdateDrain(a.NodeID, &api.DrainSpec{Deadline: 10 * time.Minute}, false, nil)
-		return err
+	benchmarkMoves(b, []int{1, 10, 50}, drainFixture, "failover-s", drainNode)
+}
+
+// BenchmarkFleetDrainRunning measures the failover of running workspaces
+// by a plain drain: from the drain request until the last workspace, each
+// home holding 100 MiB of random bytes it was never archived with, runs
+// again on node-b. Each home is archived on node-a by its job's
+// stop-archive task as the drain stops its program, then restored on
+// node-b and started. Run it with -benchtime 1x.
+func BenchmarkFleetDrainRunning(b *testing.B) {
+	benchmarkMoves(b, []int{1, 10}, runningFixture, "failover-s", drainNode)
+}
+
+// runningFixture makes homes RUNNING workspaces on node-a, each with a
+// 100 MiB file of random bytes written while it runs.
+func runningFixture(b *testing.B, homes int) (*fleetHarness, []string) {
+	f := newFleetHarness(b, true, controller.DefaultConfig())
+	other := f.cluster.Node(b, "node-b")
+	eligible := func(on bool) {
+		if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, on, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	eligible(false)
+	var ids []string
+	for i := range homes {
+		ids = append(ids, f.create(b, fmt.Sprintf("home-%d", i)))
+	}
+	f.tickAllUntil(b, "every workspace RUNNING", ids, settled(workspace.PhaseRunning))
+	fillHomes(b, f, ids)
+	eligible(true)
+	nomadtest.Eventually(b, time.Minute, "node-b eligible", func() bool {
+		n, _, err := f.cluster.Client.Nodes().Info(other.NodeID, nil)
+		return err == nil && n.SchedulingEligibility == "eligible"
 	})
+	return f, ids
+}
+
+// fillHomes writes a 100 MiB file of random bytes (which no compression
+// shrinks) into each home.
+func fillHomes(b *testing.B, f *fleetHarness, ids []string) {
+	content := make([]byte, 100<<20)
+	for _, id := range ids {
+		if _, err := rand.Read(content); err != nil {
+			b.Fatal(err)
+		}
+		home, err := f.backend.HomeDir(b.Context(), id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, "data.bin"), content, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // drainFixture is evacuationFixture with each home archived and restored
