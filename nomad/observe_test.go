@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -415,5 +416,55 @@ func TestFailureMessagePrefersTheExit(t *testing.T) {
 	a.TaskStates["workspace"].Events = []*api.TaskEvent{{Type: api.TaskKilling, DisplayMessage: "Unhealthy because of failed task"}}
 	if got := failureMessage(a); got != "task workspace: Unhealthy because of failed task" {
 		t.Errorf("without an exit: %q", got)
+	}
+}
+
+// TestStopArchive: what the newest allocation of a workspace job says of
+// its stop-archive task. Only an allocation stopped while its job still
+// wants to run (a drain) reports one: running while the allocation is,
+// then the result line of the task's log. A task that archived nothing
+// reports nothing.
+func TestStopArchive(t *testing.T) {
+	const run = "01jb3x7k9q2m5n8p4r6s0t1run"
+	job := &api.JobListStub{ID: "ws-" + wsDrained, Meta: managedMeta(wsDrained, MetaRunID, run)}
+	started := map[string]*api.TaskState{stopArchiveTask: {State: "dead", StartedAt: time.Unix(1, 0)}}
+	alloc := func(desired, client string, states map[string]*api.TaskState) []*api.AllocationListStub {
+		return []*api.AllocationListStub{{ID: "a1", DesiredStatus: desired, ClientStatus: client, TaskStates: states}}
+	}
+	key := archive.Key(wsDrained, run)
+	cases := []struct {
+		name    string
+		allocs  []*api.AllocationListStub
+		outcome *archive.Outcome
+		want    *controller.JobResult
+	}{
+		{"running program", alloc(api.AllocDesiredStatusRun, api.AllocClientStatusRunning, started), nil, nil},
+		{"no allocation", nil, nil, nil},
+		{"job without the task", alloc(api.AllocDesiredStatusStop, api.AllocClientStatusComplete, map[string]*api.TaskState{"workspace": {}}), nil, nil},
+		{"archiving", alloc(api.AllocDesiredStatusStop, api.AllocClientStatusRunning, started), nil,
+			&controller.JobResult{OpID: run, ArchiveKey: key, Status: controller.JobRunning}},
+		{"archived", alloc(api.AllocDesiredStatusStop, api.AllocClientStatusComplete, started), &archive.Outcome{Result: archive.ResultOK},
+			&controller.JobResult{OpID: run, ArchiveKey: key, Status: controller.JobSucceeded}},
+		{"not asked", alloc(api.AllocDesiredStatusStop, api.AllocClientStatusComplete, started), &archive.Outcome{Result: archive.ResultSkipped}, nil},
+		{"log not read this pass", alloc(api.AllocDesiredStatusStop, api.AllocClientStatusComplete, started), nil, nil},
+		{"never started", alloc(api.AllocDesiredStatusStop, api.AllocClientStatusComplete, map[string]*api.TaskState{stopArchiveTask: {State: "dead"}}),
+			&archive.Outcome{Code: archive.CodeUnknown}, nil},
+		{"failed", alloc(api.AllocDesiredStatusStop, api.AllocClientStatusFailed, started), &archive.Outcome{Result: archive.ResultFail, Code: archive.CodeS3Access},
+			&controller.JobResult{OpID: run, ArchiveKey: key, Status: controller.JobFailed, ErrorCode: archive.CodeS3Access,
+				Message: "the archive made as the program was stopped on its node failed"}},
+		{"killed before its result", alloc(api.AllocDesiredStatusStop, api.AllocClientStatusComplete, started), &archive.Outcome{Code: archive.CodeUnknown},
+			&controller.JobResult{OpID: run, ArchiveKey: key, Status: controller.JobFailed, ErrorCode: archive.CodeUnknown,
+				Message: "the archive made as the program was stopped on its node failed"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			outcomes := map[string]archive.Outcome{}
+			if c.outcome != nil {
+				outcomes["a1"] = *c.outcome
+			}
+			if got := stopArchive(wsDrained, job, c.allocs, outcomes); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("stopArchive = %+v, want %+v", got, c.want)
+			}
+		})
 	}
 }
