@@ -41,6 +41,7 @@ type ClusterClient struct {
 	Log            *LockedBuffer
 
 	cluster *Cluster
+	base    string
 	cfgPath string
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -131,10 +132,7 @@ server {
 	}
 	t.Cleanup(func() { c.shutdown(t) })
 	for _, cc := range c.Clients {
-		cc.Start(t)
-	}
-	for _, cc := range c.Clients {
-		cc.WaitReady(t)
+		cc.startFirst(t)
 	}
 	return c
 }
@@ -190,17 +188,28 @@ func (c *Cluster) nodeReady(id string) bool {
 
 func (c *Cluster) addClient(t testing.TB, dir, name string) *ClusterClient {
 	t.Helper()
-	http, rpc, serf := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	base := filepath.Join(dir, name)
 	cc := &ClusterClient{
 		Name:           name,
-		HTTPAddr:       fmt.Sprintf("http://127.0.0.1:%d", http),
 		HostVolumesDir: filepath.Join(base, "host_volumes"),
 		Log:            &LockedBuffer{},
 		cluster:        c,
+		base:           base,
 		cfgPath:        filepath.Join(base, "client.hcl"),
 	}
-	cfg := fmt.Sprintf(agentBase, filepath.Join(base, "data"), http, rpc, serf) + fmt.Sprintf(`
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cc.writeConfig(t)
+	return cc
+}
+
+// writeConfig writes the client's agent configuration on ports free now.
+func (cc *ClusterClient) writeConfig(t testing.TB) {
+	t.Helper()
+	http, rpc, serf := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	cc.HTTPAddr = fmt.Sprintf("http://127.0.0.1:%d", http)
+	cfg := fmt.Sprintf(agentBase, filepath.Join(cc.base, "data"), http, rpc, serf) + fmt.Sprintf(`
 name = %q
 
 client {
@@ -214,14 +223,48 @@ client {
     %s
   }
 }
-`, name, c.rpcAddr, filepath.Join(base, "alloc"), filepath.Join(base, "state"), cc.HostVolumesDir, fingerprintDenylist) + rawExecPlugin
-	if err := os.MkdirAll(base, 0o700); err != nil {
-		t.Fatal(err)
-	}
+`, cc.Name, cc.cluster.rpcAddr, filepath.Join(cc.base, "alloc"), filepath.Join(cc.base, "state"), cc.HostVolumesDir, fingerprintDenylist) + rawExecPlugin
 	if err := os.WriteFile(cc.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return cc
+}
+
+// startFirst starts the client's agent for the first time and waits until
+// its node is ready. Its ports were free when picked, but another process
+// may take one before the agent binds it: an agent that exits before its
+// node is ready is started again on new ports, up to three times.
+func (cc *ClusterClient) startFirst(t testing.TB) {
+	t.Helper()
+	for try := 1; ; try++ {
+		cc.Start(t)
+		if cc.becameReady(t) {
+			return
+		}
+		if try == 3 {
+			t.Fatalf("nomad client %s exited before it was ready, three times; its log:\n%s", cc.Name, cc.Log.String())
+		}
+		t.Logf("nomad client %s exited before it was ready; starting it on new ports", cc.Name)
+		cc.cmd, cc.done = nil, nil
+		cc.writeConfig(t)
+	}
+}
+
+// becameReady waits until the node is ready (true) or its agent exited
+// (false).
+func (cc *ClusterClient) becameReady(t testing.TB) bool {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cc.ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for nomad client %s ready after 90s", cc.Name)
+		}
+		select {
+		case <-cc.done:
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 // Node returns the cluster client named name, or fails the test.
@@ -306,18 +349,22 @@ func (cc *ClusterClient) signal(t testing.TB, sig os.Signal) {
 // raw_exec healthy, and records its node id.
 func (cc *ClusterClient) WaitReady(t testing.TB) {
 	t.Helper()
-	Eventually(t, 90*time.Second, "nomad client "+cc.Name+" ready", func() bool {
-		n := cc.node()
-		if n == nil || n.Status != api.NodeStatusReady {
-			return false
-		}
-		d := n.Drivers["raw_exec"]
-		if d == nil || !d.Healthy {
-			return false
-		}
-		cc.NodeID = n.ID
-		return true
-	})
+	Eventually(t, 90*time.Second, "nomad client "+cc.Name+" ready", cc.ready)
+}
+
+// ready reports whether the node is ready with raw_exec healthy, recording
+// its id once it is.
+func (cc *ClusterClient) ready() bool {
+	n := cc.node()
+	if n == nil || n.Status != api.NodeStatusReady {
+		return false
+	}
+	d := n.Drivers["raw_exec"]
+	if d == nil || !d.Healthy {
+		return false
+	}
+	cc.NodeID = n.ID
+	return true
 }
 
 // WaitStatus waits until the server reports the node in status (e.g.
