@@ -317,8 +317,11 @@ job [[ hcl .JobID ]] {
         EOT
       }
 
+      # Nomad reserves the larger of the program's and this task's needs,
+      # so this asks for little CPU (a share, used while nothing else
+      # runs); the data mover's buffers need the memory.
       resources {
-        cpu    = 500
+        cpu    = 100
         memory = 256
       }
     }
