@@ -145,8 +145,8 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Resolve after restart: %v", err)
 	}
-	if got := get(t, "http://"+addr+"/home"); got != b.HomeDir(testID) {
-		t.Fatalf("workspace HOME = %q, want %q", got, b.HomeDir(testID))
+	if got, want := get(t, "http://"+addr+"/home"), viewedHome(b, "workspace"); got != want {
+		t.Fatalf("workspace HOME = %q, want %q", got, want)
 	}
 	waitFor(t, restarted, "ready after restart", func(o controller.Observed) bool { return o.UpstreamReady && o.ContainerLive })
 
