@@ -26,9 +26,9 @@ const homeRoot = "/home"
 // read-only tmpfs over /home, binds every entry the host has there back in
 // place (the program, codehub's checkout or the data dir itself may live
 // under /home), binds the home at /home/$1 and starts the program there,
-// with no OLDPWD that would name the host path.
-// The home and the host's /home are opened before the tmpfs hides them and
-// reached through those descriptors, which still point below it.
+// with no OLDPWD that would name the host path. The home and the host's
+// /home are opened before the tmpfs hides them and reached through those
+// descriptors, which still point below it.
 const homeViewScript = `name=$1 home=$2
 shift 2
 exec 3<"$home" 4</home

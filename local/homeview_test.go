@@ -87,14 +87,7 @@ func TestWorkspaceSeesItsHomeUnderItsName(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	program := filepath.Join(base, "fakeworkspace")
-	raw, err := os.ReadFile(fakeWorkspace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(program, raw, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	program := copyFakeWorkspace(t, base)
 	b, err := New(hclog.NewNullLogger(), Options{
 		DataDir: filepath.Join(base, "data"),
 		Command: program,

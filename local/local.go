@@ -13,9 +13,9 @@
 // configured, workspace programs run as that user and reach nothing of
 // codehub's but their own home; jobs, which hold the S3 keys, stay
 // codehub's. Where the machine allows mount namespaces, a workspace program
-// sees its home as /home/{name} (homeview.go). The package never touches a process it has no state file for,
-// and never deletes a home a live process of its workspace may still be
-// using.
+// sees its home as /home/{name} (homeview.go). The package never touches a
+// process it has no state file for, and never deletes a home a live process
+// of its workspace may still be using.
 package local
 
 import (
