@@ -219,6 +219,16 @@ func TestBrowserWorkspaceLifecycle(t *testing.T) {
 	})
 
 	b.step("open the workbench", func(ctx context.Context) error { return b.openWorkbench(ctx, id, true) })
+	b.step("the workbench names the home after the workspace", func(ctx context.Context) error {
+		// The workspace sees its home as /home/{name}: the explorer's
+		// folder is the workspace's name and the address shows no path of
+		// the host's.
+		if err := b.waitJS(ctx, 30*time.Second, `new URLSearchParams(location.search).get("folder") === "/home/e2e" && [...document.querySelectorAll(".explorer-viewlet .pane-header .title")].some(e => e.textContent.trim() === "e2e")`); err != nil {
+			return err
+		}
+		b.t.Logf("workbench: %s", b.screenshot("workbench"))
+		return nil
+	})
 
 	b.step("stop", func(ctx context.Context) error {
 		if err := b.clickAction(ctx, id, "stop"); err != nil {

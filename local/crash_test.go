@@ -194,7 +194,7 @@ func TestWorkspaceEnvironmentHoldsNoCodehubSecrets(t *testing.T) {
 		t.Fatalf("Resolve: %v", err)
 	}
 	env := get(t, "http://"+addr+"/env")
-	if !strings.Contains(env, "HOME="+b.HomeDir(testID)) {
+	if !strings.Contains(env, "\nHOME="+viewedHome(b, "workspace")+"\n") {
 		t.Fatalf("workspace environment lacks its HOME:\n%s", env)
 	}
 	for k, v := range secrets {

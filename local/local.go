@@ -12,12 +12,14 @@
 // Workspaces keep running while codehub is down. With a workspace user
 // configured, workspace programs run as that user and reach nothing of
 // codehub's but their own home; jobs, which hold the S3 keys, stay
-// codehub's. The package never touches a process it has no state file for,
-// and never deletes a home a live process of its workspace may still be
-// using.
+// codehub's. Where the machine allows mount namespaces, a workspace program
+// sees its home as /home/{name} (homeview.go). The package never touches a
+// process it has no state file for, and never deletes a home a live process
+// of its workspace may still be using.
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -95,6 +97,9 @@ type Backend struct {
 	// own; setpriv is the program that switches to it.
 	runAs   *account
 	setpriv string
+	// view shows each workspace program its home as /home/{name}; nil
+	// where the machine allows no mount namespace.
+	view *homeView
 
 	// mu serialises actuators so two calls for one workspace never race on
 	// its state files. Observe only reads.
@@ -153,6 +158,9 @@ func New(logger hclog.Logger, opts Options) (*Backend, error) {
 	}
 	if b.runAs == nil && os.Geteuid() == 0 {
 		logger.Warn("workspaces run as root: every workspace user can read codehub's configuration and data; set backend.local.user")
+	}
+	if b.view, err = newHomeView(context.Background(), runDir(dir)); err != nil {
+		logger.Warn("workspaces see their home at its path in the data dir: no mount namespace to show it as /home/{name}", "error", err)
 	}
 	if b.bootID, err = readBootID(); err != nil {
 		return nil, fmt.Errorf("local backend: %w", err)

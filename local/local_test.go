@@ -40,6 +40,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// copyFakeWorkspace puts a copy of the test program into dir, for tests
+// whose program must live in a place of their choosing.
+func copyFakeWorkspace(t *testing.T, dir string) string {
+	t.Helper()
+	program := filepath.Join(dir, "fakeworkspace")
+	raw, err := os.ReadFile(fakeWorkspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(program, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return program
+}
+
 const testID = "01jb3x7k9q2m5n8p4r6s0t1v2w"
 
 func newTestBackend(t *testing.T, dataDir string, args ...string) *Backend {
@@ -145,8 +160,8 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Resolve after restart: %v", err)
 	}
-	if got := get(t, "http://"+addr+"/home"); got != b.HomeDir(testID) {
-		t.Fatalf("workspace HOME = %q, want %q", got, b.HomeDir(testID))
+	if got, want := get(t, "http://"+addr+"/home"), viewedHome(b, "workspace"); got != want {
+		t.Fatalf("workspace HOME = %q, want %q", got, want)
 	}
 	waitFor(t, restarted, "ready after restart", func(o controller.Observed) bool { return o.UpstreamReady && o.ContainerLive })
 

@@ -40,14 +40,7 @@ func newUserBackend(t *testing.T) (b *Backend, base string, acct *account) {
 	if err := os.Chmod(base, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	program := filepath.Join(base, "fakeworkspace")
-	raw, err := os.ReadFile(fakeWorkspace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(program, raw, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	program := copyFakeWorkspace(t, base)
 	b, err = New(hclog.NewNullLogger(), Options{
 		DataDir: filepath.Join(base, "data"),
 		Command: program,

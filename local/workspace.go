@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -221,7 +222,8 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 	for _, name := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, name+"="+spec.Env[name])
 	}
-	env = append(env, "HOME="+home)
+	inside := b.programHome(spec.Name, wsID, home)
+	env = append(env, "HOME="+inside)
 	if b.runAs != nil {
 		env = append(env, b.runAs.env()...)
 	}
@@ -239,10 +241,10 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 	}
 	if b.opts.Command != "" {
 		l.program = b.opts.Command
-		l.args = (&config.Workspace{Args: b.opts.Args}).ExpandArgs(port, home)
+		l.args = (&config.Workspace{Args: b.opts.Args}).ExpandArgs(port, inside)
 	} else {
 		l.program = b.opts.CodeServer
-		l.args = codeServerArgs(port, home, auth, spec.Name)
+		l.args = codeServerArgs(port, inside, auth, spec.Name)
 	}
 	if spec.FirstStart() {
 		// The clone runs in front of the program, as its user, and its
@@ -257,6 +259,11 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 	}
 	if b.runAs != nil {
 		l.program, l.args = b.runAs.wrap(b.setpriv, l.program, l.args)
+	}
+	if b.view != nil {
+		// Outermost: the mounts need root, or the user namespace's root,
+		// before setpriv drops to the workspace user.
+		l.program, l.args = b.view.wrap(path.Base(inside), home, l.program, l.args)
 	}
 	return l
 }
