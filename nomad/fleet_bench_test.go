@@ -52,7 +52,8 @@ func benchmarkMoves(b *testing.B, sizes []int, fixture func(*testing.B, int) (*f
 				if err := move(f, a); err != nil {
 					b.Fatal(err)
 				}
-				f.tickAllUntil(b, "every home moved", ids, func(w workspace.Workspace) bool {
+				// Fifty homes two at a time take minutes on this machine.
+				f.tickAllWithin(b, 20*time.Minute, "every home moved", ids, func(w workspace.Workspace) bool {
 					return w.Operation == workspace.OpNone && w.Phase == workspace.TargetPhase(w.DesiredState) &&
 						w.Conditions[workspace.CondMoving].Reason == workspace.ReasonMoved
 				})

@@ -266,10 +266,17 @@ func (f *fleetHarness) restartController(t testing.TB) {
 	f.ctl, f.epoch = f.newController(), epoch
 }
 
-// tickAllUntil runs passes until cond holds for every workspace.
+// tickAllUntil runs passes until cond holds for every workspace, for at
+// most five minutes.
 func (f *fleetHarness) tickAllUntil(t testing.TB, what string, ids []string, cond func(workspace.Workspace) bool) {
 	t.Helper()
-	nomadtest.Eventually(t, 5*time.Minute, what, func() bool {
+	f.tickAllWithin(t, 5*time.Minute, what, ids, cond)
+}
+
+// tickAllWithin is tickAllUntil for at most limit.
+func (f *fleetHarness) tickAllWithin(t testing.TB, limit time.Duration, what string, ids []string, cond func(workspace.Workspace) bool) {
+	t.Helper()
+	nomadtest.Eventually(t, limit, what, func() bool {
 		if _, err := f.ctl.Tick(t.Context(), f.epoch); err != nil {
 			t.Fatalf("tick: %v", err)
 		}
