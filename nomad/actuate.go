@@ -590,7 +590,7 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	}
 	if spec.RunID != "" {
 		// The archive is named after the run whose writes it holds
-		// (armStopArchive).
+		// (stopArchiveVariable).
 		v.StopArchiveURL = archive.URL(b.opts.S3.Bucket, archive.Key(spec.WorkspaceID, spec.RunID))
 		v.StopVariablePath = stopVariablePath(spec.WorkspaceID)
 		b.moverValues(&v)
