@@ -177,7 +177,10 @@ func TestE2EACLPolicy(t *testing.T) {
 	observeUntil(t, b, wsID, "volume ready", func(o controller.Observed) bool { return o.VolumeReady })
 	awaitEvent(t, wakes, ended, "a volume was created")
 
-	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: wsID, OwnerID: "01owner0000000000000000000"}); err != nil {
+	// A run, as every start the controller makes has: its stop-archive
+	// variable is written and removed under the policy too.
+	const run = "01jb3x7k9q2m5n8p4r6s0t1run"
+	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: wsID, RunID: run, OwnerID: "01owner0000000000000000000"}); err != nil {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "upstream ready", func(o controller.Observed) bool { return o.UpstreamReady })
@@ -191,10 +194,16 @@ func TestE2EACLPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetchWithToken(t, "http://"+addr+"/files/.wsserver-started", upstreamToken(wsID, ""))
+	fetchWithToken(t, "http://"+addr+"/files/.wsserver-started", upstreamToken(wsID, run))
 
+	if _, _, err := a.Client.Variables().Read(stopVariablePath(wsID), nil); err != nil {
+		t.Fatalf("read %s after the start: %v", stopVariablePath(wsID), err)
+	}
 	if err := b.StopWorkspace(ctx, wsID); err != nil {
 		t.Fatal(err)
+	}
+	if _, _, err := a.Client.Variables().Read(stopVariablePath(wsID), nil); !errors.Is(err, api.ErrVariablePathNotFound) {
+		t.Fatalf("read %s after the stop: %v, want not found", stopVariablePath(wsID), err)
 	}
 	observeUntil(t, b, wsID, "container gone", func(o controller.Observed) bool { return !o.ContainerLive })
 
@@ -232,7 +241,7 @@ func TestE2EACLPolicy(t *testing.T) {
 	}
 
 	tokenVar := variablePath(jobID(wsID))
-	if v, _, err := a.Client.Variables().Read(tokenVar, nil); err != nil || v.Items["token"] != upstreamToken(wsID, "") {
+	if v, _, err := a.Client.Variables().Read(tokenVar, nil); err != nil || v.Items["token"] != upstreamToken(wsID, run) {
 		t.Fatalf("read %s before purge: %v, %v", tokenVar, v, err)
 	}
 	if err := b.PurgeJob(ctx, wsID, controller.JobWorkspace); err != nil {
