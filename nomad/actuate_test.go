@@ -254,10 +254,7 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	if len(vars) != 1 {
 		t.Fatalf("%d variable writes, want 1", len(vars))
 	}
-	var v api.Variable
-	if err := json.Unmarshal([]byte(vars[0].Body), &v); err != nil {
-		t.Fatal(err)
-	}
+	v := writtenVariable(t, vars[0])
 	if len(v.Items) != 1 || v.Items["token"] != token || v.Namespace != "default" {
 		t.Fatalf("variable = %+v, want namespace default and only the token item", v)
 	}
@@ -272,10 +269,7 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	if len(stops) != 1 {
 		t.Fatalf("%d stop-archive variable writes, want 1", len(stops))
 	}
-	var sv api.Variable
-	if err := json.Unmarshal([]byte(stops[0].Body), &sv); err != nil {
-		t.Fatal(err)
-	}
+	sv := writtenVariable(t, stops[0])
 	if sv.Items["run"] != "run1" || sv.Items["access_key"] != "AKIA-TEST-ACCESS-KEY" || sv.Items["secret_key"] != "s3cr3t-value-never-in-hcl" {
 		t.Fatalf("stop-archive variable = %+v, want the run and the S3 keys", sv.Items)
 	}
@@ -333,9 +327,7 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	if len(vars) != 2 {
 		t.Fatalf("%d variable writes after a new run, want 2", len(vars))
 	}
-	if err := json.Unmarshal([]byte(vars[1].Body), &v); err != nil {
-		t.Fatal(err)
-	}
+	v = writtenVariable(t, vars[1])
 	if v.Items["token"] != "tok-"+testWS+"-run2-never-in-hcl" {
 		t.Fatalf("variable after a new run = %+v, want the run's token", v.Items)
 	}
@@ -358,6 +350,16 @@ func TestStartWorkspaceWritesUpstreamToken(t *testing.T) {
 	if n := len(f.calls("PUT /v1/jobs")); n != 2 {
 		t.Errorf("%d register calls without tokens, want 2", n)
 	}
+}
+
+// writtenVariable decodes the variable a recorded write carried.
+func writtenVariable(t *testing.T, r recorded) api.Variable {
+	t.Helper()
+	var v api.Variable
+	if err := json.Unmarshal([]byte(r.Body), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func TestStopWorkspaceDoesNotPurge(t *testing.T) {

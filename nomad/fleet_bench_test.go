@@ -71,9 +71,7 @@ func benchmarkMoves(b *testing.B, sizes []int, fixture func(*testing.B, int) (*f
 func evacuationFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 	f := newFleetHarness(b, true, controller.DefaultConfig())
 	other := f.cluster.Node(b, "node-b")
-	if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, false, nil); err != nil {
-		b.Fatal(err)
-	}
+	setEligible(b, f, other, false)
 	var ids []string
 	for i := range homes {
 		id := f.create(b, fmt.Sprintf("home-%d", i))
@@ -82,14 +80,24 @@ func evacuationFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 	}
 	f.tickAllUntil(b, "every home STANDBY", ids, settled(workspace.PhaseStandby))
 	fillHomes(b, f, ids)
-	if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, true, nil); err != nil {
+	setEligible(b, f, other, true)
+	return f, ids
+}
+
+// setEligible makes node eligible for new allocations or not, and waits
+// until the server says it is eligible again.
+func setEligible(b *testing.B, f *fleetHarness, node *nomadtest.ClusterClient, on bool) {
+	b.Helper()
+	if _, err := f.cluster.Client.Nodes().ToggleEligibility(node.NodeID, on, nil); err != nil {
 		b.Fatal(err)
 	}
-	nomadtest.Eventually(b, time.Minute, "node-b eligible", func() bool {
-		n, _, err := f.cluster.Client.Nodes().Info(other.NodeID, nil)
-		return err == nil && n.SchedulingEligibility == "eligible"
+	if !on {
+		return
+	}
+	nomadtest.Eventually(b, time.Minute, node.Name+" eligible", func() bool {
+		n, _, err := f.cluster.Client.Nodes().Info(node.NodeID, nil)
+		return err == nil && n.SchedulingEligibility == api.NodeSchedulingEligible
 	})
-	return f, ids
 }
 
 // BenchmarkFleetDrain measures a failover by a plain drain: from the drain
@@ -118,23 +126,14 @@ func BenchmarkFleetDrainRunning(b *testing.B) {
 func runningFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 	f := newFleetHarness(b, true, controller.DefaultConfig())
 	other := f.cluster.Node(b, "node-b")
-	eligible := func(on bool) {
-		if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, on, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	eligible(false)
+	setEligible(b, f, other, false)
 	var ids []string
 	for i := range homes {
 		ids = append(ids, f.create(b, fmt.Sprintf("home-%d", i)))
 	}
 	f.tickAllUntil(b, "every workspace RUNNING", ids, settled(workspace.PhaseRunning))
 	fillHomes(b, f, ids)
-	eligible(true)
-	nomadtest.Eventually(b, time.Minute, "node-b eligible", func() bool {
-		n, _, err := f.cluster.Client.Nodes().Info(other.NodeID, nil)
-		return err == nil && n.SchedulingEligibility == "eligible"
-	})
+	setEligible(b, f, other, true)
 	return f, ids
 }
 
@@ -161,22 +160,13 @@ func fillHomes(b *testing.B, f *fleetHarness, ids []string) {
 func drainFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 	f, ids := evacuationFixture(b, homes)
 	other := f.cluster.Node(b, "node-b")
-	eligible := func(on bool) {
-		if _, err := f.cluster.Client.Nodes().ToggleEligibility(other.NodeID, on, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	eligible(false)
+	setEligible(b, f, other, false)
 	for _, d := range []workspace.DesiredState{workspace.DesiredArchived, workspace.DesiredStandby} {
 		for _, id := range ids {
 			f.desire(b, id, d)
 		}
 		f.tickAllUntil(b, "every home "+string(d), ids, settled(workspace.TargetPhase(d)))
 	}
-	eligible(true)
-	nomadtest.Eventually(b, time.Minute, "node-b eligible", func() bool {
-		n, _, err := f.cluster.Client.Nodes().Info(other.NodeID, nil)
-		return err == nil && n.SchedulingEligibility == "eligible"
-	})
+	setEligible(b, f, other, true)
 	return f, ids
 }
