@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -291,31 +292,23 @@ func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // ServeHTTP routes workspace subdomains and paths to the proxy and
-// everything else through the API's routes.
+// everything else through the API's routes. Taking workspace paths
+// straight to the proxy skips matching them against every API pattern,
+// which cost more CPU and allocations per proxied request than CodeHub's
+// own proxy logic.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.sites.WorkspaceFromHost(r.Host); ok {
-		s.proxy.ServeHTTP(w, r)
-		return
-	}
-	if s.workspacePath(r) {
+	if s.sites.Proxies(r) {
 		s.proxy.ServeHTTP(w, r)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
 }
 
-// workspacePath reports a request the route table would hand to the proxy
-// as it is: a path under /w/ that ServeMux would not clean (and redirect)
-// first. Taking these straight to the proxy skips matching the path
-// against every API pattern, which cost more CPU and allocations per
-// proxied request than CodeHub's own proxy logic.
-func (s *Server) workspacePath(r *http.Request) bool {
-	p := r.URL.EscapedPath()
-	if r.Method == http.MethodConnect || !strings.HasPrefix(p, s.sites.PathPrefix("")) {
-		return false
-	}
-	return !strings.Contains(p, "//") && !strings.Contains(p, "/./") && !strings.Contains(p, "/../") &&
-		!strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
+// Listen wraps the server's listener so that the proxy may serve plain
+// workspace requests on connections it takes over (proxy.Listener); idle
+// is the HTTP server's IdleTimeout.
+func (s *Server) Listen(ln net.Listener, idle time.Duration) *proxy.Listener {
+	return s.proxy.Listen(ln, idle)
 }
 
 // WorkspaceURL is where the user opens workspace id.

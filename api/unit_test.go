@@ -119,7 +119,7 @@ func TestClientAddress(t *testing.T) {
 }
 
 // TestWorkspacePathAgreesWithServeMux checks the proxy's shortcut past the
-// route table: every request it takes, ServeMux would have handed to the
+// route table (Sites.Proxies, in path mode): every request it takes, ServeMux would have handed to the
 // proxy unchanged, and the paths it leaves to ServeMux are those ServeMux
 // cleans and redirects.
 func TestWorkspacePathAgreesWithServeMux(t *testing.T) {
@@ -127,7 +127,6 @@ func TestWorkspacePathAgreesWithServeMux(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{sites: sites}
 	target := &sentinel{}
 	mux := http.NewServeMux()
 	mux.Handle(sites.PathPrefix(""), target)
@@ -154,9 +153,9 @@ func TestWorkspacePathAgreesWithServeMux(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := httptest.NewRequest(c.method, c.target, nil)
-		got := s.workspacePath(r)
+		got := sites.Proxies(r)
 		if got != c.shortcut {
-			t.Errorf("%s %s: workspacePath = %v, want %v", c.method, c.target, got, c.shortcut)
+			t.Errorf("%s %s: Proxies = %v, want %v", c.method, c.target, got, c.shortcut)
 		}
 		h, _ := mux.Handler(r)
 		if got && h != target {

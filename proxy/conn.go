@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"time"
 )
 
 // responseRecorder remembers the status for metrics and, when a proxied
@@ -23,6 +24,10 @@ type responseRecorder struct {
 	socket *socketActivity
 	// upgraded is set once the connection was hijacked.
 	upgraded bool
+	// start is when the request came; kept is set once the proxy took the
+	// connection over, which then records the request's metrics itself.
+	start time.Time
+	kept  bool
 }
 
 // mark records that the workspace is in use.

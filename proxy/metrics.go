@@ -14,6 +14,9 @@ type metrics struct {
 	wakes      *prometheus.CounterVec
 	// upstreamErrors counts requests a workspace did not answer.
 	upstreamErrors prometheus.Counter
+	// taken counts connections the proxy took over from net/http, and
+	// handedBack those it gave back.
+	taken, handedBack prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -39,8 +42,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "codehub_proxy_upstream_errors_total",
 			Help: "Proxied requests the workspace did not answer (connection refused or reset, bad response).",
 		}),
+		taken: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codehub_proxy_connections_taken_total",
+			Help: "Client connections the proxy took over to serve their plain requests itself.",
+		}),
+		handedBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codehub_proxy_connections_handed_back_total",
+			Help: "Taken connections given back to the HTTP server for a request the proxy does not serve itself.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests.vec, m.duration, m.websockets, m.wakes, m.upstreamErrors} {
+	for _, c := range []prometheus.Collector{m.requests.vec, m.duration, m.websockets, m.wakes, m.upstreamErrors, m.taken, m.handedBack} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

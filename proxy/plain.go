@@ -259,6 +259,9 @@ func (p *Proxy) forwardPlain(w *responseRecorder, r *http.Request, t *target) {
 		p.failed(w, r, *t, fmt.Errorf("%w to %q", errUnaskedSwitch, res.Header.Get("Upgrade")))
 		return
 	}
+	if p.takeOver(w, r, res, t) {
+		return
+	}
 	p.copyPlainResponse(w, res, t)
 }
 

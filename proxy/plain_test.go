@@ -105,6 +105,65 @@ func frontServer(t *testing.T, p *Proxy, upstream, via string) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
+// keptFront serves requests for workspace plainTestID from upstream
+// through p's own ServeHTTP, with the route cached, behind a listener from
+// which p takes connections over. Requests the proxy does not serve get
+// "not proxied" from the server, as the API would answer them.
+func keptFront(t *testing.T, p *Proxy, upstream string, idle time.Duration) (string, *Listener) {
+	t.Helper()
+	p.auth = userAuth("u")
+	rt := route{owner: "u", upstream: upstream, name: "web"}
+	if p.opts.UpstreamToken != nil {
+		rt.token = p.opts.UpstreamToken(plainTestID, "run1")
+	}
+	p.routes.ttl = time.Hour
+	p.routes.put(plainTestID, rt)
+	p.activity = nopActivity{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.Listen(ln, idle)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !p.opts.Sites.Proxies(r) {
+			_, _ = io.WriteString(w, "not proxied")
+			return
+		}
+		p.ServeHTTP(w, r)
+	}), IdleTimeout: idle}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String(), l
+}
+
+// userAuth accepts every request as the user it names.
+type userAuth string
+
+func (u userAuth) SessionUser(*http.Request, string) (string, bool, error) {
+	return string(u), true, nil
+}
+func (userAuth) Handoff(*http.Request, string) (string, bool, error) { return "", false, nil }
+func (userAuth) Redeem(context.Context, string, string) (*http.Cookie, bool, error) {
+	return nil, false, nil
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// keptConns is how many connections l's proxy serves itself now.
+func keptConns(l *Listener) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.kept)
+}
+
 func newTestProxy(t *testing.T, opts Options) *Proxy {
 	t.Helper()
 	sites, err := NewSites("http://127.0.0.1:8080", "")
@@ -136,6 +195,50 @@ func exchangeRaw(t *testing.T, addr, method, head string) (*http.Response, strin
 		t.Fatal(err)
 	}
 	res, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("%s: read response: %v", strings.SplitN(head, "\n", 2)[0], err)
+	}
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s: read body: %v", strings.SplitN(head, "\n", 2)[0], err)
+	}
+	res.Header.Del("Date")
+	return res, string(body)
+}
+
+// exchangeKept sends a plain request on a new connection to the kept
+// front at addr, so that the proxy takes the connection over, and then
+// head on the same connection; it returns the second answer.
+func exchangeKept(t *testing.T, addr string, l *Listener, requests <-chan *http.Request, method, head string) (*http.Response, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		// The next exchange counts its own connection alone.
+		c.Close()
+		waitFor(t, "the proxy to end the connection", func() bool { return keptConns(l) == 0 })
+	}()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, "GET /w/"+plainTestID+"/warm HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	warm, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, warm.Body)
+	warm.Body.Close()
+	<-requests
+	if n := keptConns(l); n != 1 {
+		t.Fatalf("after a plain request the proxy serves %d connections itself, want 1", n)
+	}
+	if _, err := io.WriteString(c, strings.ReplaceAll(head, "\n", "\r\n")+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(br, &http.Request{Method: method})
 	if err != nil {
 		t.Fatalf("%s: read response: %v", strings.SplitN(head, "\n", 2)[0], err)
 	}
@@ -313,6 +416,8 @@ User-Agent: agent/1`
 		for _, via := range []string{"reverseproxy", "plain", "dispatch"} {
 			fronts[via] = frontServer(t, p, up.addr, via)
 		}
+		kp := newTestProxy(t, opts)
+		keptAddr, keptListener := keptFront(t, kp, up.addr, time.Minute)
 		for _, tc := range cases {
 			t.Run(cfg.name+"/"+tc.name, func(t *testing.T) {
 				through := func(via string) (seen, received) {
@@ -320,7 +425,13 @@ User-Agent: agent/1`
 					if tc.headers != "" {
 						head += "\n" + tc.headers
 					}
-					res, body := exchangeRaw(t, fronts[via], tc.method, head+"\n")
+					var res *http.Response
+					var body string
+					if via == "kept" {
+						res, body = exchangeKept(t, keptAddr, keptListener, up.requests, tc.method, head+"\n")
+					} else {
+						res, body = exchangeRaw(t, fronts[via], tc.method, head+"\n")
+					}
 					var s seen
 					select {
 					case req := <-up.requests:
@@ -331,7 +442,7 @@ User-Agent: agent/1`
 					return s, received{res.StatusCode, res.Header, res.Trailer, res.TransferEncoding, body}
 				}
 				wantSeen, wantReceived := through("reverseproxy")
-				vias := []string{"dispatch"}
+				vias := []string{"dispatch", "kept"}
 				if tc.plain {
 					vias = append(vias, "plain")
 				}

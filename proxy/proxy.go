@@ -85,6 +85,9 @@ type Proxy struct {
 	rp         *httputil.ReverseProxy
 	transport  *upstreamTransport
 	buffers    *bufferPool
+	// conns is the server's listener, when the proxy may take plain
+	// connections over (Listen).
+	conns *Listener
 }
 
 // New builds the proxy with one shared transport for every upstream.
@@ -164,8 +167,11 @@ type targetKey struct{}
 // ServeHTTP answers a request addressed to a workspace.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &responseRecorder{ResponseWriter: w}
+	rec := &responseRecorder{ResponseWriter: w, start: start}
 	defer func() {
+		if rec.kept {
+			return
+		}
 		p.metrics.requests.inc(rec.status)
 		// A WebSocket's duration is its session's, not a response time.
 		if !rec.upgraded {
@@ -199,44 +205,67 @@ func (p *Proxy) signOut(w http.ResponseWriter, r *http.Request, t target) bool {
 	return true
 }
 
-// locate finds the workspace id and the upstream path of a request; it
-// answers the request itself when there is nothing to proxy.
-func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
+// placement is what where makes of a request's address.
+type placement int
+
+const (
+	// placed: the request goes to the target's workspace.
+	placed placement = iota
+	// unplaced: no workspace is named.
+	unplaced
+	// elsewhere: subdomain mode serves the workspace on its own host.
+	elsewhere
+	// slashless: the workspace root lacks its trailing slash.
+	slashless
+)
+
+// where finds the workspace id and the upstream path of a request.
+func (p *Proxy) where(r *http.Request) (target, placement) {
 	if id, ok := p.opts.Sites.WorkspaceFromHost(r.Host); ok {
-		return target{id: id, path: r.URL.Path, rawPath: r.URL.RawPath, onHost: true}, true
+		return target{id: id, path: r.URL.Path, rawPath: r.URL.RawPath, onHost: true}, placed
 	}
 	prefix := p.opts.Sites.PathPrefix("")
 	rest, ok := strings.CutPrefix(r.URL.Path, prefix)
 	if !ok {
-		p.notFound(w, r)
-		return target{}, false
+		return target{}, unplaced
 	}
-	id, tail, hasSlash := strings.Cut(rest, "/")
-	if !ValidID(id) {
-		p.notFound(w, r)
-		return target{}, false
-	}
-	if p.opts.Sites.SubdomainMode() {
+	id, _, hasSlash := strings.Cut(rest, "/")
+	switch {
+	case !ValidID(id):
+		return target{}, unplaced
+	case p.opts.Sites.SubdomainMode():
 		// Served here, the workspace's pages would share the dashboard's
 		// origin, which subdomain mode exists to keep them from.
-		p.handoff(w, r, id, "/"+tail)
-		return target{}, false
-	}
-	if !hasSlash {
-		// code-server resolves its assets relative to the page: the
-		// workspace root must end in a slash.
-		u := *r.URL
-		u.Path += "/"
-		u.RawPath = ""
-		http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
-		return target{}, false
+		return target{id: id, path: "/" + strings.TrimPrefix(rest[len(id):], "/")}, elsewhere
+	case !hasSlash:
+		return target{id: id}, slashless
 	}
 	// Both are slices of the request's path: no copies on every request.
 	t := target{id: id, path: rest[len(id):], prefix: r.URL.Path[:len(prefix)+len(id)]}
 	if r.URL.RawPath != "" {
 		t.rawPath = strings.TrimPrefix(r.URL.RawPath, t.prefix)
 	}
-	return t, true
+	return t, placed
+}
+
+// locate finds the workspace id and the upstream path of a request; it
+// answers the request itself when there is nothing to proxy.
+func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
+	t, pl := p.where(r)
+	switch pl {
+	case unplaced:
+		p.notFound(w, r)
+	case elsewhere:
+		p.handoff(w, r, t.id, t.path)
+	case slashless:
+		// code-server resolves its assets relative to the page: the
+		// workspace root must end in a slash.
+		u := *r.URL
+		u.Path += "/"
+		u.RawPath = ""
+		http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
+	}
+	return t, pl == placed
 }
 
 // HandoffPath is where a workspace's own host redeems a handoff ticket;

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 )
@@ -112,4 +113,19 @@ func (s Sites) WorkspaceFromHost(host string) (string, bool) {
 		return "", false
 	}
 	return id, true
+}
+
+// Proxies reports a request the server hands to the proxy as it is: one to
+// a workspace's own host, or one under /w/ whose path ServeMux would not
+// clean (and redirect) first.
+func (s Sites) Proxies(r *http.Request) bool {
+	if _, ok := s.WorkspaceFromHost(r.Host); ok {
+		return true
+	}
+	p := r.URL.EscapedPath()
+	if r.Method == http.MethodConnect || !strings.HasPrefix(p, s.PathPrefix("")) {
+		return false
+	}
+	return !strings.Contains(p, "//") && !strings.Contains(p, "/./") && !strings.Contains(p, "/../") &&
+		!strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
 }

@@ -137,7 +137,8 @@ func New(t testing.TB, cfg Config) *Env {
 		ln = sendBufferListener{ln, cfg.SendBuffer}
 	}
 	e.Server = e.NewReplica(cfg)
-	e.HTTP = &httptest.Server{Listener: ln, Config: &http.Server{Handler: e.Server}}
+	// As codehub server does, the proxy may take plain connections over.
+	e.HTTP = &httptest.Server{Listener: e.Server.Listen(ln, 30*time.Second), Config: &http.Server{Handler: e.Server, IdleTimeout: 30 * time.Second}}
 	e.HTTP.Start()
 	t.Cleanup(e.HTTP.Close)
 	e.StopServer = e.RunServer(e.Server)

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +21,7 @@ import (
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/local"
 	"github.com/codehub-io/codehub/nomad"
+	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/web"
 	"github.com/codehub-io/codehub/workspace"
@@ -33,6 +36,8 @@ type loop struct {
 // app is everything a server replica runs besides the listener.
 type app struct {
 	handler http.Handler
+	// listen wraps the server's listener (api.Server.Listen).
+	listen func(ln net.Listener, idle time.Duration) *proxy.Listener
 	// metrics serves every metric of the server, for metrics.listen.
 	metrics http.Handler
 	loops   []loop
@@ -153,6 +158,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		return nil, err
 	}
 	a.handler = srv
+	a.listen = srv.Listen
 	a.metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 	a.loops = append(a.loops, loop{"api", srv.Run})
 

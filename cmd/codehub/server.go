@@ -148,20 +148,22 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	tcp, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	// Without it an idle keep-alive connection is held forever: it falls
+	// back to ReadTimeout, not ReadHeaderTimeout. No ReadTimeout or
+	// WriteTimeout: WebSockets and event streams run for hours; event
+	// streams bound each write themselves.
+	const idleTimeout = 30 * time.Second
+	ln := app.listen(tcp, idleTimeout)
 	srv := &http.Server{
 		Handler:           app.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		// Without it an idle keep-alive connection is held forever: it falls
-		// back to ReadTimeout, not ReadHeaderTimeout. No ReadTimeout or
-		// WriteTimeout: WebSockets and event streams run for hours; event
-		// streams bound each write themselves.
-		IdleTimeout: 30 * time.Second,
-		ErrorLog:    logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
-		BaseContext: func(net.Listener) context.Context { return ctx },
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	logger.Info("codehub server listening", "address", ln.Addr().String(), "public_url", cfg.PublicURL, "version", version)
 	if cfg.PathModeExposed() {
@@ -212,6 +214,9 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		_ = srv.Close()
 	}
+	// Connections the proxy took over end after the answer each is
+	// writing; the server does not count them.
+	_ = ln.Wait(shutdownCtx)
 	if metricsSrv != nil {
 		_ = metricsSrv.Shutdown(shutdownCtx)
 	}
