@@ -191,10 +191,17 @@ func exchangeRaw(t *testing.T, addr, method, head string) (*http.Response, strin
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return sendHead(t, c, bufio.NewReader(c), method, head)
+}
+
+// sendHead writes head and the blank line after it on c and reads the
+// whole answer from br, without its Date.
+func sendHead(t *testing.T, c net.Conn, br *bufio.Reader, method, head string) (*http.Response, string) {
+	t.Helper()
 	if _, err := io.WriteString(c, strings.ReplaceAll(head, "\n", "\r\n")+"\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+	res, err := http.ReadResponse(br, &http.Request{Method: method})
 	if err != nil {
 		t.Fatalf("%s: read response: %v", strings.SplitN(head, "\n", 2)[0], err)
 	}
@@ -235,19 +242,7 @@ func exchangeKept(t *testing.T, addr string, l *Listener, requests <-chan *http.
 	if n := keptConns(l); n != 1 {
 		t.Fatalf("after a plain request the proxy serves %d connections itself, want 1", n)
 	}
-	if _, err := io.WriteString(c, strings.ReplaceAll(head, "\n", "\r\n")+"\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.ReadResponse(br, &http.Request{Method: method})
-	if err != nil {
-		t.Fatalf("%s: read response: %v", strings.SplitN(head, "\n", 2)[0], err)
-	}
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatalf("%s: read body: %v", strings.SplitN(head, "\n", 2)[0], err)
-	}
-	res.Header.Del("Date")
-	return res, string(body)
+	return sendHead(t, c, br, method, head)
 }
 
 // seen is what a workspace saw of one request.
