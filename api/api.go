@@ -306,9 +306,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Listen wraps the server's listener so that the proxy may serve plain
 // workspace requests on connections it takes over (proxy.Listener); idle
-// is the HTTP server's IdleTimeout.
-func (s *Server) Listen(ln net.Listener, idle time.Duration) *proxy.Listener {
-	return s.proxy.Listen(ln, idle)
+// and header are the HTTP server's IdleTimeout and ReadHeaderTimeout.
+func (s *Server) Listen(ln net.Listener, idle, header time.Duration) *proxy.Listener {
+	return s.proxy.Listen(ln, idle, header)
 }
 
 // WorkspaceURL is where the user opens workspace id.

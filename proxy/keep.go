@@ -37,12 +37,13 @@ import (
 // taken, each after the answer it is writing.
 type Listener struct {
 	net.Listener
-	// idle is how long a taken connection may wait for its next request.
-	idle     time.Duration
-	accepted chan accepted
-	back     chan net.Conn
-	done     chan struct{}
-	once     sync.Once
+	// idle is how long a taken connection may wait for its next request,
+	// header how long that request's head may take once it began.
+	idle, header time.Duration
+	accepted     chan accepted
+	back         chan net.Conn
+	done         chan struct{}
+	once         sync.Once
 
 	mu     sync.Mutex
 	closed bool
@@ -56,11 +57,12 @@ type accepted struct {
 }
 
 // Listen wraps the server's listener ln, from which the proxy may take
-// connections over; idle is the server's IdleTimeout, which then applies
-// to them as well. The proxy takes no connection over without it.
-func (p *Proxy) Listen(ln net.Listener, idle time.Duration) *Listener {
+// connections over; idle and header are the server's IdleTimeout and
+// ReadHeaderTimeout, which then apply to them as well. The proxy takes no
+// connection over without it.
+func (p *Proxy) Listen(ln net.Listener, idle, header time.Duration) *Listener {
 	l := &Listener{
-		Listener: ln, idle: idle,
+		Listener: ln, idle: idle, header: header,
 		accepted: make(chan accepted), back: make(chan net.Conn), done: make(chan struct{}),
 		kept: map[*keptConn]struct{}{},
 	}
@@ -333,6 +335,12 @@ func (kc *keptConn) nextHead() ([]byte, error) {
 		}
 		if len(buf) == kc.br.Size() {
 			return nil, errHeadTooLarge
+		}
+		if searched == 0 && len(buf) > 0 {
+			// A head that began must end within the header timeout, as
+			// on the server; the idle deadline comes back after it.
+			_ = kc.SetReadDeadline(time.Now().Add(kc.l.header))
+			kc.armed = time.Time{}
 		}
 		searched = len(buf)
 		if _, err := kc.br.Peek(len(buf) + 1); err != nil {

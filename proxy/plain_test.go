@@ -109,7 +109,7 @@ func frontServer(t *testing.T, p *Proxy, upstream, via string) string {
 // through p's own ServeHTTP, with the route cached, behind a listener from
 // which p takes connections over. Requests the proxy does not serve get
 // "not proxied" from the server, as the API would answer them.
-func keptFront(t *testing.T, p *Proxy, upstream string, idle time.Duration) (string, *Listener) {
+func keptFront(t *testing.T, p *Proxy, upstream string, idle, header time.Duration) (string, *Listener) {
 	t.Helper()
 	p.auth = userAuth("u")
 	rt := route{owner: "u", upstream: upstream, name: "web"}
@@ -123,14 +123,14 @@ func keptFront(t *testing.T, p *Proxy, upstream string, idle time.Duration) (str
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := p.Listen(ln, idle)
+	l := p.Listen(ln, idle, header)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !p.opts.Sites.Proxies(r) {
 			_, _ = io.WriteString(w, "not proxied")
 			return
 		}
 		p.ServeHTTP(w, r)
-	}), IdleTimeout: idle}
+	}), IdleTimeout: idle, ReadHeaderTimeout: header}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String(), l
@@ -412,7 +412,7 @@ User-Agent: agent/1`
 			fronts[via] = frontServer(t, p, up.addr, via)
 		}
 		kp := newTestProxy(t, opts)
-		keptAddr, keptListener := keptFront(t, kp, up.addr, time.Minute)
+		keptAddr, keptListener := keptFront(t, kp, up.addr, time.Minute, 10*time.Second)
 		for _, tc := range cases {
 			t.Run(cfg.name+"/"+tc.name, func(t *testing.T) {
 				through := func(via string) (seen, received) {

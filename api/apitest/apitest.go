@@ -138,7 +138,10 @@ func New(t testing.TB, cfg Config) *Env {
 	}
 	e.Server = e.NewReplica(cfg)
 	// As codehub server does, the proxy may take plain connections over.
-	e.HTTP = &httptest.Server{Listener: e.Server.Listen(ln, 30*time.Second), Config: &http.Server{Handler: e.Server, IdleTimeout: 30 * time.Second}}
+	e.HTTP = &httptest.Server{
+		Listener: e.Server.Listen(ln, 30*time.Second, 10*time.Second),
+		Config:   &http.Server{Handler: e.Server, IdleTimeout: 30 * time.Second, ReadHeaderTimeout: 10 * time.Second},
+	}
 	e.HTTP.Start()
 	t.Cleanup(e.HTTP.Close)
 	e.StopServer = e.RunServer(e.Server)

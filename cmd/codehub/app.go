@@ -37,7 +37,7 @@ type loop struct {
 type app struct {
 	handler http.Handler
 	// listen wraps the server's listener (api.Server.Listen).
-	listen func(ln net.Listener, idle time.Duration) *proxy.Listener
+	listen func(ln net.Listener, idle, header time.Duration) *proxy.Listener
 	// metrics serves every metric of the server, for metrics.listen.
 	metrics http.Handler
 	loops   []loop

@@ -156,11 +156,11 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 	// back to ReadTimeout, not ReadHeaderTimeout. No ReadTimeout or
 	// WriteTimeout: WebSockets and event streams run for hours; event
 	// streams bound each write themselves.
-	const idleTimeout = 30 * time.Second
-	ln := app.listen(tcp, idleTimeout)
+	const idleTimeout, headerTimeout = 30 * time.Second, 10 * time.Second
+	ln := app.listen(tcp, idleTimeout, headerTimeout)
 	srv := &http.Server{
 		Handler:           app.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
