@@ -275,36 +275,30 @@ func TestKeptConnectionUpstreamGone(t *testing.T) {
 func TestKeptConnectionEnds(t *testing.T) {
 	up := startRawUpstream(t, nil)
 	ws := "/w/" + plainTestID
-	p := newTestProxy(t, Options{})
-	addr, l := keptFront(t, p, up.addr, 300*time.Millisecond, 10*time.Second)
-	k := dialKept(t, addr)
-	k.send(rawGet(ws + "/x"))
-	k.read("GET")
-	<-up.requests
-	waitFor(t, "the connection to be taken", func() bool { return keptConns(l) == 1 })
+	// taken is a connection the proxy took over, behind a front with the
+	// timeouts given.
+	taken := func(idle, header time.Duration) (*keptClient, *Listener) {
+		p := newTestProxy(t, Options{})
+		addr, l := keptFront(t, p, up.addr, idle, header)
+		k := dialKept(t, addr)
+		k.send(rawGet(ws + "/x"))
+		k.read("GET")
+		<-up.requests
+		waitFor(t, "the connection to be taken", func() bool { return keptConns(l) == 1 })
+		return k, l
+	}
+	k, _ := taken(300*time.Millisecond, 10*time.Second)
 	if !k.closed() {
 		t.Fatal("the idle connection was not closed")
 	}
 
-	p = newTestProxy(t, Options{})
-	addr, l = keptFront(t, p, up.addr, time.Hour, 300*time.Millisecond)
-	k = dialKept(t, addr)
-	k.send(rawGet(ws + "/x"))
-	k.read("GET")
-	<-up.requests
-	waitFor(t, "the connection to be taken", func() bool { return keptConns(l) == 1 })
+	k, _ = taken(time.Hour, 300*time.Millisecond)
 	k.send("GET " + ws + "/x HTTP/1.1\nHost: 127.0.0.1\n")
 	if !k.closed() {
 		t.Fatal("the connection with half a head was not closed")
 	}
 
-	p = newTestProxy(t, Options{})
-	addr, l = keptFront(t, p, up.addr, time.Hour, 10*time.Second)
-	k = dialKept(t, addr)
-	k.send(rawGet(ws + "/x"))
-	k.read("GET")
-	<-up.requests
-	waitFor(t, "the connection to be taken", func() bool { return keptConns(l) == 1 })
+	k, l := taken(time.Hour, 10*time.Second)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
