@@ -229,14 +229,14 @@ func (p *Proxy) where(r *http.Request) (target, placement) {
 	if !ok {
 		return target{}, unplaced
 	}
-	id, _, hasSlash := strings.Cut(rest, "/")
+	id, tail, hasSlash := strings.Cut(rest, "/")
 	switch {
 	case !ValidID(id):
 		return target{}, unplaced
 	case p.opts.Sites.SubdomainMode():
 		// Served here, the workspace's pages would share the dashboard's
 		// origin, which subdomain mode exists to keep them from.
-		return target{id: id, path: "/" + strings.TrimPrefix(rest[len(id):], "/")}, elsewhere
+		return target{id: id, path: "/" + tail}, elsewhere
 	case !hasSlash:
 		return target{id: id}, slashless
 	}
