@@ -45,10 +45,9 @@ type Listener struct {
 	done         chan struct{}
 	once         sync.Once
 
-	mu     sync.Mutex
-	closed bool
-	kept   map[*keptConn]struct{}
-	wg     sync.WaitGroup
+	mu   sync.Mutex
+	kept map[*keptConn]struct{}
+	wg   sync.WaitGroup
 }
 
 type accepted struct {
@@ -111,7 +110,6 @@ func (l *Listener) Close() error {
 		// set here sees done closed before it reads.
 		close(l.done)
 		l.mu.Lock()
-		l.closed = true
 		for kc := range l.kept {
 			_ = kc.SetReadDeadline(time.Now())
 		}
@@ -137,10 +135,11 @@ func (l *Listener) Wait(ctx context.Context) error {
 }
 
 // admit registers a connection about to be taken over; false once closed.
+// Under mu, a connection admitted before Close is woken by it.
 func (l *Listener) admit(kc *keptConn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
+	if l.closing() {
 		return false
 	}
 	l.kept[kc] = struct{}{}
@@ -399,8 +398,7 @@ func (p *Proxy) keptTarget(r *http.Request) (target, bool) {
 		return target{}, false
 	}
 	t, pl := p.where(r)
-	if pl != placed || strings.HasPrefix(t.path, ownPrefix) || (t.onHost && t.path == HandoffPath) ||
-		(p.opts.UpstreamToken != nil && t.path == "/logout" && r.Method == http.MethodGet) {
+	if pl != placed || strings.HasPrefix(t.path, ownPrefix) || (t.onHost && t.path == HandoffPath) || p.isSignOut(r, t) {
 		return target{}, false
 	}
 	hostOf := ""
@@ -433,7 +431,7 @@ func (p *Proxy) writeKept(kc *keptConn, r *http.Request, res *http.Response, t *
 	bw := kc.bw
 	head := r.Method == http.MethodHead
 	bodied := status != http.StatusNotModified && status != http.StatusNoContent && status >= 200
-	stream := res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type"))
+	stream := streams(res)
 	chunked := bodied && !head && res.ContentLength == -1
 	// An answer that does not stream is sniffed for its type, when it
 	// has none, from its first read, as net/http does.
@@ -458,24 +456,16 @@ func (p *Proxy) writeKept(kc *keptConn, r *http.Request, res *http.Response, t *
 	bw.WriteString("\r\n")
 	connection := res.Header["Connection"]
 	for name, values := range res.Header {
-		if hopByHop(name, connection) || suppressed(name, status) {
+		values, ok := p.passedOn(name, values, connection)
+		if !ok || suppressed(name, status) {
 			continue
-		}
-		if name == "Set-Cookie" {
-			if values = p.keptCookies(values); len(values) == 0 {
-				continue
-			}
 		}
 		for _, v := range values {
 			writeField(bw, name, headerValue(v))
 		}
 	}
 	if len(res.Trailer) > 0 && chunked {
-		names := make([]string, 0, len(res.Trailer))
-		for name := range res.Trailer {
-			names = append(names, name)
-		}
-		writeField(bw, "Trailer", strings.Join(names, ", "))
+		writeField(bw, "Trailer", trailerNames(res.Trailer))
 	}
 	if len(first) > 0 {
 		writeField(bw, "Content-Type", http.DetectContentType(first))
@@ -516,7 +506,11 @@ func (p *Proxy) writeKept(kc *keptConn, r *http.Request, res *http.Response, t *
 			return false
 		}
 	}
-	if err := p.copyKeptBody(out, bw, res, t, buf, stream); err != nil {
+	var flush func() error
+	if stream {
+		flush = bw.Flush
+	}
+	if err := p.copyBody(out, flush, res, t, buf); err != nil {
 		// Half an answer must not look whole: the connection ends.
 		res.Body.Close()
 		return false
@@ -533,31 +527,6 @@ func (p *Proxy) writeKept(kc *keptConn, r *http.Request, res *http.Response, t *
 		bw.WriteString("\r\n")
 	}
 	return bw.Flush() == nil && !closing
-}
-
-// copyKeptBody copies the rest of the body to out; a stream is flushed
-// after every read.
-func (p *Proxy) copyKeptBody(out io.Writer, bw *bufio.Writer, res *http.Response, t *target, buf []byte, stream bool) error {
-	for {
-		n, err := res.Body.Read(buf)
-		if n > 0 {
-			if _, werr := out.Write(buf[:n]); werr != nil {
-				return werr
-			}
-			if stream {
-				if werr := bw.Flush(); werr != nil {
-					return werr
-				}
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			p.logger.Debug("read workspace response", "workspace_id", t.id, "error", err)
-			return err
-		}
-	}
 }
 
 // suppressed reports a header net/http's server drops for status: the

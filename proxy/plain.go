@@ -272,13 +272,9 @@ func (p *Proxy) copyPlainResponse(w *responseRecorder, res *http.Response, t *ta
 	dst := w.Header()
 	connection := res.Header["Connection"]
 	for name, values := range res.Header {
-		if hopByHop(name, connection) {
+		values, ok := p.passedOn(name, values, connection)
+		if !ok {
 			continue
-		}
-		if name == "Set-Cookie" {
-			if values = p.keptCookies(values); len(values) == 0 {
-				continue
-			}
 		}
 		// The response is ours: its slices need no copy.
 		if prior := dst[name]; prior != nil {
@@ -288,11 +284,7 @@ func (p *Proxy) copyPlainResponse(w *responseRecorder, res *http.Response, t *ta
 	}
 	announced := len(res.Trailer)
 	if announced > 0 {
-		names := make([]string, 0, announced)
-		for name := range res.Trailer {
-			names = append(names, name)
-		}
-		dst["Trailer"] = []string{strings.Join(names, ", ")}
+		dst["Trailer"] = []string{trailerNames(res.Trailer)}
 	}
 	w.WriteHeader(res.StatusCode)
 	if err := p.copyPlainBody(w, res, t); err != nil {
@@ -322,26 +314,37 @@ func (p *Proxy) copyPlainResponse(w *responseRecorder, res *http.Response, t *ta
 	}
 }
 
-// copyPlainBody copies the response body with a pooled buffer. A response
-// without a length (a stream, a long poll) or of Server-Sent Events is
-// flushed at once and after every read, so that each part reaches the
-// client when the workspace sends it.
+// copyPlainBody copies the response body with a pooled buffer. An answer
+// that streams is flushed at once and after every read, so that each part
+// reaches the client when the workspace sends it.
 func (p *Proxy) copyPlainBody(w *responseRecorder, res *http.Response, t *target) error {
-	var stream *http.ResponseController
-	if res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type")) {
-		stream = http.NewResponseController(w.ResponseWriter)
+	var flush func() error
+	if streams(res) {
+		stream := http.NewResponseController(w.ResponseWriter)
 		_ = stream.Flush()
+		flush = func() error {
+			_ = stream.Flush()
+			return nil
+		}
 	}
 	buf := p.buffers.Get()
 	defer p.buffers.Put(buf)
+	return p.copyBody(w, flush, res, t, buf)
+}
+
+// copyBody copies the rest of res's body to dst through buf, calling
+// flush, when set, after every write.
+func (p *Proxy) copyBody(dst io.Writer, flush func() error, res *http.Response, t *target, buf []byte) error {
 	for {
 		n, err := res.Body.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return werr
 			}
-			if stream != nil {
-				_ = stream.Flush()
+			if flush != nil {
+				if werr := flush(); werr != nil {
+					return werr
+				}
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -352,6 +355,34 @@ func (p *Proxy) copyPlainBody(w *responseRecorder, res *http.Response, t *target
 			return err
 		}
 	}
+}
+
+// streams reports an answer that reaches the client as the workspace
+// sends it: one without a length (a stream, a long poll) or of
+// Server-Sent Events.
+func streams(res *http.Response) bool {
+	return res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type"))
+}
+
+// passedOn is a response header's values as the client gets them, less
+// forbidden cookies; false for a header the client does not get at all.
+func (p *Proxy) passedOn(name string, values, connection []string) ([]string, bool) {
+	if hopByHop(name, connection) {
+		return nil, false
+	}
+	if name == "Set-Cookie" {
+		values = p.keptCookies(values)
+	}
+	return values, len(values) > 0
+}
+
+// trailerNames is the value of a Trailer header announcing trailers.
+func trailerNames(trailers http.Header) string {
+	names := make([]string, 0, len(trailers))
+	for name := range trailers {
+		names = append(names, name)
+	}
+	return strings.Join(names, ", ")
 }
 
 // isEventStream reports a Content-Type of Server-Sent Events.

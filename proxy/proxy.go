@@ -198,11 +198,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // browser never holds and land back in the workbench, so the click would
 // do nothing visible.
 func (p *Proxy) signOut(w http.ResponseWriter, r *http.Request, t target) bool {
-	if p.opts.UpstreamToken == nil || t.path != "/logout" || r.Method != http.MethodGet {
+	if !p.isSignOut(r, t) {
 		return false
 	}
 	http.Redirect(w, r, p.opts.Sites.DashboardURL()+"logout", http.StatusSeeOther)
 	return true
+}
+
+// isSignOut reports code-server's own "Sign out", which signOut answers.
+func (p *Proxy) isSignOut(r *http.Request, t target) bool {
+	return p.opts.UpstreamToken != nil && t.path == "/logout" && r.Method == http.MethodGet
 }
 
 // placement is what where makes of a request's address.
