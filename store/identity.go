@@ -45,8 +45,9 @@ func SetAdmin(ctx context.Context, q Querier, userID string, isAdmin bool) error
 	return nil
 }
 
-// SetDisabled disables or enables a user. Disabling ends every session of
-// the user in the same statement's transaction.
+// SetDisabled disables or enables a user. Disabling ends every credential
+// of the user (RevokeUserAccess) in the caller's transaction; a caller that
+// records the revoked tokens revokes them first.
 func SetDisabled(ctx context.Context, q Querier, userID string, disabled bool) error {
 	tag, err := q.Exec(ctx, `UPDATE users SET disabled = $2, updated_at = now() WHERE id = $1`, userID, disabled)
 	if err != nil {
@@ -56,7 +57,8 @@ func SetDisabled(ctx context.Context, q Querier, userID string, disabled bool) e
 		return ErrNotFound
 	}
 	if disabled {
-		return EndUserSessions(ctx, q, userID)
+		_, err := RevokeUserAccess(ctx, q, userID)
+		return err
 	}
 	return nil
 }

@@ -58,11 +58,12 @@ func SessionByTokenHash(ctx context.Context, q Querier, tokenHash []byte, worksp
 
 // CreateHandoff stores a ticket, valid for ttl, that hands the dashboard
 // session sessionHash over to workspaceID's host. It reports false, and
-// stores nothing, when that session is not a live dashboard session.
+// stores nothing, when that session is not a live dashboard session of a
+// user who is not disabled.
 func CreateHandoff(ctx context.Context, q Querier, ticketHash, sessionHash []byte, workspaceID string, ttl time.Duration) (bool, error) {
 	tag, err := q.Exec(ctx, `INSERT INTO session_handoffs (ticket_hash, session_hash, workspace_id, expires_at)
-		SELECT $1, token_hash, $3, now() + $4::interval FROM sessions
-		WHERE token_hash = $2 AND workspace_id IS NULL AND expires_at > now()`,
+		SELECT $1, s.token_hash, $3, now() + $4::interval FROM sessions s JOIN users u ON u.id = s.user_id
+		WHERE s.token_hash = $2 AND s.workspace_id IS NULL AND s.expires_at > now() AND NOT u.disabled`,
 		ticketHash, sessionHash, workspaceID, ttl)
 	if err != nil {
 		return false, fmt.Errorf("create session handoff: %w", err)
@@ -73,8 +74,8 @@ func CreateHandoff(ctx context.Context, q Querier, ticketHash, sessionHash []byt
 // RedeemHandoff uses up a ticket for workspaceID's host and stores the
 // session it hands over under newTokenHash: same user, same expiry as the
 // dashboard session, ended with it. A ticket that is unknown, expired,
-// used, or for another workspace is ErrNotFound, and is gone afterwards
-// whichever it was.
+// used, for another workspace or of a disabled user is ErrNotFound, and is
+// gone afterwards whichever it was.
 func RedeemHandoff(ctx context.Context, q Querier, ticketHash []byte, workspaceID string, newTokenHash []byte) (Session, error) {
 	s := Session{WorkspaceID: workspaceID}
 	err := q.QueryRow(ctx, `WITH ticket AS (
@@ -83,9 +84,9 @@ func RedeemHandoff(ctx context.Context, q Querier, ticketHash []byte, workspaceI
 		added AS (
 			INSERT INTO sessions (token_hash, user_id, expires_at, workspace_id, parent_hash)
 			SELECT $3, p.user_id, p.expires_at, t.workspace_id, p.token_hash
-			FROM ticket t JOIN sessions p ON p.token_hash = t.session_hash
+			FROM ticket t JOIN sessions p ON p.token_hash = t.session_hash JOIN users pu ON pu.id = p.user_id
 			WHERE t.workspace_id = $2 AND t.expires_at > now()
-				AND p.workspace_id IS NULL AND p.expires_at > now()
+				AND p.workspace_id IS NULL AND p.expires_at > now() AND NOT pu.disabled
 			RETURNING user_id, expires_at)
 		SELECT u.id, u.username, u.is_admin, a.expires_at FROM added a JOIN users u ON u.id = a.user_id`,
 		ticketHash, workspaceID, newTokenHash).Scan(&s.UserID, &s.Username, &s.IsAdmin, &s.ExpiresAt)

@@ -74,13 +74,14 @@ type TokenSession struct {
 }
 
 // TokenBySecretHash returns the unexpired token with that secret hash, or
-// ErrNotFound.
+// ErrNotFound; a disabled user's token is ErrNotFound too, whether or not
+// the disable has deleted it yet.
 func TokenBySecretHash(ctx context.Context, q Querier, secretHash []byte) (TokenSession, error) {
 	var s TokenSession
 	err := q.QueryRow(ctx, `SELECT t.id, t.user_id, t.name, t.scope, t.is_admin, t.created_at, t.expires_at, t.last_used_at,
 			u.username, u.is_admin
 		FROM api_tokens t JOIN users u ON u.id = t.user_id
-		WHERE t.secret_hash = $1 AND t.expires_at > now()`, secretHash).
+		WHERE t.secret_hash = $1 AND t.expires_at > now() AND NOT u.disabled`, secretHash).
 		Scan(&s.ID, &s.UserID, &s.Name, &s.Scope, &s.IsAdmin, &s.CreatedAt, &s.ExpiresAt, &s.LastUsedAt,
 			&s.Username, &s.UserIsAdmin)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -111,11 +112,13 @@ func CreateTokenGrant(ctx context.Context, q Querier, codeHash []byte, userID, n
 }
 
 // RedeemTokenGrant uses up a code and returns the user and token name it
-// was approved for. A code that is unknown, used or expired is
-// ErrNotFound, and is gone afterwards whichever it was.
+// was approved for. A code that is unknown, used, expired or approved by a
+// user since disabled is ErrNotFound, and is gone afterwards whichever it
+// was.
 func RedeemTokenGrant(ctx context.Context, q Querier, codeHash []byte) (userID, name string, err error) {
 	err = q.QueryRow(ctx, `WITH used AS (DELETE FROM api_token_grants WHERE code_hash = $1 RETURNING user_id, name, expires_at)
-		SELECT user_id, name FROM used WHERE expires_at > now()`, codeHash).Scan(&userID, &name)
+		SELECT g.user_id, g.name FROM used g JOIN users u ON u.id = g.user_id
+		WHERE g.expires_at > now() AND NOT u.disabled`, codeHash).Scan(&userID, &name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", ErrNotFound
 	}
@@ -123,6 +126,34 @@ func RedeemTokenGrant(ctx context.Context, q Querier, codeHash []byte) (userID, 
 		return "", "", fmt.Errorf("redeem token grant: %w", err)
 	}
 	return userID, name, nil
+}
+
+// RevokeUserAccess ends every credential of a user: sessions (and with
+// them the sessions handed to workspace hosts and their pending handoff
+// tickets), pending CLI codes and API tokens. It returns the ids of the
+// tokens it deleted, for the audit log.
+func RevokeUserAccess(ctx context.Context, q Querier, userID string) ([]string, error) {
+	if err := EndUserSessions(ctx, q, userID); err != nil {
+		return nil, err
+	}
+	return RevokeUserTokens(ctx, q, userID)
+}
+
+// RevokeUserTokens deletes a user's API tokens and pending CLI codes and
+// returns the ids of the tokens.
+func RevokeUserTokens(ctx context.Context, q Querier, userID string) ([]string, error) {
+	if _, err := q.Exec(ctx, `DELETE FROM api_token_grants WHERE user_id = $1`, userID); err != nil {
+		return nil, fmt.Errorf("delete token grants: %w", err)
+	}
+	rows, err := q.Query(ctx, `DELETE FROM api_tokens WHERE user_id = $1 RETURNING id`, userID)
+	if err != nil {
+		return nil, fmt.Errorf("delete tokens: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("delete tokens: %w", err)
+	}
+	return ids, nil
 }
 
 // DeleteExpiredTokens removes token grants past their expiry and tokens
