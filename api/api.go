@@ -26,8 +26,8 @@ import (
 	"github.com/codehub-io/codehub/activity"
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/proxy"
-	"github.com/codehub-io/codehub/store"
 )
 
 // Options configures the HTTP surface.
@@ -106,8 +106,7 @@ type Server struct {
 	pool          *pgxpool.Pool
 	workspaces    WorkspaceService
 	sites         proxy.Sites
-	sessions      *sessions
-	tokens        *tokens
+	identity      *identity.Service
 	hub           *hub
 	activity      *activity.Recorder
 	proxy         *proxy.Proxy
@@ -151,8 +150,9 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet,
-		sessions: newSessions(deps.Pool, opts.SessionTTL, sites.Secure(), opts.CookieDomain),
-		tokens:   newTokens(deps.Pool),
+		identity: identity.New(logger.Named("identity"), deps.Pool, identity.Options{
+			SessionTTL: opts.SessionTTL, Secure: sites.Secure(), CookieDomain: opts.CookieDomain,
+		}),
 		hub:      newHub(logger.Named("events"), deps.Redis),
 		activity: activity.NewRecorder(logger.Named("activity"), deps.Redis),
 		metrics:  m,
@@ -166,7 +166,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
 		RouteTTL: opts.RouteTTL, UpstreamToken: opts.UpstreamToken,
-	}, s.sessions, deps.Workspaces, deps.Upstreams, s.activity)
+	}, s.identity, deps.Workspaces, deps.Upstreams, s.activity)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +203,7 @@ const (
 	routeTokenRevoke  = "DELETE /api/v1/tokens/{id}"
 	routeTokenGrant   = "POST /api/v1/token-grants"
 	routeTokenRedeem  = "POST /api/v1/token-grants/redeem"
+	routePassword     = "POST /api/v1/password"
 
 	routeAuthMethods    = "GET /api/v1/auth/methods"
 	routeOIDCLogin      = "GET /api/v1/auth/oidc/login"
@@ -232,7 +233,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeElsewhere: s.restoreElsewhere,
 		routeEvents:    s.events, routeOpenAPI: serveOpenAPI,
 		routeTokens: s.listTokens, routeTokenCreate: s.createToken, routeTokenRevoke: s.revokeToken,
-		routeTokenGrant: s.createGrant, routeTokenRedeem: s.redeemGrant,
+		routeTokenGrant: s.createGrant, routeTokenRedeem: s.redeemGrant, routePassword: s.changePassword,
 		routeAuthMethods: s.authMethods, routeOIDCLogin: s.oidcStart, routeOIDCCallback: s.oidcCallback,
 		routeAdminUsers: s.adminListUsers, routeAdminAddUser: s.adminCreateUser, routeAdminPatchUser: s.adminPatchUser,
 		routeAdminAudit: s.listAudit,
@@ -282,7 +283,7 @@ func methodNotAllowed(methods []string) http.Handler {
 // check.
 func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		_, bearer := bearerToken(r.Header)
+		_, bearer := identity.BearerToken(r.Header)
 		if !bearer && !safeMethod(r.Method) && crossOrigin(r.Header, s.allowed) {
 			WriteError(w, newError(http.StatusForbidden, CodeCrossOrigin, "cross-origin request refused"))
 			return
@@ -350,22 +351,7 @@ func (s *Server) sweepSessions(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			n, err := store.DeleteExpiredSessions(ctx, s.pool)
-			if err != nil {
-				s.logger.Warn("sweep expired sessions", "error", err)
-				continue
-			}
-			if n > 0 {
-				s.logger.Debug("swept expired sessions", "count", n)
-			}
-			n, err = store.DeleteExpiredTokens(ctx, s.pool, expiredTokenKeep)
-			if err != nil {
-				s.logger.Warn("sweep expired tokens", "error", err)
-				continue
-			}
-			if n > 0 {
-				s.logger.Debug("swept expired tokens", "count", n)
-			}
+			s.identity.SweepExpired(ctx)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/codehub-io/codehub/audit"
+	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -152,12 +153,12 @@ func (s *Server) oidcStart(w http.ResponseWriter, r *http.Request) {
 		s.refusePage(w, http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.")
 		return
 	}
-	state, stateHash, err := newToken()
+	state, stateHash, err := identity.NewSecret()
 	if err != nil {
 		s.fail(w, "make oidc state", err)
 		return
 	}
-	nonce, _, err := newToken()
+	nonce, _, err := identity.NewSecret()
 	if err != nil {
 		s.fail(w, "make oidc nonce", err)
 		return
@@ -220,7 +221,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		s.refusePage(w, refusal.status, refusal.message)
 		return
 	}
-	cookie, _, err := s.sessions.start(r.Context(), user.ID)
+	cookie, _, err := s.identity.StartSession(r.Context(), user.ID)
 	if err != nil {
 		s.fail(w, "start session", err)
 		return
@@ -248,7 +249,7 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *o
 		return store.User{}, refuse(http.StatusBadRequest, "This sign-in was not started from this browser, or took too long. Start again from the login page.",
 			errors.New("state does not match the browser's"))
 	}
-	stateHash := tokenHash(state)
+	stateHash := identity.HashSecret(state)
 	nonce, verifier, err := store.TakeOIDCLogin(ctx, s.pool, stateHash[:])
 	if errors.Is(err, store.ErrNotFound) {
 		return store.User{}, refuse(http.StatusBadRequest, "This sign-in has expired or was already used. Start again from the login page.",
@@ -312,7 +313,10 @@ func (s *Server) endOIDCSessions(ctx context.Context, subject string) string {
 		return ""
 	}
 	if err == nil {
-		err = store.EndUserSessions(ctx, s.pool, u.ID)
+		var rev identity.Revocation
+		if rev, err = s.identity.EndAccess(ctx, u.ID, identity.ReasonSignInRefused); err == nil {
+			s.recordRevocation(ctx, audit.Actor{UserID: u.ID, Username: u.Username}, rev)
+		}
 	}
 	if err != nil {
 		s.oidc.logger.Error("end sessions of a refused user", "subject", subject, "error", err)

@@ -252,7 +252,7 @@ var errSessionEnded = errors.New("session ended")
 // cache) before anything more is sent on it, so a logout, an expiry or a
 // password change ends a stream as it ends every other request.
 func (s *Server) checkSession(r *http.Request) error {
-	_, ok, err := s.authenticate(r)
+	_, ok, err := s.identity.Authenticate(r)
 	if err != nil {
 		return fmt.Errorf("check session: %w", err)
 	}

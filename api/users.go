@@ -1,18 +1,13 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"time"
-	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/codehub-io/codehub/audit"
-	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/store"
-	"github.com/codehub-io/codehub/workspace"
 )
 
 // Sign-in methods of a user.
@@ -65,24 +60,16 @@ type createUserRequest struct {
 	IsAdmin  bool   `json:"is_admin"`
 }
 
-// The bounds of a password, as for `codehub user`.
-const (
-	minPasswordLength = 8
-	maxPasswordLength = 1024
-)
-
 func invalidField(field, message string) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: field, Message: field + ": " + message}
 }
 
-func checkPassword(password string) *Error {
-	switch n := utf8.RuneCountInString(password); {
-	case !utf8.ValidString(password):
-		return invalidField("password", "must be UTF-8 text")
-	case n < minPasswordLength:
-		return invalidField("password", "must have at least 8 characters")
-	case n > maxPasswordLength:
-		return invalidField("password", "must have at most 1024 characters")
+// identityError is the API error for a refusal of the identity service,
+// or nil for any other error.
+func identityError(err error) *Error {
+	var fe *identity.FieldError
+	if errors.As(err, &fe) {
+		return invalidField(fe.Field, fe.Message)
 	}
 	return nil
 }
@@ -97,24 +84,14 @@ func (s *Server) adminCreateUser(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
-	if !config.ValidUsername(req.Username) {
-		WriteError(w, invalidField("username", "must be 1 to 63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit"))
-		return
-	}
-	if e := checkPassword(req.Password); e != nil {
+	u, err := s.identity.CreateUser(r.Context(), req.Username, req.Password, req.IsAdmin)
+	if e := identityError(err); e != nil {
 		WriteError(w, e)
 		return
 	}
-	hash, err := HashPassword(req.Password)
-	if err != nil {
-		s.fail(w, "hash password", err)
-		return
-	}
-	target := audit.Target{Type: audit.TargetUser, Name: req.Username}
-	u, err := store.CreateUser(r.Context(), s.pool, workspace.NewID(), req.Username, hash, req.IsAdmin)
 	if errors.Is(err, store.ErrUsernameTaken) {
 		e := newError(http.StatusConflict, CodeNameTaken, "a user with that username exists")
-		s.record(r, s.actor(r, sess), audit.ActionUserCreate, target, e)
+		s.record(r, s.actor(r, sess), audit.ActionUserCreate, audit.Target{Type: audit.TargetUser, Name: req.Username}, e)
 		WriteError(w, e)
 		return
 	}
@@ -133,13 +110,6 @@ type patchUserRequest struct {
 	Password *string `json:"password"`
 }
 
-// userChange is one change an admin asks of a user, applied and recorded
-// on its own.
-type userChange struct {
-	action string
-	apply  func(ctx context.Context, tx pgx.Tx) error
-}
-
 func (s *Server) adminPatchUser(w http.ResponseWriter, r *http.Request) {
 	sess, ok := s.requireAdmin(w, r)
 	if !ok {
@@ -154,90 +124,73 @@ func (s *Server) adminPatchUser(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	u, err := store.UserByID(r.Context(), s.pool, id)
+	u, actions, rev, err := s.identity.PatchUser(r.Context(), sess.UserID, id,
+		identity.UserPatch{Disabled: req.Disabled, IsAdmin: req.IsAdmin, Password: req.Password})
 	if errors.Is(err, store.ErrNotFound) {
 		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "user not found"))
 		return
 	}
-	if err != nil {
-		s.fail(w, "load user", err)
-		return
-	}
-	changes, e := s.userChanges(u, sess, req)
-	if e != nil {
+	if e := identityError(err); e != nil {
 		WriteError(w, e)
 		return
 	}
-	// All or nothing: a refused change leaves the others unapplied.
-	err = pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
-		for _, c := range changes {
-			if err := c.apply(r.Context(), tx); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 	if err != nil {
 		s.fail(w, "change user", err)
 		return
 	}
-	for _, c := range changes {
-		s.record(r, s.actor(r, sess), c.action, userTarget(u), nil)
+	actor := s.actor(r, sess)
+	for _, action := range actions {
+		s.record(r, actor, action, userTarget(u), nil)
 	}
-	if u, err = store.UserByID(r.Context(), s.pool, id); err != nil {
-		s.fail(w, "load user", err)
-		return
+	if rev != nil {
+		s.recordRevocation(r.Context(), actor, *rev)
 	}
 	writeJSON(w, http.StatusOK, viewAdminUser(u))
 }
 
-// userChanges checks a patch of user u by the admin of sess and returns
-// the changes it makes. An admin cannot disable themselves or give up
-// their own rights (another admin must), so the last admin cannot lock
-// everyone out; a user signing in through OIDC has no password to reset.
-func (s *Server) userChanges(u store.User, sess store.Session, req patchUserRequest) ([]userChange, *Error) {
-	var changes []userChange
-	if req.Disabled != nil && *req.Disabled != u.Disabled {
-		if u.ID == sess.UserID {
-			return nil, invalidField("disabled", "you cannot disable yourself")
-		}
-		disabled := *req.Disabled
-		action := audit.ActionUserEnable
-		if disabled {
-			action = audit.ActionUserDisable
-		}
-		changes = append(changes, userChange{action, func(ctx context.Context, tx pgx.Tx) error {
-			return store.SetDisabled(ctx, tx, u.ID, disabled)
-		}})
+type passwordChangeRequest struct {
+	CurrentPassword string `json:"current_password"`
+	NewPassword     string `json:"new_password"`
+	KeepTokens      bool   `json:"keep_tokens"`
+}
+
+// changePassword lets a user logged in to the dashboard replace their own
+// password, proving the current one (counted against the login backoff).
+// Every session of the user ends, this browser gets a fresh one, and the
+// user's tokens and pending CLI codes end too unless keep_tokens is set.
+func (s *Server) changePassword(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireSession(w, r)
+	if !ok {
+		return
 	}
-	if req.IsAdmin != nil && *req.IsAdmin != u.IsAdmin {
-		if u.ID == sess.UserID {
-			return nil, invalidField("is_admin", "you cannot take away your own administrator rights")
-		}
-		admin := *req.IsAdmin
-		action := audit.ActionUserAdminRevoke
-		if admin {
-			action = audit.ActionUserAdminGrant
-		}
-		changes = append(changes, userChange{action, func(ctx context.Context, tx pgx.Tx) error {
-			return store.SetAdmin(ctx, tx, u.ID, admin)
-		}})
+	var req passwordChangeRequest
+	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
+		WriteError(w, e)
+		return
 	}
-	if req.Password != nil {
-		if u.OIDCSubject != nil {
-			return nil, invalidField("password", "this user signs in through single sign-on and has no password")
-		}
-		if e := checkPassword(*req.Password); e != nil {
-			return nil, e
-		}
-		password := *req.Password
-		changes = append(changes, userChange{audit.ActionUserPassword, func(ctx context.Context, tx pgx.Tx) error {
-			hash, err := HashPassword(password)
-			if err != nil {
-				return err
-			}
-			return store.SetPassword(ctx, tx, u.Username, hash)
-		}})
+	actor := s.actor(r, sess)
+	target := audit.Target{Type: audit.TargetUser, ID: sess.UserID, Name: sess.Username}
+	cookie, rev, err := s.identity.ChangePassword(r.Context(), sess.UserID, actor.Address, identity.PasswordChange{
+		Current: req.CurrentPassword, New: req.NewPassword, KeepTokens: req.KeepTokens,
+	})
+	var locked *identity.LockedError
+	if errors.As(err, &locked) {
+		refuseLocked(w, locked)
+		return
 	}
-	return changes, nil
+	if e := identityError(err); e != nil {
+		if e.Field == "current_password" && req.CurrentPassword != "" {
+			s.record(r, actor, audit.ActionUserPasswordChange, target, e)
+		}
+		WriteError(w, e)
+		return
+	}
+	if err != nil {
+		s.fail(w, "change password", err)
+		return
+	}
+	s.record(r, actor, audit.ActionUserPasswordChange, target, nil)
+	s.recordRevocation(r.Context(), actor, rev)
+	http.SetCookie(w, cookie)
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -29,12 +29,14 @@ const (
 	ActionWorkspaceDelete  = "workspace.delete"
 	ActionWorkspaceRecover = "workspace.recover"
 
-	ActionUserCreate      = "user.create"
-	ActionUserDisable     = "user.disable"
-	ActionUserEnable      = "user.enable"
-	ActionUserPassword    = "user.password_reset"
-	ActionUserAdminGrant  = "user.admin_grant"
-	ActionUserAdminRevoke = "user.admin_revoke"
+	ActionUserCreate   = "user.create"
+	ActionUserDisable  = "user.disable"
+	ActionUserEnable   = "user.enable"
+	ActionUserPassword = "user.password_reset"
+	// ActionUserPasswordChange is a user changing their own password.
+	ActionUserPasswordChange = "user.password_change"
+	ActionUserAdminGrant     = "user.admin_grant"
+	ActionUserAdminRevoke    = "user.admin_revoke"
 
 	ActionTokenCreate = "token.create"
 	ActionTokenRevoke = "token.revoke"

@@ -1,4 +1,4 @@
-package api
+package identity
 
 import "time"
 
@@ -35,11 +35,4 @@ func (s loginSchedule) after(failures int) time.Duration {
 		}
 	}
 	return d
-}
-
-// retryAfterSeconds rounds a remaining lock up to whole seconds for the
-// Retry-After header, never answering 0 while a lock is in force.
-func retryAfterSeconds(remaining time.Duration) int {
-	s := int((remaining + time.Second - 1) / time.Second)
-	return max(s, 1)
 }

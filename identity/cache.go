@@ -1,4 +1,4 @@
-package api
+package identity
 
 import (
 	"crypto/sha256"
@@ -6,8 +6,14 @@ import (
 	"time"
 )
 
+// CacheTTL bounds how long a replica trusts a credential it looked up
+// without asking the database again: a logout, revocation or disable on
+// another replica, an expiry or a password change takes effect within
+// this time.
+const CacheTTL = 2 * time.Second
+
 // credentialCache remembers what a replica looked up by the hash of a
-// credential (a session cookie, an API token) for at most sessionCacheTTL
+// credential (a session cookie, an API token) for at most CacheTTL
 // and never past the credential's expiry: a burst of requests costs one
 // query, while a logout or revocation on another replica still takes
 // effect within that time.
@@ -41,7 +47,7 @@ func (c *credentialCache[V]) get(key [sha256.Size]byte, now time.Time) (V, bool)
 }
 
 func (c *credentialCache[V]) put(key [sha256.Size]byte, value V, expires, now time.Time) {
-	until := now.Add(sessionCacheTTL)
+	until := now.Add(CacheTTL)
 	if expires.Before(until) {
 		until = expires
 	}

@@ -1,4 +1,4 @@
-package api
+package identity
 
 import (
 	"crypto/sha256"
@@ -18,9 +18,9 @@ func TestCredentialCache(t *testing.T) {
 		want string
 	}{
 		{a, 0, "alice"},
-		{a, sessionCacheTTL - time.Millisecond, "alice"},
+		{a, CacheTTL - time.Millisecond, "alice"},
 		// Trusted no longer than the cache time, however long it lives.
-		{a, sessionCacheTTL, ""},
+		{a, CacheTTL, ""},
 		// Nor past its own expiry.
 		{b, time.Second - time.Millisecond, "bob"},
 		{b, time.Second, ""},

@@ -1,4 +1,4 @@
-package api
+package identity
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package api
+package identity
 
 import (
 	"context"
@@ -10,13 +10,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
-	"unicode"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -34,14 +29,10 @@ const (
 const (
 	// tokenKeyName is the deployment key the secrets are hashed with.
 	tokenKeyName = "api-tokens"
-	// maxTokenDays bounds a token's life; none lives forever.
-	maxTokenDays = 366
-	// defaultTokenDays is the life of a token whose request names none.
-	defaultTokenDays = 30
-	// cliTokenDays is the life of a token the CLI's browser login makes.
-	cliTokenDays = 90
-	// grantTTL is how long a browser login's code waits for the CLI.
-	grantTTL = time.Minute
+	// CLITokenDays is the life of a token the CLI's browser login makes.
+	CLITokenDays = 90
+	// GrantTTL is how long a browser login's code waits for the CLI.
+	GrantTTL = time.Minute
 	// lastUsedGranularity is how stale last_used_at may be: a token in
 	// steady use costs one write per this period and replica, not one
 	// per request.
@@ -51,36 +42,26 @@ const (
 	expiredTokenKeep = 30 * 24 * time.Hour
 )
 
-// tokens authenticates requests by a personal API token sent as
-// "Authorization: Bearer". The secrets are 32 random bytes; what is stored
-// is their HMAC-SHA256 under a deployment key, which is fast enough for
-// every request and useless to whoever reads the table without the key.
-type tokens struct {
-	pool  *pgxpool.Pool
-	cache *credentialCache[store.TokenSession]
+// API tokens authenticate requests sent with "Authorization: Bearer". The
+// secrets are 32 random bytes; what is stored is their HMAC-SHA256 under a
+// deployment key, which is fast enough for every request and useless to
+// whoever reads the table without the key.
 
-	mu  sync.Mutex
-	key []byte
-}
-
-func newTokens(pool *pgxpool.Pool) *tokens {
-	return &tokens{pool: pool, cache: newCredentialCache[store.TokenSession]()}
-}
-
-// hash is the stored hash of a secret. The key is read (or created) on
-// first use and kept; a failure to read it is tried again next time.
-func (t *tokens) hash(ctx context.Context, secret string) ([sha256.Size]byte, error) {
-	t.mu.Lock()
-	key := t.key
-	t.mu.Unlock()
+// hashToken is the stored hash of a token secret or CLI code. The key is
+// read (or created) on first use and kept; a failure to read it is tried
+// again next time.
+func (s *Service) hashToken(ctx context.Context, secret string) ([sha256.Size]byte, error) {
+	s.mu.Lock()
+	key := s.key
+	s.mu.Unlock()
 	if key == nil {
-		k, err := store.DeploymentKey(ctx, t.pool, tokenKeyName)
+		k, err := store.DeploymentKey(ctx, s.pool, tokenKeyName)
 		if err != nil {
 			return [sha256.Size]byte{}, err
 		}
-		t.mu.Lock()
-		t.key, key = k, k
-		t.mu.Unlock()
+		s.mu.Lock()
+		s.key, key = k, k
+		s.mu.Unlock()
 	}
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(secret))
@@ -89,8 +70,8 @@ func (t *tokens) hash(ctx context.Context, secret string) ([sha256.Size]byte, er
 	return sum, nil
 }
 
-// newSecret returns a fresh token secret.
-func newSecret() (string, error) {
+// newTokenSecret returns a fresh token secret.
+func newTokenSecret() (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("read token secret: %w", err)
@@ -98,8 +79,8 @@ func newSecret() (string, error) {
 	return TokenPrefix + base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// wellFormedSecret reports whether s could be a secret newSecret made, so
-// anything else is refused without a lookup.
+// wellFormedSecret reports whether s could be a secret newTokenSecret
+// made, so anything else is refused without a lookup.
 func wellFormedSecret(s string) bool {
 	rest, ok := strings.CutPrefix(s, TokenPrefix)
 	if !ok || len(rest) != base64.RawURLEncoding.EncodedLen(32) {
@@ -109,22 +90,22 @@ func wellFormedSecret(s string) bool {
 	return err == nil
 }
 
-// lookup returns the unexpired token with that secret, through the cache
-// sessions use too. last_used_at is written when it is older than
-// lastUsedGranularity.
-func (t *tokens) lookup(ctx context.Context, secret string) (store.TokenSession, bool, error) {
+// lookupToken returns the unexpired token with that secret of a user who
+// is not disabled, through the cache sessions use too. last_used_at is
+// written when it is older than lastUsedGranularity.
+func (s *Service) lookupToken(ctx context.Context, secret string) (store.TokenSession, bool, error) {
 	if !wellFormedSecret(secret) {
 		return store.TokenSession{}, false, nil
 	}
-	hash, err := t.hash(ctx, secret)
+	hash, err := s.hashToken(ctx, secret)
 	if err != nil {
 		return store.TokenSession{}, false, err
 	}
 	now := time.Now()
-	if cached, hit := t.cache.get(hash, now); hit {
+	if cached, hit := s.tokens.get(hash, now); hit {
 		return cached, true, nil
 	}
-	tok, err := store.TokenBySecretHash(ctx, t.pool, hash[:])
+	tok, err := store.TokenBySecretHash(ctx, s.pool, hash[:])
 	if errors.Is(err, store.ErrNotFound) {
 		return store.TokenSession{}, false, nil
 	}
@@ -132,24 +113,19 @@ func (t *tokens) lookup(ctx context.Context, secret string) (store.TokenSession,
 		return store.TokenSession{}, false, err
 	}
 	if tok.LastUsedAt == nil || now.Sub(*tok.LastUsedAt) >= lastUsedGranularity {
-		if err := store.TouchToken(ctx, t.pool, tok.ID); err != nil {
+		if err := store.TouchToken(ctx, s.pool, tok.ID); err != nil {
 			return store.TokenSession{}, false, err
 		}
 		tok.LastUsedAt = &now
 	}
-	t.cache.put(hash, tok, tok.ExpiresAt, now)
+	s.tokens.put(hash, tok, tok.ExpiresAt, now)
 	return tok, true, nil
 }
 
-// forget drops a revoked token from this replica's cache at once.
-func (t *tokens) forget(id string) {
-	t.cache.deleteWhere(func(tok store.TokenSession) bool { return tok.ID == id })
-}
-
-// bearerToken returns the credential of an Authorization header. present
+// BearerToken returns the credential of an Authorization header. present
 // is true whenever the header is sent: a request that sends one is
 // judged by it alone, never by its cookies.
-func bearerToken(h http.Header) (secret string, present bool) {
+func BearerToken(h http.Header) (secret string, present bool) {
 	v := h.Get("Authorization")
 	if v == "" {
 		return "", false
@@ -161,10 +137,19 @@ func bearerToken(h http.Header) (secret string, present bool) {
 	return strings.TrimSpace(rest), true
 }
 
-// tokenAllows decides whether a token of scope may send a request with
-// method: read tokens only the methods that change nothing.
-func tokenAllows(scope, method string) bool {
-	return scope == ScopeReadWrite || safeMethod(method)
+// Authenticate returns who sent an API request: the bearer token when an
+// Authorization header is sent (its cookies are then ignored), otherwise
+// the dashboard session cookie.
+func (s *Service) Authenticate(r *http.Request) (store.Session, bool, error) {
+	secret, bearer := BearerToken(r.Header)
+	if !bearer {
+		return s.DashboardSession(r)
+	}
+	t, ok, err := s.lookupToken(r.Context(), secret)
+	if !ok || err != nil {
+		return store.Session{}, false, err
+	}
+	return tokenSession(t), true, nil
 }
 
 // tokenSession is the session a token stands for. It is an administrator's
@@ -176,284 +161,108 @@ func tokenSession(t store.TokenSession) store.Session {
 	}
 }
 
-// tokenView is a token as the API shows it (docs/api.md); the secret is
-// shown once, beside it, when the token is made.
-type tokenView struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name"`
-	Scope      string     `json:"scope"`
-	Admin      bool       `json:"admin"`
-	CreatedAt  time.Time  `json:"created_at"`
-	ExpiresAt  time.Time  `json:"expires_at"`
-	LastUsedAt *time.Time `json:"last_used_at"`
+// TokenSpec is a checked request for a token.
+type TokenSpec struct {
+	Name  string
+	Scope string
+	Days  int
+	Admin bool
 }
 
-func viewToken(t store.Token) tokenView {
-	return tokenView{ID: t.ID, Name: t.Name, Scope: t.Scope, Admin: t.IsAdmin,
-		CreatedAt: t.CreatedAt.UTC(), ExpiresAt: t.ExpiresAt.UTC(), LastUsedAt: utc(t.LastUsedAt)}
+// Tokens returns the user's tokens, expired ones included, newest first.
+func (s *Service) Tokens(ctx context.Context, userID string) ([]store.Token, error) {
+	return store.TokensOfUser(ctx, s.pool, userID)
 }
 
-type tokenList struct {
-	Tokens []tokenView `json:"tokens"`
-}
-
-type createdToken struct {
-	Token  tokenView `json:"token"`
-	Secret string    `json:"secret"`
-}
-
-type tokenRequest struct {
-	Name          string `json:"name"`
-	Scope         string `json:"scope"`
-	ExpiresInDays *int   `json:"expires_in_days"`
-	Admin         bool   `json:"admin"`
-}
-
-// tokenSpec is a checked request for a token.
-type tokenSpec struct {
-	name  string
-	scope string
-	days  int
-	admin bool
-}
-
-// checkTokenRequest validates a request for a token; it decides nothing
-// about who may make it.
-func checkTokenRequest(req tokenRequest) (tokenSpec, *Error) {
-	if e := checkTokenName(req.Name); e != nil {
-		return tokenSpec{}, e
-	}
-	if req.Scope != ScopeRead && req.Scope != ScopeReadWrite {
-		return tokenSpec{}, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "scope",
-			Message: `scope: must be "read" or "read-write"`}
-	}
-	days := defaultTokenDays
-	if req.ExpiresInDays != nil {
-		days = *req.ExpiresInDays
-	}
-	if days < 1 || days > maxTokenDays {
-		return tokenSpec{}, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "expires_in_days",
-			Message: fmt.Sprintf("expires_in_days: must be from 1 to %d", maxTokenDays)}
-	}
-	return tokenSpec{name: req.Name, scope: req.Scope, days: days, admin: req.Admin}, nil
-}
-
-func checkTokenName(name string) *Error {
-	bad := len([]rune(name)) < 1 || len([]rune(name)) > 100 || strings.TrimSpace(name) != name ||
-		strings.ContainsFunc(name, unicode.IsControl)
-	if bad {
-		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "name",
-			Message: "name: must be 1-100 characters without control characters or surrounding spaces"}
-	}
-	return nil
-}
-
-// requireSession is requireUser for what only a person logged in to the
-// dashboard may do: a token cannot make other tokens, so a leaked one
-// cannot outlive its own expiry or revocation.
-func (s *Server) requireSession(w http.ResponseWriter, r *http.Request) (store.Session, bool) {
-	sess, ok := s.requireUser(w, r)
-	if !ok {
-		return store.Session{}, false
-	}
-	if sess.TokenID != "" {
-		WriteError(w, newError(http.StatusForbidden, CodeSessionRequired, "log in to the dashboard to make tokens; a token cannot make tokens"))
-		return store.Session{}, false
-	}
-	return sess, true
-}
-
-func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
-	sess, ok := s.requireUser(w, r)
-	if !ok {
-		return
-	}
-	list, err := store.TokensOfUser(r.Context(), s.pool, sess.UserID)
+// IssueToken makes a token for userID and returns it with its secret,
+// which is never stored.
+func (s *Service) IssueToken(ctx context.Context, userID string, spec TokenSpec) (store.Token, string, error) {
+	secret, err := newTokenSecret()
 	if err != nil {
-		s.fail(w, "list tokens", err)
-		return
+		return store.Token{}, "", err
 	}
-	out := tokenList{Tokens: make([]tokenView, 0, len(list))}
-	for _, t := range list {
-		out.Tokens = append(out.Tokens, viewToken(t))
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
-	sess, ok := s.requireSession(w, r)
-	if !ok {
-		return
-	}
-	var req tokenRequest
-	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
-		WriteError(w, e)
-		return
-	}
-	spec, e := checkTokenRequest(req)
-	if e != nil {
-		WriteError(w, e)
-		return
-	}
-	if spec.admin && !sess.IsAdmin {
-		WriteError(w, newError(http.StatusForbidden, CodeForbidden, "only administrators can make admin tokens"))
-		return
-	}
-	created, err := s.issueToken(r, s.actor(r, sess), sess.UserID, spec)
+	hash, err := s.hashToken(ctx, secret)
 	if err != nil {
-		s.fail(w, "create token", err)
-		return
-	}
-	w.Header().Set("Location", "/api/v1/tokens/"+created.Token.ID)
-	writeJSON(w, http.StatusCreated, created)
-}
-
-// issueToken makes a token for userID, on actor's request: every token is
-// made, and audited, here.
-func (s *Server) issueToken(r *http.Request, actor audit.Actor, userID string, spec tokenSpec) (created createdToken, err error) {
-	defer func() {
-		s.record(r, actor, audit.ActionTokenCreate, audit.Target{Type: audit.TargetToken, ID: created.Token.ID, Name: spec.name}, err)
-	}()
-	ctx := r.Context()
-	secret, err := newSecret()
-	if err != nil {
-		return createdToken{}, err
-	}
-	hash, err := s.tokens.hash(ctx, secret)
-	if err != nil {
-		return createdToken{}, err
+		return store.Token{}, "", err
 	}
 	t, err := store.CreateToken(ctx, s.pool, store.Token{
-		ID: workspace.NewID(), UserID: userID, Name: spec.name, Scope: spec.scope, IsAdmin: spec.admin,
-	}, hash[:], time.Duration(spec.days)*24*time.Hour)
+		ID: workspace.NewID(), UserID: userID, Name: spec.Name, Scope: spec.Scope, IsAdmin: spec.Admin,
+	}, hash[:], time.Duration(spec.Days)*24*time.Hour)
 	if err != nil {
-		return createdToken{}, err
+		return store.Token{}, "", err
 	}
 	s.logger.Info("api token created", "user_id", userID, "token_id", t.ID, "scope", t.Scope, "admin", t.IsAdmin)
-	return createdToken{Token: viewToken(t), Secret: secret}, nil
+	return t, secret, nil
 }
 
-func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
-	sess, ok := s.requireUser(w, r)
-	if !ok {
-		return
-	}
-	id, ok := pathID(w, r, "token")
-	if !ok {
-		return
-	}
-	err := s.deleteToken(r, s.actor(r, sess), sess.UserID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "token not found"))
-		return
-	}
-	if err != nil {
-		s.fail(w, "revoke token", err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// deleteToken revokes the user's token id: every revocation happens here.
-func (s *Server) deleteToken(r *http.Request, actor audit.Actor, userID, id string) error {
-	err := store.DeleteToken(r.Context(), s.pool, id, userID)
-	if errors.Is(err, store.ErrNotFound) {
-		// Nothing was revoked: another user's token, or none.
+// RevokeToken revokes the user's token id; another user's token, or none,
+// is store.ErrNotFound.
+func (s *Service) RevokeToken(ctx context.Context, userID, id string) error {
+	if err := store.DeleteToken(ctx, s.pool, id, userID); err != nil {
 		return err
 	}
-	s.record(r, actor, audit.ActionTokenRevoke, audit.Target{Type: audit.TargetToken, ID: id}, err)
-	if err != nil {
-		return err
-	}
-	s.tokens.forget(id)
+	s.tokens.deleteWhere(func(tok store.TokenSession) bool { return tok.ID == id })
 	s.logger.Info("api token revoked", "user_id", userID, "token_id", id)
 	return nil
 }
 
-type grantRequest struct {
-	Name string `json:"name"`
-}
-
-type grantView struct {
-	Code      string    `json:"code"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
-
-type redeemRequest struct {
-	Code string `json:"code"`
-}
-
-// createGrant is the dashboard's half of the CLI's browser login: the
-// logged-in user approves, and the page hands the code to the CLI on the
-// same machine, which redeems it for a token. The token itself never
-// passes through a URL.
-func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) {
-	sess, ok := s.requireSession(w, r)
-	if !ok {
-		return
-	}
-	var req grantRequest
-	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
-		WriteError(w, e)
-		return
-	}
-	if e := checkTokenName(req.Name); e != nil {
-		WriteError(w, e)
-		return
-	}
-	code, err := newSecret()
+// CreateGrant stores the code of a CLI login the user approved in the
+// dashboard and returns it with its expiry.
+func (s *Service) CreateGrant(ctx context.Context, userID, name string) (string, time.Time, error) {
+	code, err := newTokenSecret()
 	if err != nil {
-		s.fail(w, "create token grant", err)
-		return
+		return "", time.Time{}, err
 	}
-	hash, err := s.tokens.hash(r.Context(), code)
+	hash, err := s.hashToken(ctx, code)
 	if err != nil {
-		s.fail(w, "create token grant", err)
-		return
+		return "", time.Time{}, err
 	}
-	if err := store.CreateTokenGrant(r.Context(), s.pool, hash[:], sess.UserID, req.Name, grantTTL); err != nil {
-		s.fail(w, "create token grant", err)
-		return
+	if err := store.CreateTokenGrant(ctx, s.pool, hash[:], userID, name, GrantTTL); err != nil {
+		return "", time.Time{}, err
 	}
-	writeJSON(w, http.StatusCreated, grantView{Code: code, ExpiresAt: time.Now().Add(grantTTL).UTC()})
+	return code, time.Now().Add(GrantTTL), nil
 }
 
-// redeemGrant exchanges a browser login's code for a read-write token of
-// the user who approved it. The code is the credential: it is used up
-// whatever the outcome.
-func (s *Server) redeemGrant(w http.ResponseWriter, r *http.Request) {
-	var req redeemRequest
-	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
-		WriteError(w, e)
-		return
+// RedeemGrant exchanges a CLI login's code for a read-write token of the
+// user who approved it. The code is the credential: it is used up whatever
+// the outcome, before the token is made, so a failure after that costs the
+// user a new login, never a second token for one approval. A code that
+// does not redeem is ErrUnknownCode.
+func (s *Service) RedeemGrant(ctx context.Context, code string) (store.Token, string, error) {
+	if !wellFormedSecret(code) {
+		return store.Token{}, "", ErrUnknownCode
 	}
-	if !wellFormedSecret(req.Code) {
-		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "the code is unknown, used or expired"))
-		return
-	}
-	hash, err := s.tokens.hash(r.Context(), req.Code)
+	hash, err := s.hashToken(ctx, code)
 	if err != nil {
-		s.fail(w, "redeem token grant", err)
-		return
+		return store.Token{}, "", err
 	}
-	// Used up before the token is made: a failure after this point costs
-	// the user a new login, never a second token for one approval.
-	userID, name, err := store.RedeemTokenGrant(r.Context(), s.pool, hash[:])
+	userID, name, err := store.RedeemTokenGrant(ctx, s.pool, hash[:])
 	if errors.Is(err, store.ErrNotFound) {
-		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "the code is unknown, used or expired"))
-		return
+		return store.Token{}, "", ErrUnknownCode
 	}
 	if err != nil {
-		s.fail(w, "redeem token grant", err)
-		return
+		return store.Token{}, "", err
 	}
-	// The code stood for the user who approved it, at the client that
-	// redeems it.
-	actor := audit.Actor{UserID: userID, Address: clientAddress(r, s.opts.TrustedProxies)}
-	created, err := s.issueToken(r, actor, userID, tokenSpec{name: name, scope: ScopeReadWrite, days: cliTokenDays})
+	return s.IssueToken(ctx, userID, TokenSpec{Name: name, Scope: ScopeReadWrite, Days: CLITokenDays})
+}
+
+// SweepExpired deletes expired sessions, handoff tickets, CLI codes, and
+// tokens expired for longer than their owners see them listed.
+func (s *Service) SweepExpired(ctx context.Context) {
+	n, err := store.DeleteExpiredSessions(ctx, s.pool)
 	if err != nil {
-		s.fail(w, "create token", err)
+		s.logger.Warn("sweep expired sessions", "error", err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, created)
+	if n > 0 {
+		s.logger.Debug("swept expired sessions", "count", n)
+	}
+	n, err = store.DeleteExpiredTokens(ctx, s.pool, expiredTokenKeep)
+	if err != nil {
+		s.logger.Warn("sweep expired tokens", "error", err)
+		return
+	}
+	if n > 0 {
+		s.logger.Debug("swept expired tokens", "count", n)
+	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/events"
+	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -213,7 +214,7 @@ type User struct {
 // CreateUser adds a user with Password.
 func (e *Env) CreateUser(username string, admin bool) User {
 	e.t.Helper()
-	hash, err := api.HashPassword(Password)
+	hash, err := identity.HashPassword(Password)
 	if err != nil {
 		e.t.Fatalf("hash password: %v", err)
 	}

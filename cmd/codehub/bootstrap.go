@@ -6,8 +6,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -26,7 +26,7 @@ func bootstrapAdmin(ctx context.Context, logger hclog.Logger, cfg *config.Config
 	if n > 0 {
 		return nil
 	}
-	hash, err := api.HashPassword(b.Password.Reveal())
+	hash, err := identity.HashPassword(b.Password.Reveal())
 	if err != nil {
 		return err
 	}

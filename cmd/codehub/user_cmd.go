@@ -12,10 +12,11 @@ import (
 	"text/tabwriter"
 	"unicode/utf8"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -30,8 +31,8 @@ const userUsage = `usage:
 // passwords out; the maximum keeps every password usable at the login,
 // whose request body is capped.
 const (
-	minPasswordLength = 8
-	maxPasswordLength = 1024
+	minPasswordLength = identity.MinPasswordLength
+	maxPasswordLength = identity.MaxPasswordLength
 )
 
 // userFlags are the flags each subcommand takes. Any other flag is refused,
@@ -153,7 +154,7 @@ func readPassword(r io.Reader) (string, error) {
 }
 
 func addUser(ctx context.Context, pool *pgxpool.Pool, username, password string, admin bool, stdout io.Writer) error {
-	hash, err := api.HashPassword(password)
+	hash, err := identity.HashPassword(password)
 	if err != nil {
 		return err
 	}
@@ -172,19 +173,18 @@ func addUser(ctx context.Context, pool *pgxpool.Pool, username, password string,
 	return nil
 }
 
+// setPassword resets a local user's password as an administrator's reset
+// does: every session, API token and pending CLI login of the user ends.
 func setPassword(ctx context.Context, pool *pgxpool.Pool, username, password string, stdout io.Writer) error {
-	hash, err := api.HashPassword(password)
-	if err != nil {
-		return err
-	}
-	if err := store.SetPassword(ctx, pool, username, hash); errors.Is(err, store.ErrNotFound) {
+	_, err := identity.New(hclog.NewNullLogger(), pool, identity.Options{}).ResetPassword(ctx, username, password)
+	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("no user %q", username)
 	} else if errors.Is(err, store.ErrSingleSignOn) {
 		return fmt.Errorf("user %q signs in through single sign-on and has no password", username)
 	} else if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "password of %s changed; its sessions are ended\n", username)
+	fmt.Fprintf(stdout, "password of %s changed; its sessions and API tokens are ended\n", username)
 	return nil
 }
 

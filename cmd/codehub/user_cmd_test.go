@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/codehub-io/codehub/api"
+	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -69,7 +69,7 @@ func TestUserCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, err := api.VerifyPassword(u.PasswordHash, password)
+		ok, err := identity.VerifyPassword(u.PasswordHash, password)
 		if err != nil || ok != want || !u.IsAdmin {
 			t.Fatalf("password %q verifies %v (err %v, admin %v), want %v", password, ok, err, u.IsAdmin, want)
 		}
@@ -172,7 +172,7 @@ func TestUserCommandsRefuseBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatalf("bob: %v", err)
 		}
-		if ok, err := api.VerifyPassword(bob.PasswordHash, "password-of-bob"); err != nil || !ok || bob.IsAdmin {
+		if ok, err := identity.VerifyPassword(bob.PasswordHash, "password-of-bob"); err != nil || !ok || bob.IsAdmin {
 			t.Errorf("bob changed: password still verifies %v (%v), admin %v", ok, err, bob.IsAdmin)
 		}
 	}
@@ -220,7 +220,7 @@ func TestUserCommandsRefuseBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := api.VerifyPassword(dave.PasswordHash, longest); err != nil || !ok {
+	if ok, err := identity.VerifyPassword(dave.PasswordHash, longest); err != nil || !ok {
 		t.Errorf("longest password does not verify: %v %v", ok, err)
 	}
 }

@@ -967,6 +967,35 @@ async function saveSettings(body) {
   }
 }
 
+// ---------- password ----------
+
+// changePassword replaces the user's own password. The server ends every
+// other session (and the tokens unless kept) and gives this browser a
+// fresh session, so the page stays signed in.
+async function changePassword(e) {
+  e.preventDefault();
+  const errEl = $("password-error");
+  const btn = $("password-submit");
+  errEl.hidden = true;
+  btn.disabled = true;
+  try {
+    const keep = $("password-keep-tokens").checked;
+    await api("POST", "/api/v1/password", {
+      current_password: $("password-current").value,
+      new_password: $("password-new").value,
+      keep_tokens: keep,
+    });
+    $("password-form").reset();
+    toast(keep ? "Password changed; other sessions ended." : "Password changed; other sessions and your API tokens ended.");
+    await loadTokens();
+  } catch (err) {
+    errEl.textContent = err.message;
+    errEl.hidden = false;
+  } finally {
+    btn.disabled = false;
+  }
+}
+
 async function createToken(e) {
   e.preventDefault();
   const errEl = $("token-error");
@@ -1205,6 +1234,7 @@ async function boot() {
   $("create-form").addEventListener("submit", create);
   $("logout").addEventListener("click", logout);
   $("token-form").addEventListener("submit", createToken);
+  $("password-form").addEventListener("submit", changePassword);
   $("settings-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const body = { dotfiles_repository: $("settings-dotfiles").value.trim() };
