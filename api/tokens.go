@@ -166,7 +166,15 @@ func (s *Server) recordTokenCreate(r *http.Request, actor audit.Actor, t store.T
 	s.record(r, actor, audit.ActionTokenCreate, audit.Target{Type: audit.TargetToken, ID: t.ID, Name: name}, err)
 }
 
+// currentToken is the id DELETE /api/v1/tokens/{id} takes for the token
+// the request is sent with; no token has it, since ids are ULIDs.
+const currentToken = "current"
+
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if r.PathValue("id") == currentToken {
+		s.revokeCurrentToken(w, r)
+		return
+	}
 	sess, ok := s.requireUser(w, r)
 	if !ok {
 		return
@@ -183,6 +191,37 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.record(r, s.actor(r, sess), audit.ActionTokenRevoke, audit.Target{Type: audit.TargetToken, ID: id}, err)
+	if err != nil {
+		s.fail(w, "revoke token", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// revokeCurrentToken ends the token the request is sent with: how a
+// client logs out. A read token may end itself too.
+func (s *Server) revokeCurrentToken(w http.ResponseWriter, r *http.Request) {
+	sess, ok, err := s.identity.Authenticate(r)
+	if err != nil {
+		s.fail(w, "authenticate", err)
+		return
+	}
+	if !ok {
+		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "the token is invalid, expired or revoked"))
+		return
+	}
+	if sess.TokenID == "" {
+		WriteError(w, newError(http.StatusBadRequest, CodeInvalidInput,
+			"send the token to revoke as the bearer token; a dashboard session logs out at POST /api/v1/logout"))
+		return
+	}
+	err = s.identity.RevokeToken(r.Context(), sess.UserID, sess.TokenID)
+	if errors.Is(err, store.ErrNotFound) {
+		// Revoked meanwhile, by another request.
+		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "the token is invalid, expired or revoked"))
+		return
+	}
+	s.record(r, s.actor(r, sess), audit.ActionTokenRevoke, audit.Target{Type: audit.TargetToken, ID: sess.TokenID}, err)
 	if err != nil {
 		s.fail(w, "revoke token", err)
 		return

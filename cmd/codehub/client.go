@@ -142,22 +142,28 @@ func loadCredentials() (credentials, error) {
 		}
 		return credentials{URL: strings.TrimRight(u, "/"), Token: tok}, nil
 	}
+	c, _, err := storedCredentials()
+	return c, err
+}
+
+// storedCredentials returns what "codehub login" stored, and where.
+func storedCredentials() (credentials, string, error) {
 	path, err := credentialsPath()
 	if err != nil {
-		return credentials{}, err
+		return credentials{}, "", err
 	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return credentials{}, errNotLoggedIn
+		return credentials{}, path, errNotLoggedIn
 	}
 	if err != nil {
-		return credentials{}, fmt.Errorf("read credentials: %w", err)
+		return credentials{}, path, fmt.Errorf("read credentials: %w", err)
 	}
 	var c credentials
 	if err := json.Unmarshal(b, &c); err != nil || c.URL == "" || c.Token == "" {
-		return credentials{}, fmt.Errorf("%s is damaged; run \"codehub login URL\" again", path)
+		return credentials{}, path, fmt.Errorf("%s is damaged; run \"codehub login URL\" again", path)
 	}
-	return c, nil
+	return c, path, nil
 }
 
 // serverURL checks the URL given to login and returns it without a

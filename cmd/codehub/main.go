@@ -41,8 +41,9 @@ func commands() map[string]command {
 		"jobspec": {"print the HCL codehub would submit to Nomad", func(a []string, _ io.Reader, o, e io.Writer) int {
 			return runJobspec(a, o, e)
 		}},
-		"login": {"log in to a CodeHub server for the ws commands", runLogin},
-		"ws":    {"work with your workspaces on a server: list, create, start, stop, open, logs, ...", runWs},
+		"login":  {"log in to a CodeHub server for the ws commands", runLogin},
+		"logout": {"revoke the stored token on its server and remove it", runLogout},
+		"ws":     {"work with your workspaces on a server: list, create, start, stop, open, logs, ...", runWs},
 		"version": {"print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) int {
 			fmt.Fprintf(stdout, "codehub %s\n", version)
 			return 0

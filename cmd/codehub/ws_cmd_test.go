@@ -71,6 +71,8 @@ func (c *cliTest) run(stdin string, args ...string) cliResult {
 		code = u.login(args[1:])
 	case "ws":
 		code = u.ws(args[1:])
+	case "logout":
+		code = u.logout(args[1:])
 	default:
 		c.t.Fatalf("not a user command: %s", args[0])
 	}
