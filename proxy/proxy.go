@@ -273,80 +273,6 @@ func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 	return t, pl == placed
 }
 
-// HandoffPath is where a workspace's own host redeems a handoff ticket;
-// the workspace's program never sees requests for it.
-const HandoffPath = "/_codehub/handoff"
-
-// handoff sends a request for /w/{id}/… on the dashboard's host to the same
-// path on the workspace's own host. A page load there carries the user's
-// session along: the dashboard's cookie stays on the dashboard's host, so
-// the redirect goes through HandoffPath with a one-time ticket. A visitor
-// without a session logs in first and comes back here. The redirects are
-// temporary: the server may be switched back to path mode.
-func (p *Proxy) handoff(w http.ResponseWriter, r *http.Request, id, path string) {
-	u := url.URL{Path: path, RawQuery: r.URL.RawQuery}
-	if raw, ok := strings.CutPrefix(r.URL.RawPath, p.opts.Sites.PathPrefix(id)); ok {
-		u.RawPath = raw
-	}
-	origin := p.opts.Sites.WorkspaceOrigin(id)
-	if r.Method != http.MethodGet {
-		http.Redirect(w, r, origin+u.RequestURI(), http.StatusTemporaryRedirect)
-		return
-	}
-	ticket, ok, err := p.auth.Handoff(r, id)
-	if err != nil {
-		p.internal(w, r, "hand session over", err)
-		return
-	}
-	w.Header().Set("Cache-Control", "no-store")
-	if !ok {
-		http.Redirect(w, r, p.opts.Sites.LoginURL(r.URL.RequestURI()), http.StatusFound)
-		return
-	}
-	q := url.Values{"ticket": {ticket}, "next": {u.RequestURI()}}
-	http.Redirect(w, r, origin+HandoffPath+"?"+q.Encode(), http.StatusSeeOther)
-}
-
-// redeem turns a handoff ticket into a session of the workspace's host and
-// sends the browser on to the page it asked for.
-func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
-	h := w.Header()
-	h.Set("Cache-Control", "no-store")
-	// The ticket is in this URL: no page that follows may be told it.
-	h.Set("Referrer-Policy", "no-referrer")
-	if r.Method != http.MethodGet {
-		p.notFound(w, r)
-		return
-	}
-	q := r.URL.Query()
-	cookie, ok, err := p.auth.Redeem(r.Context(), q.Get("ticket"), t.id)
-	if err != nil {
-		p.internal(w, r, "redeem session handoff", err)
-		return
-	}
-	if !ok {
-		render(w, r, page{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Title: "Link expired",
-			Message:   "This sign-in link was already used or has expired. Open the workspace again from the dashboard.",
-			Dashboard: p.opts.Sites.DashboardURL()})
-		return
-	}
-	http.SetCookie(w, cookie)
-	http.Redirect(w, r, localPath(q.Get("next")), http.StatusSeeOther)
-}
-
-// localPath is next if it is a path on this host, or "/": a handoff never
-// sends the browser to another site.
-func localPath(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		return "/"
-	}
-	u, err := url.Parse(next)
-	if err != nil || u.Scheme != "" || u.Host != "" {
-		return "/"
-	}
-	return next
-}
-
 func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
 	ctx := r.Context()
 	hostOf := ""
@@ -738,7 +664,7 @@ func (p *Proxy) unauthenticated(w http.ResponseWriter, r *http.Request, id strin
 		if p.opts.Sites.SubdomainMode() {
 			// The dashboard's host hands the session over, after a login
 			// if there is none.
-			http.Redirect(w, r, p.opts.Sites.PublicOrigin()+p.opts.Sites.PathPrefix(id)+r.URL.RequestURI(), http.StatusFound)
+			p.askHandoff(w, r, id)
 			return
 		}
 		http.Redirect(w, r, p.opts.Sites.LoginURL(r.URL.RequestURI()), http.StatusFound)

@@ -715,43 +715,57 @@ func TestProxySubdomainHandoff(t *testing.T) {
 		body, _ := io.ReadAll(res.Body)
 		return apitest.Response{StatusCode: res.StatusCode, Header: res.Header, Body: body}
 	}
-	ticket := func() (*url.URL, string) {
+	// ticket goes through the handoff as the browser does: the workspace's
+	// host gives a nonce cookie and sends it to the dashboard's host, which
+	// answers with a ticket bound to the nonce.
+	ticket := func() (*url.URL, *http.Cookie) {
 		t.Helper()
-		res := get(t, c, env.URL+"/w/"+w.ID+"/echo/a%2Fb?x=1", "Accept", html)
+		res := onHost(host, "/echo/a%2Fb?x=1")
+		nonce := cookieNamed(res, proxy.HandoffCookie)
+		if res.StatusCode != http.StatusFound || nonce == nil || !nonce.HttpOnly || nonce.Domain != "" || nonce.Path != proxy.HandoffPath {
+			t.Fatalf("workspace host without a session: %d %q, nonce cookie %+v", res.StatusCode, res.Header.Get("Location"), nonce)
+		}
+		res = get(t, c, res.Header.Get("Location"), "Accept", html)
 		loc, err := url.Parse(res.Header.Get("Location"))
 		if res.StatusCode != http.StatusSeeOther || err != nil || loc.Host != host || loc.Path != proxy.HandoffPath {
-			t.Fatalf("/w/{id}/ on the dashboard's host: %d %q, want 303 to %s%s", res.StatusCode, res.Header.Get("Location"), host, proxy.HandoffPath)
+			t.Fatalf("handoff on the dashboard's host: %d %q, want 303 to %s%s", res.StatusCode, res.Header.Get("Location"), host, proxy.HandoffPath)
 		}
-		if next := loc.Query().Get("next"); next != "/echo/a%2Fb?x=1" {
-			t.Fatalf("handoff next = %q", next)
+		if next, state := loc.Query().Get("next"), loc.Query().Get("state"); next != "/echo/a%2Fb?x=1" || state != nonce.Value {
+			t.Fatalf("handoff next = %q, state %q (nonce %q)", next, state, nonce.Value)
 		}
-		return loc, loc.Query().Get("ticket")
+		return loc, nonce
 	}
 
 	// Without a session the dashboard's host asks for a login first and
 	// comes back to the same place.
-	res := get(t, anon, env.URL+"/w/"+w.ID+"/echo?x=1", "Accept", html)
-	if want := "/login?next=" + url.QueryEscape("/w/"+w.ID+"/echo?x=1"); res.StatusCode != http.StatusFound || !strings.HasSuffix(res.Header.Get("Location"), want) {
-		t.Fatalf("/w/{id}/ without a session: %d %q, want 302 to …%s", res.StatusCode, res.Header.Get("Location"), want)
+	res := onHost(host, "/echo?x=1")
+	want := env.URL + "/w/" + w.ID + proxy.HandoffPath + "?"
+	if res.StatusCode != http.StatusFound || !strings.HasPrefix(res.Header.Get("Location"), want) {
+		t.Fatalf("workspace host without a session: %d %q, want 302 to %s…", res.StatusCode, res.Header.Get("Location"), want)
 	}
-	// The workspace's host without a session sends the browser to the
-	// dashboard's host, which hands the session over.
-	res = onHost(host, "/echo?x=1")
-	if want := env.URL + "/w/" + w.ID + "/echo?x=1"; res.StatusCode != http.StatusFound || res.Header.Get("Location") != want {
-		t.Fatalf("workspace host without a session: %d %q, want 302 %q", res.StatusCode, res.Header.Get("Location"), want)
+	ask := res.Header.Get("Location")
+	res = get(t, anon, ask, "Accept", html)
+	if want := "/login?next=" + url.QueryEscape(strings.TrimPrefix(ask, env.URL)); res.StatusCode != http.StatusFound || !strings.HasSuffix(res.Header.Get("Location"), want) {
+		t.Fatalf("handoff without a session: %d %q, want 302 to …%s", res.StatusCode, res.Header.Get("Location"), want)
+	}
+	// A page under /w/{id}/ on the dashboard's host goes to the workspace's
+	// host, which starts the handoff.
+	res = get(t, c, env.URL+"/w/"+w.ID+"/echo?x=1", "Accept", html)
+	if want := "http://" + host + "/echo?x=1"; res.StatusCode != http.StatusFound || res.Header.Get("Location") != want {
+		t.Fatalf("/w/{id}/ on the dashboard's host: %d %q, want 302 %q", res.StatusCode, res.Header.Get("Location"), want)
 	}
 
 	// A ticket presented on another workspace's host is used up for nothing.
-	_, stolen := ticket()
-	if res := onHost(other.ID+".ws.test:"+u.Port(), proxy.HandoffPath+"?ticket="+stolen); res.StatusCode != http.StatusUnauthorized || len(res.Header.Values("Set-Cookie")) != 0 {
+	stolen, nonce := ticket()
+	if res := onHost(other.ID+".ws.test:"+u.Port(), stolen.RequestURI(), nonce); res.StatusCode != http.StatusUnauthorized || len(res.Header.Values("Set-Cookie")) != 0 {
 		t.Fatalf("ticket on another workspace's host: %d, cookies %q", res.StatusCode, res.Header.Values("Set-Cookie"))
 	}
-	if res := onHost(host, proxy.HandoffPath+"?ticket="+stolen); res.StatusCode != http.StatusUnauthorized {
+	if res := onHost(host, stolen.RequestURI(), nonce); res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("ticket used after a failed redemption: %d", res.StatusCode)
 	}
 
-	loc, tk := ticket()
-	res = onHost(host, loc.RequestURI())
+	loc, nonce := ticket()
+	res = onHost(host, loc.RequestURI(), nonce)
 	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/echo/a%2Fb?x=1" {
 		t.Fatalf("redeem: %d %q %s", res.StatusCode, res.Header.Get("Location"), res.Body)
 	}
@@ -767,7 +781,7 @@ func TestProxySubdomainHandoff(t *testing.T) {
 	if hostCookie == nil || !hostCookie.HttpOnly || hostCookie.Domain != "" || hostCookie.Path != "/" || hostCookie.SameSite != http.SameSiteLaxMode {
 		t.Fatalf("host session cookie: %+v, want HttpOnly, host-only, path /, SameSite=Lax", hostCookie)
 	}
-	if res := onHost(host, proxy.HandoffPath+"?ticket="+tk); res.StatusCode != http.StatusUnauthorized {
+	if res := onHost(host, loc.RequestURI(), nonce); res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("ticket used twice: %d", res.StatusCode)
 	}
 

@@ -18,10 +18,10 @@ const CodeServerCookie = "code-server-session"
 const HostSessionCookie = "codehub_host_session"
 
 // isCredentialCookie reports a cookie that authenticates to CodeHub (the
-// dashboard's session or a workspace host's), or to code-server when the
-// proxy holds its token.
+// dashboard's session or a workspace host's, or a handoff's nonce), or to
+// code-server when the proxy holds its token.
 func (p *Proxy) isCredentialCookie(name string) bool {
-	return name == p.opts.SessionCookie || name == HostSessionCookie ||
+	return name == p.opts.SessionCookie || name == HostSessionCookie || name == HandoffCookie ||
 		(p.opts.UpstreamToken != nil && name == CodeServerCookie)
 }
 
