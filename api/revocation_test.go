@@ -83,7 +83,7 @@ func TestDisabledAdminLosesEveryCredential(t *testing.T) {
 	admin := env.Token(eve, map[string]any{"name": "admin", "scope": "read-write", "admin": true})
 	read := env.Token(eve, map[string]any{"name": "reader", "scope": "read", "admin": true})
 	before := tokenIDs(t, env, eve.ID)
-	code := approveGrant(t, env, env.Login(eve))
+	verifier, code := approveGrant(t, env, env.Login(eve))
 
 	replica := httptest.NewServer(env.NewReplica(apitest.Config{}))
 	t.Cleanup(replica.Close)
@@ -128,7 +128,7 @@ func TestDisabledAdminLosesEveryCredential(t *testing.T) {
 	if err := env.Pool.QueryRow(context.Background(), `SELECT disabled FROM users WHERE id = $1`, eve.ID).Scan(&disabled); err != nil || !disabled {
 		t.Fatalf("eve disabled = %v (err %v), want still disabled", disabled, err)
 	}
-	if res := env.Do(anon, "POST", "/api/v1/token-grants/redeem", map[string]string{"code": code}); res.StatusCode != http.StatusUnauthorized {
+	if res := env.Do(anon, "POST", "/api/v1/token-grants/redeem", map[string]string{"code": code, "code_verifier": verifier}); res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a disabled user's pending code: %d %s", res.StatusCode, res.Body)
 	}
 	if left := tokenIDs(t, env, eve.ID); len(left) != 0 {
@@ -155,10 +155,11 @@ func equalIDs(a, b []string) bool {
 }
 
 // approveGrant approves a CLI login in the dashboard session c and
-// returns the code.
-func approveGrant(t *testing.T, env *apitest.Env, c *http.Client) string {
+// returns the CLI's verifier and the code.
+func approveGrant(t *testing.T, env *apitest.Env, c *http.Client) (verifier, code string) {
 	t.Helper()
-	res := env.Do(c, "POST", "/api/v1/token-grants", map[string]string{"name": "codehub CLI"})
+	verifier, challenge := pkce(t)
+	res := env.Do(c, "POST", "/api/v1/token-grants", map[string]string{"name": "codehub CLI", "code_challenge": challenge})
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("approve a CLI login: %d %s", res.StatusCode, res.Body)
 	}
@@ -166,7 +167,7 @@ func approveGrant(t *testing.T, env *apitest.Env, c *http.Client) string {
 		Code string `json:"code"`
 	}
 	res.Decode(t, &g)
-	return g.Code
+	return verifier, g.Code
 }
 
 // TestPasswordResetEndsTokens: an administrator's reset of a password ends
@@ -177,7 +178,7 @@ func TestPasswordResetEndsTokens(t *testing.T) {
 	alice := env.CreateUser("alice", false)
 	secret := env.Token(alice, map[string]any{"name": "ci", "scope": "read-write"})
 	ids := tokenIDs(t, env, alice.ID)
-	code := approveGrant(t, env, env.Login(alice))
+	verifier, code := approveGrant(t, env, env.Login(alice))
 	anon := env.Client()
 	if res := env.Do(anon, "GET", "/api/v1/session", nil, bearer(secret)...); res.StatusCode != http.StatusOK {
 		t.Fatalf("token before: %d", res.StatusCode)
@@ -186,7 +187,7 @@ func TestPasswordResetEndsTokens(t *testing.T) {
 		t.Fatalf("reset: %d %s", res.StatusCode, res.Body)
 	}
 	refusedWithin(t, func(s string) apitest.Response { return env.Do(anon, "GET", "/api/v1/session", nil, bearer(s)...) }, secret, "a token after a password reset")
-	if res := env.Do(anon, "POST", "/api/v1/token-grants/redeem", map[string]string{"code": code}); res.StatusCode != http.StatusUnauthorized {
+	if res := env.Do(anon, "POST", "/api/v1/token-grants/redeem", map[string]string{"code": code, "code_verifier": verifier}); res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a pending code after a password reset: %d %s", res.StatusCode, res.Body)
 	}
 	if got := tokenRevocations(t, env, "password reset"); !equalIDs(got, ids) {

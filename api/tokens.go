@@ -239,7 +239,8 @@ func (s *Server) recordRevocation(ctx context.Context, actor audit.Actor, rev id
 }
 
 type grantRequest struct {
-	Name string `json:"name"`
+	Name          string `json:"name"`
+	CodeChallenge string `json:"code_challenge"`
 }
 
 type grantView struct {
@@ -248,7 +249,8 @@ type grantView struct {
 }
 
 type redeemRequest struct {
-	Code string `json:"code"`
+	Code         string `json:"code"`
+	CodeVerifier string `json:"code_verifier"`
 }
 
 // createGrant is the dashboard's half of the CLI's browser login: the
@@ -269,7 +271,11 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
-	code, expires, err := s.identity.CreateGrant(r.Context(), sess.UserID, req.Name)
+	code, expires, err := s.identity.CreateGrant(r.Context(), sess.UserID, req.Name, req.CodeChallenge)
+	if e := identityError(err); e != nil {
+		WriteError(w, e)
+		return
+	}
 	if err != nil {
 		s.fail(w, "create token grant", err)
 		return
@@ -277,15 +283,15 @@ func (s *Server) createGrant(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, grantView{Code: code, ExpiresAt: expires.UTC()})
 }
 
-// redeemGrant exchanges a browser login's code for a read-write token of
-// the user who approved it.
+// redeemGrant exchanges a browser login's code, with the verifier of its
+// challenge, for a read-write token of the user who approved it.
 func (s *Server) redeemGrant(w http.ResponseWriter, r *http.Request) {
 	var req redeemRequest
 	if e := decodeJSON(w, r, &req, s.opts.BodyReadTimeout); e != nil {
 		WriteError(w, e)
 		return
 	}
-	t, secret, err := s.identity.RedeemGrant(r.Context(), req.Code)
+	t, secret, err := s.identity.RedeemGrant(r.Context(), req.Code, req.CodeVerifier)
 	if errors.Is(err, identity.ErrUnknownCode) {
 		WriteError(w, newError(http.StatusUnauthorized, CodeUnauthenticated, "the code is unknown, used or expired"))
 		return

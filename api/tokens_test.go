@@ -3,6 +3,9 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -335,16 +338,31 @@ func TestTokenLastUsedIsCheap(t *testing.T) {
 	}
 }
 
-// TestTokenGrant: the dashboard's approval of a CLI login makes a code
-// that the CLI redeems once, within a minute, for a read-write token.
+// pkce returns a fresh verifier and its S256 challenge, as the CLI makes
+// them.
+func pkce(t *testing.T) (verifier, challenge string) {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	verifier = base64.RawURLEncoding.EncodeToString(b)
+	sum := sha256.Sum256([]byte(verifier))
+	return verifier, base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// TestTokenGrant: the dashboard's approval of a CLI login makes a code,
+// bound to the challenge the CLI sent, that the CLI redeems once, within a
+// minute and with the challenge's verifier, for a read-write token. A
+// code sent without its verifier, or with another, is refused and used up.
 func TestTokenGrant(t *testing.T) {
 	env := apitest.New(t, apitest.Config{})
 	alice := env.CreateUser("alice", false)
 	c := env.Login(alice)
 	validate(t, c)
-	grant := func() string {
+	grant := func(challenge string) string {
 		t.Helper()
-		res := env.Do(c, "POST", "/api/v1/token-grants", map[string]string{"name": "codehub CLI on box"})
+		res := env.Do(c, "POST", "/api/v1/token-grants", map[string]string{"name": "codehub CLI on box", "code_challenge": challenge})
 		var g struct{ Code string }
 		res.Decode(t, &g)
 		if res.StatusCode != 201 || g.Code == "" {
@@ -352,10 +370,22 @@ func TestTokenGrant(t *testing.T) {
 		}
 		return g.Code
 	}
-	cli := env.Client()
-	validate(t, cli)
-	code := grant()
-	res := env.Do(cli, "POST", "/api/v1/token-grants/redeem", map[string]string{"code": code})
+	redeem := func(code, verifier string) apitest.Response {
+		t.Helper()
+		body := map[string]string{"code": code}
+		if verifier != "" {
+			body["code_verifier"] = verifier
+		}
+		return env.Do(cli(t, env), "POST", "/api/v1/token-grants/redeem", body)
+	}
+	for _, bad := range []string{"", "short", strings.Repeat("!", 43)} {
+		if res := env.Do(c, "POST", "/api/v1/token-grants", map[string]string{"name": "x", "code_challenge": bad}); res.StatusCode != 400 {
+			t.Fatalf("grant with challenge %q: %d %s", bad, res.StatusCode, res.Body)
+		}
+	}
+	verifier, challenge := pkce(t)
+	code := grant(challenge)
+	res := redeem(code, verifier)
 	var created createdJSON
 	res.Decode(t, &created)
 	if res.StatusCode != 201 || created.Token.Scope != "read-write" || created.Token.Name != "codehub CLI on box" || created.Token.Admin {
@@ -364,16 +394,27 @@ func TestTokenGrant(t *testing.T) {
 	if d := time.Until(created.Token.ExpiresAt); d < 89*24*time.Hour {
 		t.Fatalf("CLI token expires in %v", d)
 	}
-	if res := env.Do(cli, "GET", "/api/v1/session", nil, bearer(created.Secret)...); res.StatusCode != 200 {
+	if res := env.Do(env.Client(), "GET", "/api/v1/session", nil, bearer(created.Secret)...); res.StatusCode != 200 {
 		t.Fatalf("redeemed token: %d %s", res.StatusCode, res.Body)
 	}
-	if res := env.Do(cli, "POST", "/api/v1/token-grants/redeem", map[string]string{"code": code}); res.StatusCode != 401 {
+	if res := redeem(code, verifier); res.StatusCode != 401 {
 		t.Fatalf("second redeem: %d %s", res.StatusCode, res.Body)
 	}
-	late := grant()
+	// The code alone, or with another verifier, is refused and used up.
+	other, _ := pkce(t)
+	for _, wrong := range []string{"", other} {
+		code := grant(challenge)
+		if res := redeem(code, wrong); res.StatusCode != 401 {
+			t.Fatalf("redeem with verifier %q: %d %s", wrong, res.StatusCode, res.Body)
+		}
+		if res := redeem(code, verifier); res.StatusCode != 401 {
+			t.Fatalf("redeem with the right verifier after a wrong one: %d %s", res.StatusCode, res.Body)
+		}
+	}
+	late := grant(challenge)
 	env.Exec(`UPDATE api_token_grants SET expires_at = now() - interval '1 second'`)
 	for _, bad := range []string{late, "codehub_nonsense", ""} {
-		if res := env.Do(cli, "POST", "/api/v1/token-grants/redeem", map[string]string{"code": bad}); res.StatusCode != 401 {
+		if res := redeem(bad, verifier); res.StatusCode != 401 {
 			t.Fatalf("redeem %q: %d %s", bad, res.StatusCode, res.Body)
 		}
 	}
@@ -381,6 +422,14 @@ func TestTokenGrant(t *testing.T) {
 	if err := env.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM api_tokens) * 10 + (SELECT count(*) FROM api_token_grants)`).Scan(&n); err != nil || n != 10 {
 		t.Fatalf("tokens*10+grants = %d, want one token and no code left (err %v)", n, err)
 	}
+}
+
+// cli is a client without a session, checked against the OpenAPI
+// document, as the CLI redeems.
+func cli(t *testing.T, env *apitest.Env) *http.Client {
+	c := env.Client()
+	validate(t, c)
+	return c
 }
 
 // recordTo serves req on srv directly, as a replica that has cached

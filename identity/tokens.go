@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -207,8 +208,12 @@ func (s *Service) RevokeToken(ctx context.Context, userID, id string) error {
 }
 
 // CreateGrant stores the code of a CLI login the user approved in the
-// dashboard and returns it with its expiry.
-func (s *Service) CreateGrant(ctx context.Context, userID, name string) (string, time.Time, error) {
+// dashboard, bound to the S256 challenge the CLI sent, and returns it with
+// its expiry.
+func (s *Service) CreateGrant(ctx context.Context, userID, name, challenge string) (string, time.Time, error) {
+	if !wellFormedChallenge(challenge) {
+		return "", time.Time{}, invalidField("code_challenge", "must be the S256 challenge codehub login sends (43 characters of base64url)")
+	}
 	code, err := newTokenSecret()
 	if err != nil {
 		return "", time.Time{}, err
@@ -217,18 +222,20 @@ func (s *Service) CreateGrant(ctx context.Context, userID, name string) (string,
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	if err := store.CreateTokenGrant(ctx, s.pool, hash[:], userID, name, GrantTTL); err != nil {
+	if err := store.CreateTokenGrant(ctx, s.pool, hash[:], userID, name, challenge, GrantTTL); err != nil {
 		return "", time.Time{}, err
 	}
 	return code, time.Now().Add(GrantTTL), nil
 }
 
-// RedeemGrant exchanges a CLI login's code for a read-write token of the
-// user who approved it. The code is the credential: it is used up whatever
-// the outcome, before the token is made, so a failure after that costs the
-// user a new login, never a second token for one approval. A code that
-// does not redeem is ErrUnknownCode.
-func (s *Service) RedeemGrant(ctx context.Context, code string) (store.Token, string, error) {
+// RedeemGrant exchanges a CLI login's code, with the verifier of the
+// challenge it was approved with, for a read-write token of the user who
+// approved it. The code is used up whatever the outcome, before the token
+// is made: a code sent without its verifier (taken from a browser's
+// history, say) is worth nothing and spoils that login, and a failure
+// after that costs the user a new login, never a second token for one
+// approval. A code that does not redeem is ErrUnknownCode.
+func (s *Service) RedeemGrant(ctx context.Context, code, verifier string) (store.Token, string, error) {
 	if !wellFormedSecret(code) {
 		return store.Token{}, "", ErrUnknownCode
 	}
@@ -236,14 +243,38 @@ func (s *Service) RedeemGrant(ctx context.Context, code string) (store.Token, st
 	if err != nil {
 		return store.Token{}, "", err
 	}
-	userID, name, err := store.RedeemTokenGrant(ctx, s.pool, hash[:])
+	g, err := store.RedeemTokenGrant(ctx, s.pool, hash[:])
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Token{}, "", ErrUnknownCode
 	}
 	if err != nil {
 		return store.Token{}, "", err
 	}
-	return s.IssueToken(ctx, userID, TokenSpec{Name: name, Scope: ScopeReadWrite, Days: CLITokenDays})
+	if !verifies(verifier, g.Challenge) {
+		s.logger.Warn("cli login code sent without its verifier", "user_id", g.UserID)
+		return store.Token{}, "", ErrUnknownCode
+	}
+	return s.IssueToken(ctx, g.UserID, TokenSpec{Name: g.Name, Scope: ScopeReadWrite, Days: CLITokenDays})
+}
+
+// wellFormedChallenge reports whether c could be an S256 challenge:
+// base64url without padding of a SHA-256 sum.
+func wellFormedChallenge(c string) bool {
+	if len(c) != base64.RawURLEncoding.EncodedLen(sha256.Size) {
+		return false
+	}
+	_, err := base64.RawURLEncoding.DecodeString(c)
+	return err == nil
+}
+
+// verifies reports whether verifier is the one challenge was made of
+// (S256). A grant stored without a challenge verifies nothing.
+func verifies(verifier, challenge string) bool {
+	if verifier == "" || challenge == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(verifier))
+	return subtle.ConstantTimeCompare([]byte(base64.RawURLEncoding.EncodeToString(sum[:])), []byte(challenge)) == 1
 }
 
 // SweepExpired deletes expired sessions, handoff tickets, CLI codes, and

@@ -102,30 +102,37 @@ func TouchToken(ctx context.Context, q Querier, id string) error {
 }
 
 // CreateTokenGrant stores a one-time code, valid for ttl, that the user
-// approved to be exchanged for a token called name.
-func CreateTokenGrant(ctx context.Context, q Querier, codeHash []byte, userID, name string, ttl time.Duration) error {
-	if _, err := q.Exec(ctx, `INSERT INTO api_token_grants (code_hash, user_id, name, expires_at)
-		VALUES ($1, $2, $3, now() + $4::interval)`, codeHash, userID, name, ttl); err != nil {
+// approved to be exchanged for a token called name by whoever holds the
+// verifier of challenge.
+func CreateTokenGrant(ctx context.Context, q Querier, codeHash []byte, userID, name, challenge string, ttl time.Duration) error {
+	if _, err := q.Exec(ctx, `INSERT INTO api_token_grants (code_hash, user_id, name, code_challenge, expires_at)
+		VALUES ($1, $2, $3, $4, now() + $5::interval)`, codeHash, userID, name, challenge, ttl); err != nil {
 		return fmt.Errorf("create token grant: %w", err)
 	}
 	return nil
 }
 
-// RedeemTokenGrant uses up a code and returns the user and token name it
-// was approved for. A code that is unknown, used, expired or approved by a
-// user since disabled is ErrNotFound, and is gone afterwards whichever it
-// was.
-func RedeemTokenGrant(ctx context.Context, q Querier, codeHash []byte) (userID, name string, err error) {
-	err = q.QueryRow(ctx, `WITH used AS (DELETE FROM api_token_grants WHERE code_hash = $1 RETURNING user_id, name, expires_at)
-		SELECT g.user_id, g.name FROM used g JOIN users u ON u.id = g.user_id
-		WHERE g.expires_at > now() AND NOT u.disabled`, codeHash).Scan(&userID, &name)
+// TokenGrant is an approved CLI login taken from the database.
+type TokenGrant struct {
+	UserID, Name, Challenge string
+}
+
+// RedeemTokenGrant uses up a code and returns what it was approved for;
+// the caller checks the verifier against its challenge. A code that is
+// unknown, used, expired or approved by a user since disabled is
+// ErrNotFound, and is gone afterwards whichever it was.
+func RedeemTokenGrant(ctx context.Context, q Querier, codeHash []byte) (TokenGrant, error) {
+	var g TokenGrant
+	err := q.QueryRow(ctx, `WITH used AS (DELETE FROM api_token_grants WHERE code_hash = $1 RETURNING user_id, name, code_challenge, expires_at)
+		SELECT g.user_id, g.name, g.code_challenge FROM used g JOIN users u ON u.id = g.user_id
+		WHERE g.expires_at > now() AND NOT u.disabled`, codeHash).Scan(&g.UserID, &g.Name, &g.Challenge)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", ErrNotFound
+		return TokenGrant{}, ErrNotFound
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("redeem token grant: %w", err)
+		return TokenGrant{}, fmt.Errorf("redeem token grant: %w", err)
 	}
-	return userID, name, nil
+	return g, nil
 }
 
 // RevokeUserAccess ends every credential of a user: sessions (and with

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
@@ -160,14 +161,20 @@ type loginCallback struct {
 
 // browserLogin has the user approve the login in the dashboard, which
 // sends the browser back to a listener on 127.0.0.1 with a one-time code,
-// and redeems the code for a token. The state value ties the answer to
-// this run: a page elsewhere cannot feed this command a code of its own.
+// and redeems the code, with the verifier of the challenge sent along, for
+// a token. The state value ties the answer to this run: a page elsewhere
+// cannot feed this command a code of its own.
 func (u *userCLI) browserLogin(base, name string, noBrowser bool) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("listen for the browser: %w", err)
 	}
 	state, err := randomState()
+	if err != nil {
+		ln.Close()
+		return "", err
+	}
+	verifier, challenge, err := newVerifier()
 	if err != nil {
 		ln.Close()
 		return "", err
@@ -185,7 +192,7 @@ func (u *userCLI) browserLogin(base, name string, noBrowser bool) (string, error
 		wg.Wait()
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	approve := base + "/cli-login?" + url.Values{"port": {strconv.Itoa(port)}, "state": {state}, "name": {name}}.Encode()
+	approve := base + "/cli-login?" + url.Values{"port": {strconv.Itoa(port)}, "state": {state}, "name": {name}, "challenge": {challenge}}.Encode()
 	if noBrowser {
 		fmt.Fprintf(u.stderr, "Open this address in a browser on this computer and approve the login:\n\n  %s\n\n", approve)
 	} else {
@@ -206,7 +213,7 @@ func (u *userCLI) browserLogin(base, name string, noBrowser bool) (string, error
 	if answer.denied {
 		return "", errLoginDenied
 	}
-	res, err := newClient(credentials{URL: base}).do(u.ctx, http.MethodPost, "/api/v1/token-grants/redeem", map[string]string{"code": answer.code})
+	res, err := newClient(credentials{URL: base}).do(u.ctx, http.MethodPost, "/api/v1/token-grants/redeem", map[string]string{"code": answer.code, "code_verifier": verifier})
 	if err != nil {
 		return "", fmt.Errorf("redeem the approval: %w", err)
 	}
@@ -217,6 +224,21 @@ func (u *userCLI) browserLogin(base, name string, noBrowser bool) (string, error
 		return "", err
 	}
 	return created.Secret, nil
+}
+
+// newVerifier returns a random verifier, which never leaves this process
+// but in the redemption, and its S256 challenge, which travels through the
+// browser to the server with the approval. The code the browser brings
+// back is worth nothing without the verifier, so a code read from the
+// browser's history or a log cannot be redeemed.
+func newVerifier() (verifier, challenge string, err error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", fmt.Errorf("make the login verifier: %w", err)
+	}
+	verifier = base64.RawURLEncoding.EncodeToString(b)
+	sum := sha256.Sum256([]byte(verifier))
+	return verifier, base64.RawURLEncoding.EncodeToString(sum[:]), nil
 }
 
 func randomState() (string, error) {

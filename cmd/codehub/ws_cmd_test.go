@@ -332,7 +332,7 @@ func TestLoginInBrowser(t *testing.T) {
 			if deny {
 				back.Set("error", "denied")
 			} else {
-				res := c.env.Do(session, "POST", "/api/v1/token-grants", map[string]string{"name": q.Get("name")})
+				res := c.env.Do(session, "POST", "/api/v1/token-grants", map[string]string{"name": q.Get("name"), "code_challenge": q.Get("challenge")})
 				var g struct{ Code string }
 				res.Decode(t, &g)
 				back.Set("code", g.Code)

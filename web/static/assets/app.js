@@ -1040,15 +1040,19 @@ function closeSecret() {
 // ---------- CLI login ----------
 
 // cliRequest reads what "codehub login" asks to approve: the loopback port
-// its listener waits on, its state value and the token's name. Anything
-// else is no request. The answer only ever goes to 127.0.0.1.
+// its listener waits on, its state value, the token's name and the S256
+// challenge of the verifier only that command holds, which the code is
+// bound to. Anything else is no request (an older codehub sends no
+// challenge). The answer only ever goes to 127.0.0.1.
 function cliRequest() {
   const q = new URLSearchParams(location.search);
   const port = Number(q.get("port"));
   const st = q.get("state") || "";
+  const challenge = q.get("challenge") || "";
   const name = (q.get("name") || "codehub CLI").trim().slice(0, 100);
   if (!Number.isInteger(port) || port < 1 || port > 65535 || !/^[A-Za-z0-9_-]{1,100}$/.test(st)) return null;
-  return { port, state: st, name };
+  if (!/^[A-Za-z0-9_-]{43}$/.test(challenge)) return null;
+  return { port, state: st, name, challenge };
 }
 
 function cliCallback(req, params) {
@@ -1068,7 +1072,7 @@ function showCliLogin(user) {
   const errEl = $("cli-error");
   const allow = $("cli-allow");
   if (!req) {
-    errEl.textContent = "This approval address is incomplete. Run codehub login again.";
+    errEl.textContent = "This approval address is incomplete. Run codehub login again (an older codehub must be updated first).";
     errEl.hidden = false;
     allow.disabled = true;
     $("cli-deny").onclick = () => showApp(user);
@@ -1078,7 +1082,7 @@ function showCliLogin(user) {
     allow.disabled = true;
     errEl.hidden = true;
     try {
-      const grant = await api("POST", "/api/v1/token-grants", { name: req.name });
+      const grant = await api("POST", "/api/v1/token-grants", { name: req.name, code_challenge: req.challenge });
       location.assign(cliCallback(req, { code: grant.code }));
     } catch (err) {
       errEl.textContent = err.message;
