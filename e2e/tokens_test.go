@@ -176,6 +176,31 @@ func TestBrowserCLILoginAndTokens(t *testing.T) {
 		return b.waitJS(ctx, 10*time.Second, `document.getElementById("settings-token-state").innerText === "No git token is stored." &&
 			document.getElementById("settings-dotfiles").value === `+jsString(dotfiles))
 	})
+
+	// A password change in the dashboard keeps this browser signed in and,
+	// by default, ends the CLI's token.
+	b.step("change the password", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(`#password > summary`)),
+			chromedp.WaitVisible(chromedp.ID("password-form")),
+			chromedp.SendKeys(chromedp.ID("password-current"), adminPassword),
+			chromedp.SendKeys(chromedp.ID("password-new"), "e2e-admin-password-2"),
+			chromedp.Click(chromedp.ID("password-submit")),
+		); err != nil {
+			return err
+		}
+		return b.waitJS(ctx, 10*time.Second, `document.getElementById("password-current").value === "" &&
+			document.getElementById("password-error").hidden && !document.getElementById("token-empty").hidden`)
+	})
+	b.step("the browser is still signed in", func(ctx context.Context) error {
+		_, err := b.apiJSON(ctx, "/api/v1/session")
+		return err
+	})
+	list := exec.Command(srv.bin, "ws", "list")
+	list.Env = cliEnv
+	if out, err := list.CombinedOutput(); err == nil || list.ProcessState.ExitCode() != 4 {
+		t.Fatalf("codehub ws list after the password change: %v: %s", err, out)
+	}
 }
 
 // bearerStatus sends a workspace list (GET) or creation (POST) with a
