@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/codehub-io/codehub/api/apitest"
+	"github.com/codehub-io/codehub/internal/oidctest"
 )
 
 // revocationBound is how long a replica may keep trusting a credential it
@@ -252,5 +253,39 @@ func TestPasswordChange(t *testing.T) {
 	login := env.Do(env.Client(), "POST", "/api/v1/login", map[string]string{"username": "alice", "password": "third-password"})
 	if login.StatusCode != http.StatusOK {
 		t.Fatalf("login with the new password: %d", login.StatusCode)
+	}
+}
+
+// TestSSORefusalEndsTokens: a user refused at a single sign-on login (here
+// taken out of allowed_groups) loses their API tokens with their sessions,
+// and each revocation is recorded.
+func TestSSORefusalEndsTokens(t *testing.T) {
+	env, p := startSSO(t, nil)
+	bob := oidctest.User{Subject: "sub-bob", Username: "bob", Password: "bob-at-idp", Groups: []string{"dev"}}
+	p.AddUser(bob)
+	c, s := mustSSOLogin(t, env, p, bob)
+	res := env.Do(c, "POST", "/api/v1/tokens", map[string]any{"name": "ci", "scope": "read"})
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("token of an SSO user: %d %s", res.StatusCode, res.Body)
+	}
+	var created createdJSON
+	res.Decode(t, &created)
+	anon := env.Client()
+	if res := env.Do(anon, "GET", "/api/v1/session", nil, bearer(created.Secret)...); res.StatusCode != http.StatusOK {
+		t.Fatalf("token before: %d", res.StatusCode)
+	}
+
+	p.SetGroups(bob.Subject, []string{"sales"})
+	if res, body := ssoLogin(t, env, p, env.Client(), bob, nil); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("login out of allowed_groups: %d\n%s", res.StatusCode, body)
+	}
+	refusedWithin(t, func(secret string) apitest.Response {
+		return env.Do(anon, "GET", "/api/v1/session", nil, bearer(secret)...)
+	}, created.Secret, "the token of a user refused at sign-on")
+	if left := tokenIDs(t, env, s.User.ID); len(left) != 0 {
+		t.Errorf("tokens left: %v", left)
+	}
+	if got := tokenRevocations(t, env, "sign-in refused"); !equalIDs(got, []string{created.Token.ID}) {
+		t.Errorf("recorded revocations %v, want %v", got, []string{created.Token.ID})
 	}
 }

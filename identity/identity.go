@@ -82,9 +82,6 @@ var (
 	// ErrUnknownCode is a CLI login code that is unknown, used, expired,
 	// of a disabled user or sent without its verifier.
 	ErrUnknownCode = errors.New("the code is unknown, used or expired")
-	// ErrSelf is an administrator changing their own account in a way
-	// that could lock everyone out.
-	ErrSelf = errors.New("an administrator cannot do this to themselves")
 )
 
 // LockedError is a login refused by the backoff until Until.
