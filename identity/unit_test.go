@@ -90,3 +90,34 @@ func TestPasswordHash(t *testing.T) {
 		}
 	}
 }
+
+func TestVerifierMatchesChallenge(t *testing.T) {
+	// The example of RFC 7636, appendix B.
+	const verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+	const challenge = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+	for _, tc := range []struct {
+		verifier, challenge string
+		want                bool
+	}{
+		{verifier, challenge, true},
+		{verifier + "x", challenge, false},
+		{"", challenge, false},
+		{verifier, "", false},
+		{challenge, challenge, false},
+	} {
+		if got := verifies(tc.verifier, tc.challenge); got != tc.want {
+			t.Errorf("verifies(%q, %q) = %v", tc.verifier, tc.challenge, got)
+		}
+	}
+	for c, want := range map[string]bool{
+		challenge:               true,
+		challenge[:42]:          false,
+		challenge + "A":         false,
+		strings.Repeat("!", 43): false,
+		"":                      false,
+	} {
+		if got := wellFormedChallenge(c); got != want {
+			t.Errorf("wellFormedChallenge(%q) = %v", c, got)
+		}
+	}
+}
