@@ -257,13 +257,13 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *o
 	if err != nil {
 		return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
 	}
-	idt, refusal := s.oidc.redeem(ctx, q.Get("code"), verifier, nonce)
+	idt, token, refusal := s.oidc.redeem(ctx, q.Get("code"), verifier, nonce)
 	if refusal != nil {
 		return store.User{}, refusal
 	}
-	var claims map[string]any
-	if err := idt.Claims(&claims); err != nil {
-		return store.User{}, refuse(http.StatusForbidden, "The ID token's claims cannot be read.", fmt.Errorf("read claims of subject %s: %w", idt.Subject, err))
+	claims, refusal := s.oidc.claims(ctx, idt, token)
+	if refusal != nil {
+		return store.User{}, refusal
 	}
 	id, err := decideOIDCLogin(s.oidc.opts, claims)
 	attempt.Username = id.username
@@ -280,27 +280,63 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *o
 	return user, refusal
 }
 
-// redeem exchanges the code, with the PKCE verifier, for the ID token and
-// verifies it against the nonce the login sent.
-func (o *oidcLogin) redeem(ctx context.Context, code, verifier, nonce string) (*oidc.IDToken, *oidcRefusal) {
+// redeem exchanges the code, with the PKCE verifier, for the tokens and
+// verifies the ID token against the nonce the login sent.
+func (o *oidcLogin) redeem(ctx context.Context, code, verifier, nonce string) (*oidc.IDToken, *oauth2.Token, *oidcRefusal) {
 	p, err := o.discover()
 	if err != nil {
-		return nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
+		return nil, nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
 	}
 	token, err := o.oauth2Config(p).Exchange(providerContext(ctx), code, oauth2.VerifierOption(verifier))
 	if err != nil {
-		return nil, refuse(http.StatusBadGateway, "The identity provider did not accept this sign-in. Start again from the login page.",
+		return nil, nil, refuse(http.StatusBadGateway, "The identity provider did not accept this sign-in. Start again from the login page.",
 			fmt.Errorf("redeem code: %w", err))
 	}
 	raw, _ := token.Extra("id_token").(string)
 	if raw == "" {
-		return nil, refuse(http.StatusBadGateway, "The identity provider sent no ID token.", errors.New("no id_token in the token response"))
+		return nil, nil, refuse(http.StatusBadGateway, "The identity provider sent no ID token.", errors.New("no id_token in the token response"))
 	}
 	idt, err := o.verify(ctx, p, raw, nonce)
 	if err != nil {
-		return nil, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
+		return nil, nil, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
 	}
-	return idt, nil
+	return idt, token, nil
+}
+
+// claims returns the verified ID token's claims, completed from the
+// provider's UserInfo endpoint when the username or groups claim is not in
+// the token: a provider that follows OpenID Connect Core 5.4 serves the
+// profile scope's claims there once it issues an access token. A provider
+// without a UserInfo endpoint is judged on the ID token alone.
+func (o *oidcLogin) claims(ctx context.Context, idt *oidc.IDToken, token *oauth2.Token) (map[string]any, *oidcRefusal) {
+	var claims map[string]any
+	if err := idt.Claims(&claims); err != nil {
+		return nil, refuse(http.StatusForbidden, "The ID token's claims cannot be read.", fmt.Errorf("read claims of subject %s: %w", idt.Subject, err))
+	}
+	if !needsUserinfo(o.opts, claims) {
+		return claims, nil
+	}
+	p, err := o.discover()
+	if err != nil {
+		return nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
+	}
+	if p.UserInfoEndpoint() == "" {
+		return claims, nil
+	}
+	info, err := p.UserInfo(providerContext(ctx), oauth2.StaticTokenSource(token))
+	if err != nil {
+		return nil, refuse(http.StatusBadGateway, "The identity provider's UserInfo endpoint did not answer. Try again in a moment.",
+			fmt.Errorf("userinfo of subject %s: %w", idt.Subject, err))
+	}
+	var answer map[string]any
+	if err := info.Claims(&answer); err != nil {
+		return nil, refuse(http.StatusBadGateway, "The identity provider's UserInfo answer cannot be read.", fmt.Errorf("read userinfo of subject %s: %w", idt.Subject, err))
+	}
+	merged, err := withUserinfo(o.opts, claims, answer)
+	if err != nil {
+		return nil, refuse(http.StatusForbidden, errUserinfoSubject.Error(), err)
+	}
+	return merged, nil
 }
 
 // endOIDCSessions ends the sessions of the user with that subject, if

@@ -26,9 +26,16 @@ const (
 // (members of "dev" allowed, of "ops" admins).
 func startSSO(t *testing.T, tune func(*api.OIDCOptions)) (*apitest.Env, *oidctest.Provider) {
 	t.Helper()
+	return startSSOWith(t, oidctest.ClaimsInIDToken, tune)
+}
+
+// startSSOWith is startSSO with a provider that puts the claims where
+// claims says.
+func startSSOWith(t *testing.T, claims oidctest.Claims, tune func(*api.OIDCOptions)) (*apitest.Env, *oidctest.Provider) {
+	t.Helper()
 	var p *oidctest.Provider
 	env := apitest.New(t, apitest.Config{OIDC: func(publicURL string) *api.OIDCOptions {
-		p = oidctest.Start(t, oidctest.Client{ID: ssoClientID, Secret: ssoClientSecret, RedirectURI: publicURL + callbackPath})
+		p = oidctest.Start(t, oidctest.Client{ID: ssoClientID, Secret: ssoClientSecret, RedirectURI: publicURL + callbackPath, Claims: claims})
 		o := &api.OIDCOptions{
 			Issuer: p.Issuer, ClientID: ssoClientID, ClientSecret: ssoClientSecret,
 			Scopes: []string{"openid", "profile"}, UsernameClaim: "preferred_username", GroupsClaim: "groups",
@@ -224,6 +231,90 @@ func TestSSORefusesMissingAndWrongClaims(t *testing.T) {
 	var users int
 	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users`).Scan(&users); err != nil || users != 0 {
 		t.Errorf("users = %d, %v; want none created", users, err)
+	}
+}
+
+// Each common way a provider hands out the claims works with the default
+// settings: in the ID token, only from UserInfo (OpenID Connect Core 5.4),
+// and the groups only from UserInfo.
+func TestSSOClaimsFromIDTokenOrUserinfo(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		claims oidctest.Claims
+	}{
+		{"in the ID token", oidctest.ClaimsInIDToken},
+		{"only from UserInfo", oidctest.ClaimsInUserinfo},
+		{"groups only from UserInfo", oidctest.GroupsInUserinfo},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, p := startSSOWith(t, tc.claims, nil)
+			kim := oidctest.User{Subject: "sub-kim", Username: "Kim", Password: "pw-kim", Groups: []string{"dev", "ops"}}
+			p.AddUser(kim)
+			_, s := mustSSOLogin(t, env, p, kim)
+			if s.User.Username != "kim" || !s.User.IsAdmin {
+				t.Errorf("logged in as %+v, want kim, admin from admin_groups", s.User)
+			}
+			var groups []string
+			if err := env.Pool.QueryRow(context.Background(), `SELECT groups FROM users WHERE id = $1`, s.User.ID).Scan(&groups); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(groups, []string{"dev", "ops"}) {
+				t.Errorf("groups recorded: %q", groups)
+			}
+			// Out of allowed_groups is refused here as everywhere.
+			p.SetGroups(kim.Subject, []string{"sales"})
+			if res, body := ssoLogin(t, env, p, env.Client(), kim, nil); res.StatusCode != http.StatusForbidden || !strings.Contains(body, "not in a group allowed") {
+				t.Errorf("login out of allowed_groups: status %d\n%s", res.StatusCode, body)
+			}
+		})
+	}
+}
+
+// A UserInfo answer about another subject than the ID token's is refused
+// (Core 5.3.2), even though it would name an allowed user, and the refusal
+// is recorded with its reason.
+func TestSSORefusesUserinfoOfAnotherSubject(t *testing.T) {
+	env, p := startSSOWith(t, oidctest.ClaimsInUserinfo, nil)
+	lee := oidctest.User{Subject: "sub-lee", Username: "lee", Password: "pw-lee", Groups: []string{"dev"}}
+	boss := oidctest.User{Subject: "sub-boss", Username: "boss", Password: "pw-boss", Groups: []string{"dev", "ops"}}
+	p.AddUser(lee)
+	p.AddUser(boss)
+	p.AnswerUserinfoAs(lee.Subject, boss.Subject)
+	c := env.Client()
+	res, body := ssoLogin(t, env, p, c, lee, nil)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "UserInfo") || !strings.Contains(body, "another user") {
+		t.Errorf("UserInfo of another subject: status %d\n%s", res.StatusCode, body)
+	}
+	if _, status := session(t, env, c); status != http.StatusUnauthorized {
+		t.Errorf("session after the refusal: %d", status)
+	}
+	var detail string
+	if err := env.Pool.QueryRow(context.Background(), `SELECT detail FROM audit_events WHERE action = 'user.login' AND outcome = 'failure'`).Scan(&detail); err != nil {
+		t.Fatalf("no refused login recorded: %v", err)
+	}
+	if !strings.Contains(detail, "sub-boss") || !strings.Contains(detail, "sub-lee") {
+		t.Errorf("recorded reason %q names neither subject", detail)
+	}
+	var users int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users`).Scan(&users); err != nil || users != 0 {
+		t.Errorf("users = %d, %v; want none created", users, err)
+	}
+	// The same provider answering truthfully again lets lee in.
+	p.AnswerUserinfoAs(lee.Subject, "")
+	if _, s := mustSSOLogin(t, env, p, lee); s.User.Username != "lee" || s.User.IsAdmin {
+		t.Errorf("logged in as %+v, want lee", s.User)
+	}
+}
+
+// A username claim neither the ID token nor UserInfo has is refused with
+// the claim named.
+func TestSSORefusesUsernameMissingEverywhere(t *testing.T) {
+	env, p := startSSOWith(t, oidctest.ClaimsInUserinfo, func(o *api.OIDCOptions) { o.UsernameClaim = "nickname" })
+	max := oidctest.User{Subject: "sub-max", Username: "max", Password: "pw-max", Groups: []string{"dev"}}
+	p.AddUser(max)
+	res, body := ssoLogin(t, env, p, env.Client(), max, nil)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, `claim &#34;nickname&#34; is missing`) {
+		t.Errorf("status %d, want 403 naming the claim\n%s", res.StatusCode, body)
 	}
 }
 
