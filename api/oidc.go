@@ -140,7 +140,7 @@ func (s *Server) authMethods(w http.ResponseWriter, _ *http.Request) {
 }
 
 // oidcStart sends the browser to the provider with a fresh state, nonce
-// and PKCE challenge.
+// and PKCE challenge, remembering where it goes once logged in (next).
 func (s *Server) oidcStart(w http.ResponseWriter, r *http.Request) {
 	if s.oidc == nil {
 		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "single sign-on is not configured"))
@@ -163,7 +163,10 @@ func (s *Server) oidcStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	verifier := oauth2.GenerateVerifier()
-	if err := store.CreateOIDCLogin(r.Context(), s.pool, stateHash[:], nonce, verifier, oidcLoginTTL); err != nil {
+	// next is checked here and again, for its owner, at the callback.
+	next, _ := loginNext(s.sites, r.URL.Query().Get("next"))
+	login := store.OIDCLogin{Nonce: nonce, Verifier: verifier, Next: next}
+	if err := store.CreateOIDCLogin(r.Context(), s.pool, stateHash[:], login, oidcLoginTTL); err != nil {
 		s.fail(w, "store oidc login", err)
 		return
 	}
@@ -208,7 +211,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, s.oidcStateCookie(""))
 	attempt := audit.Actor{Address: clientAddress(r, s.opts.TrustedProxies)}
-	user, refusal := s.oidcUser(r, &attempt)
+	in, refusal := s.oidcUser(r, &attempt)
 	if refusal != nil {
 		s.oidc.logger.Warn("sign-in refused", "user_id", attempt.UserID, "username", attempt.Username, "client", attempt.Address, "error", refusal.err)
 		s.metrics.loginFailures.Inc()
@@ -220,6 +223,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		s.refusePage(w, refusal.status, refusal.message)
 		return
 	}
+	user := in.user
 	cookie, _, err := s.sessions.start(r.Context(), user.ID)
 	if err != nil {
 		s.fail(w, "start session", err)
@@ -229,41 +233,48 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	s.audit.Record(r.Context(), audit.Event{Actor: attempt, Action: audit.ActionLogin, Outcome: audit.Success, Detail: "single sign-on"})
 	s.logger.Info("user logged in", "user_id", user.ID, "username", user.Username, "via", "oidc")
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, "/", http.StatusFound)
+	http.Redirect(w, r, s.loginNextFor(r.Context(), user.ID, in.next), http.StatusFound)
 }
 
-// oidcUser runs the callback's checks and returns the user to log in, or
-// why not (with the user, when known). It fills attempt in as it learns
-// who is logging in.
-func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *oidcRefusal) {
+// oidcSignIn is a login the callback lets in.
+type oidcSignIn struct {
+	user store.User
+	// next is where the login was going, checked at its start.
+	next string
+}
+
+// oidcUser runs the callback's checks and returns who logs in, or why not
+// (with the user, when known). It fills attempt in as it learns who is
+// logging in.
+func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (oidcSignIn, *oidcRefusal) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	if e := q.Get("error"); e != "" {
-		return store.User{}, refuse(http.StatusForbidden, "The identity provider did not sign you in: "+describeProviderError(e, q.Get("error_description")),
+		return oidcSignIn{}, refuse(http.StatusForbidden, "The identity provider did not sign you in: "+describeProviderError(e, q.Get("error_description")),
 			fmt.Errorf("provider answered %s", e))
 	}
 	state := q.Get("state")
 	c, err := r.Cookie(oidcStateCookie)
 	if state == "" || err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(state)) != 1 {
-		return store.User{}, refuse(http.StatusBadRequest, "This sign-in was not started from this browser, or took too long. Start again from the login page.",
+		return oidcSignIn{}, refuse(http.StatusBadRequest, "This sign-in was not started from this browser, or took too long. Start again from the login page.",
 			errors.New("state does not match the browser's"))
 	}
 	stateHash := tokenHash(state)
-	nonce, verifier, err := store.TakeOIDCLogin(ctx, s.pool, stateHash[:])
+	login, err := store.TakeOIDCLogin(ctx, s.pool, stateHash[:])
 	if errors.Is(err, store.ErrNotFound) {
-		return store.User{}, refuse(http.StatusBadRequest, "This sign-in has expired or was already used. Start again from the login page.",
+		return oidcSignIn{}, refuse(http.StatusBadRequest, "This sign-in has expired or was already used. Start again from the login page.",
 			errors.New("unknown or expired state"))
 	}
 	if err != nil {
-		return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
+		return oidcSignIn{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
 	}
-	idt, token, refusal := s.oidc.redeem(ctx, q.Get("code"), verifier, nonce)
+	idt, token, refusal := s.oidc.redeem(ctx, q.Get("code"), login.Verifier, login.Nonce)
 	if refusal != nil {
-		return store.User{}, refusal
+		return oidcSignIn{}, refusal
 	}
 	claims, refusal := s.oidc.claims(ctx, idt, token)
 	if refusal != nil {
-		return store.User{}, refusal
+		return oidcSignIn{}, refusal
 	}
 	id, err := decideOIDCLogin(s.oidc.opts, claims)
 	attempt.Username = id.username
@@ -271,13 +282,13 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *o
 		if errors.Is(err, errNotAllowed) {
 			attempt.UserID = s.endOIDCSessions(ctx, idt.Subject)
 		}
-		return store.User{}, refuse(http.StatusForbidden, err.Error(), fmt.Errorf("subject %s: %w", idt.Subject, err))
+		return oidcSignIn{}, refuse(http.StatusForbidden, err.Error(), fmt.Errorf("subject %s: %w", idt.Subject, err))
 	}
 	user, refusal := s.oidcAccount(r, idt.Subject, id)
 	if user.ID != "" {
 		attempt.UserID, attempt.Username = user.ID, user.Username
 	}
-	return user, refusal
+	return oidcSignIn{user: user, next: login.Next}, refusal
 }
 
 // redeem exchanges the code, with the PKCE verifier, for the tokens and

@@ -1063,22 +1063,17 @@ function showCliLogin(user) {
 
 // ---------- Views ----------
 
-// loginTarget is where to go after logging in: a path on this site, or, in
-// subdomain mode, an address on the origin the server gives for one of the
-// user's own workspaces. Anything else is dropped: the login page is never
-// an open redirect.
+// loginTarget is where to go after logging in, or "" for the dashboard.
+// The server judges next (GET /api/v1/auth/next): a path on this site, or
+// in subdomain mode an address on one of the user's own workspace hosts.
+// The login page is never an open redirect, and has one rule with the
+// single sign-on login.
 async function loginTarget() {
   const next = new URLSearchParams(location.search).get("next") || "";
-  if (next.startsWith("/")) {
-    return !next.startsWith("//") && !next.startsWith("/\\") && !next.startsWith("/login") ? next : "";
-  }
-  let target;
-  try { target = new URL(next); } catch (_) { return ""; }
-  const id = target.hostname.split(".")[0];
-  if (!/^[0-9a-z]{26}$/.test(id)) return "";
+  if (!next) return "";
   try {
-    const ws = await api("GET", `/api/v1/workspaces/${id}`);
-    return new URL(ws.url).origin === target.origin ? target.href : "";
+    const target = (await api("GET", "/api/v1/auth/next?next=" + encodeURIComponent(next))).next;
+    return target === "/" ? "" : target;
   } catch (_) {
     return "";
   }
@@ -1113,7 +1108,9 @@ async function offerSignIn() {
   $("login-or").hidden = !methods.password;
   if (methods.oidc) {
     $("login-sso-link").textContent = `Sign in with ${methods.oidc.label}`;
-    $("login-sso-link").href = methods.oidc.login_url;
+    // The server checks next at the end of the single sign-on login too.
+    const next = new URLSearchParams(location.search).get("next");
+    $("login-sso-link").href = methods.oidc.login_url + (next ? "?next=" + encodeURIComponent(next) : "");
   }
 }
 
