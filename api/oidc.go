@@ -38,6 +38,9 @@ type OIDCOptions struct {
 const (
 	oidcLoginPath    = "/api/v1/auth/oidc/login"
 	oidcCallbackPath = "/api/v1/auth/oidc/callback"
+	// oidcPostLogoutPath is where the provider sends the browser back
+	// after ending its session: the dashboard, which then offers to log in.
+	oidcPostLogoutPath = "/"
 	// oidcStateCookie binds a login under way to the browser that started
 	// it, so nobody can make a browser finish a login they started.
 	oidcStateCookie = "codehub_oidc_state"
@@ -53,6 +56,9 @@ type oidcLogin struct {
 	logger      hclog.Logger
 	opts        OIDCOptions
 	redirectURL string
+	// postLogoutURL is the post_logout_redirect_uri of a logout at the
+	// provider; the operator registers it there.
+	postLogoutURL string
 	// now is the clock ID tokens are checked against.
 	now func() time.Time
 
@@ -61,7 +67,7 @@ type oidcLogin struct {
 }
 
 func newOIDCLogin(logger hclog.Logger, opts OIDCOptions, publicOrigin string) *oidcLogin {
-	return &oidcLogin{logger: logger, opts: opts, redirectURL: publicOrigin + oidcCallbackPath, now: time.Now}
+	return &oidcLogin{logger: logger, opts: opts, redirectURL: publicOrigin + oidcCallbackPath, postLogoutURL: publicOrigin + oidcPostLogoutPath, now: time.Now}
 }
 
 // providerTimeout bounds each request to the provider: discovery, key
@@ -229,6 +235,12 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "start session", err)
 		return
 	}
+	// The ID token stays on the server, for logging out at the provider.
+	sessionHash := tokenHash(cookie.Value)
+	if err := store.SetOIDCSession(r.Context(), s.pool, sessionHash[:], in.idToken); err != nil {
+		s.fail(w, "store oidc session", err)
+		return
+	}
 	http.SetCookie(w, cookie)
 	s.audit.Record(r.Context(), audit.Event{Actor: attempt, Action: audit.ActionLogin, Outcome: audit.Success, Detail: "single sign-on"})
 	s.logger.Info("user logged in", "user_id", user.ID, "username", user.Username, "via", "oidc")
@@ -241,6 +253,8 @@ type oidcSignIn struct {
 	user store.User
 	// next is where the login was going, checked at its start.
 	next string
+	// idToken is the raw ID token the provider issued for this login.
+	idToken string
 }
 
 // oidcUser runs the callback's checks and returns who logs in, or why not
@@ -268,7 +282,7 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (oidcSignIn, *o
 	if err != nil {
 		return oidcSignIn{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
 	}
-	idt, token, refusal := s.oidc.redeem(ctx, q.Get("code"), login.Verifier, login.Nonce)
+	idt, raw, token, refusal := s.oidc.redeem(ctx, q.Get("code"), login.Verifier, login.Nonce)
 	if refusal != nil {
 		return oidcSignIn{}, refusal
 	}
@@ -288,30 +302,30 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (oidcSignIn, *o
 	if user.ID != "" {
 		attempt.UserID, attempt.Username = user.ID, user.Username
 	}
-	return oidcSignIn{user: user, next: login.Next}, refusal
+	return oidcSignIn{user: user, next: login.Next, idToken: raw}, refusal
 }
 
 // redeem exchanges the code, with the PKCE verifier, for the tokens and
-// verifies the ID token against the nonce the login sent.
-func (o *oidcLogin) redeem(ctx context.Context, code, verifier, nonce string) (*oidc.IDToken, *oauth2.Token, *oidcRefusal) {
+// verifies the ID token (raw, as issued) against the nonce the login sent.
+func (o *oidcLogin) redeem(ctx context.Context, code, verifier, nonce string) (*oidc.IDToken, string, *oauth2.Token, *oidcRefusal) {
 	p, err := o.discover()
 	if err != nil {
-		return nil, nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
+		return nil, "", nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
 	}
 	token, err := o.oauth2Config(p).Exchange(providerContext(ctx), code, oauth2.VerifierOption(verifier))
 	if err != nil {
-		return nil, nil, refuse(http.StatusBadGateway, "The identity provider did not accept this sign-in. Start again from the login page.",
+		return nil, "", nil, refuse(http.StatusBadGateway, "The identity provider did not accept this sign-in. Start again from the login page.",
 			fmt.Errorf("redeem code: %w", err))
 	}
 	raw, _ := token.Extra("id_token").(string)
 	if raw == "" {
-		return nil, nil, refuse(http.StatusBadGateway, "The identity provider sent no ID token.", errors.New("no id_token in the token response"))
+		return nil, "", nil, refuse(http.StatusBadGateway, "The identity provider sent no ID token.", errors.New("no id_token in the token response"))
 	}
 	idt, err := o.verify(ctx, p, raw, nonce)
 	if err != nil {
-		return nil, nil, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
+		return nil, "", nil, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
 	}
-	return idt, token, nil
+	return idt, raw, token, nil
 }
 
 // claims returns the verified ID token's claims, completed from the

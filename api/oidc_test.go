@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -35,7 +37,8 @@ func startSSOWith(t *testing.T, claims oidctest.Claims, tune func(*api.OIDCOptio
 	t.Helper()
 	var p *oidctest.Provider
 	env := apitest.New(t, apitest.Config{OIDC: func(publicURL string) *api.OIDCOptions {
-		p = oidctest.Start(t, oidctest.Client{ID: ssoClientID, Secret: ssoClientSecret, RedirectURI: publicURL + callbackPath, Claims: claims})
+		p = oidctest.Start(t, oidctest.Client{ID: ssoClientID, Secret: ssoClientSecret, RedirectURI: publicURL + callbackPath,
+			PostLogoutRedirectURI: publicURL + "/", Claims: claims})
 		o := &api.OIDCOptions{
 			Issuer: p.Issuer, ClientID: ssoClientID, ClientSecret: ssoClientSecret,
 			Scopes: []string{"openid", "profile"}, UsernameClaim: "preferred_username", GroupsClaim: "groups",
@@ -398,6 +401,108 @@ func TestSSOLogout(t *testing.T) {
 	}
 	// Logging in again goes through the provider again.
 	mustSSOLogin(t, env, p, gina)
+}
+
+// Logging out of a single sign-on session offers to end the provider's
+// session too (RP-Initiated Logout): the browser is sent to the provider's
+// end_session_endpoint with the login's ID token, our client id, the
+// registered post-logout address and a state, and the provider ends its
+// session and sends the browser back there.
+func TestSSOLogoutAtTheProvider(t *testing.T) {
+	env, p := startSSO(t, nil)
+	pia := oidctest.User{Subject: "sub-pia", Username: "pia", Password: "pw-pia", Groups: []string{"dev"}}
+	p.AddUser(pia)
+	c, _ := mustSSOLogin(t, env, p, pia)
+	var offer struct {
+		Offered bool   `json:"offered"`
+		Label   string `json:"label"`
+	}
+	env.Do(c, "GET", "/api/v1/auth/oidc/logout", nil).Decode(t, &offer)
+	if !offer.Offered || offer.Label != "Test IdP" {
+		t.Errorf("logout offer = %+v, want offered by Test IdP", offer)
+	}
+
+	res := env.Do(c, "POST", "/api/v1/auth/oidc/logout", nil)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("logout: %d %s", res.StatusCode, res.Body)
+	}
+	if strings.Contains(res.Header.Get("Set-Cookie"), "eyJ") {
+		t.Errorf("the ID token went into a cookie: %s", res.Header.Get("Set-Cookie"))
+	}
+	var out struct {
+		EndSessionURL string `json:"end_session_url"`
+	}
+	res.Decode(t, &out)
+	end, err := url.Parse(out.EndSessionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := end.Query()
+	if got := end.Scheme + "://" + end.Host + end.Path; got != p.Issuer+"/end_session" {
+		t.Errorf("sent to %s, want the provider's end_session_endpoint", got)
+	}
+	if q.Get("client_id") != ssoClientID || q.Get("post_logout_redirect_uri") != env.URL+"/" || q.Get("state") == "" {
+		t.Errorf("end-session parameters %v", q)
+	}
+	if sub := jwtSubject(t, q.Get("id_token_hint")); sub != pia.Subject {
+		t.Errorf("id_token_hint is for %q, want %q", sub, pia.Subject)
+	}
+	if _, status := session(t, env, c); status != http.StatusUnauthorized {
+		t.Errorf("session after logout: %d", status)
+	}
+	var detail string
+	if err := env.Pool.QueryRow(context.Background(), `SELECT detail FROM audit_events WHERE action = 'user.logout' AND outcome = 'success'`).Scan(&detail); err != nil || detail != "and at the identity provider" {
+		t.Errorf("recorded logout %q, %v", detail, err)
+	}
+
+	// The provider ends its session and sends the browser back to the
+	// registered address, with the state.
+	back, err := c.Get(out.EndSessionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back.Body.Close()
+	if loc, _ := back.Location(); back.StatusCode != http.StatusFound || loc == nil ||
+		loc.Scheme+"://"+loc.Host+loc.Path != env.URL+"/" || loc.Query().Get("state") != q.Get("state") {
+		t.Errorf("provider's end-session: status %d, location %v", back.StatusCode, loc)
+	}
+
+	// A password session has no provider session to end.
+	quin := env.CreateUser("quin", false)
+	pc := env.Login(quin)
+	env.Do(pc, "GET", "/api/v1/auth/oidc/logout", nil).Decode(t, &offer)
+	if offer.Offered {
+		t.Errorf("a password session is offered the provider's logout")
+	}
+	res = env.Do(pc, "POST", "/api/v1/auth/oidc/logout", nil)
+	res.Decode(t, &out)
+	if res.StatusCode != http.StatusOK || out.EndSessionURL != "" {
+		t.Errorf("password session logout: %d %+v", res.StatusCode, out)
+	}
+	if _, status := session(t, env, pc); status != http.StatusUnauthorized {
+		t.Errorf("password session after logout: %d", status)
+	}
+}
+
+// jwtSubject reads the sub of a JWT without checking it (the provider
+// did, when it took it back as a hint).
+func jwtSubject(t *testing.T, raw string) string {
+	t.Helper()
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		t.Fatalf("%q is not a JWT", raw)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return claims.Sub
 }
 
 func TestPasswordLoginTurnedOff(t *testing.T) {

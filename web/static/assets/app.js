@@ -1182,14 +1182,29 @@ async function login(e) {
 
 // showSignout asks before ending the session: /logout is where a
 // workspace's own "Sign out" lands, and a link alone must not sign anyone
-// out.
-function showSignout(user) {
+// out. After a single sign-on login it offers to end the session at the
+// identity provider too.
+async function showSignout(user) {
   $("boot").hidden = true;
   $("login-view").hidden = true;
   $("app-view").hidden = true;
   $("signout-view").hidden = false;
   $("signout-cancel").onclick = () => showApp(user);
   $("signout-confirm").focus();
+  const offer = await providerLogoutOffer();
+  $("signout-provider").hidden = !offer;
+  if (offer) $("signout-provider").textContent = `Sign out of CodeHub and ${offer.label}`;
+}
+
+// providerLogoutOffer is the identity provider whose session a logout may
+// end too, or null.
+async function providerLogoutOffer() {
+  try {
+    const offer = await api("GET", "/api/v1/auth/oidc/logout");
+    return offer.offered ? offer : null;
+  } catch (_) {
+    return null;
+  }
 }
 
 async function logout() {
@@ -1197,10 +1212,27 @@ async function logout() {
   showLogin();
 }
 
+// logoutAtProvider ends the CodeHub session, then sends the browser to the
+// identity provider to end its session; the provider sends it back to the
+// dashboard.
+async function logoutAtProvider() {
+  let out = null;
+  try { out = await api("POST", "/api/v1/auth/oidc/logout"); } catch (_) { /* signed out here either way */ }
+  if (out && out.end_session_url) { location.assign(out.end_session_url); return; }
+  showLogin();
+}
+
+// signOutClicked is the header's "Sign out": at once, unless there is a
+// provider session to offer ending too.
+async function signOutClicked() {
+  if (await providerLogoutOffer()) { showSignout(state.user); return; }
+  logout();
+}
+
 async function boot() {
   $("login-form").addEventListener("submit", login);
   $("create-form").addEventListener("submit", create);
-  $("logout").addEventListener("click", logout);
+  $("logout").addEventListener("click", signOutClicked);
   $("token-form").addEventListener("submit", createToken);
   $("settings-form").addEventListener("submit", (e) => {
     e.preventDefault();
@@ -1216,6 +1248,7 @@ async function boot() {
   $("token-copy").addEventListener("click", copySecret);
   $("token-secret-close").addEventListener("click", closeSecret);
   $("signout-confirm").addEventListener("click", logout);
+  $("signout-provider").addEventListener("click", logoutAtProvider);
   $("limit-close").addEventListener("click", () => { state.limit = null; renderLimit(); });
   $("limit-retry").addEventListener("click", () => {
     const id = state.limit && state.limit.id;
