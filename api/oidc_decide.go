@@ -107,13 +107,14 @@ func groupsClaim(claim string, claims map[string]any) ([]string, error) {
 var errUserinfoSubject = errors.New("The identity provider's UserInfo answer is about another user than its ID token. Ask an administrator to check the single sign-on settings.")
 
 // needsUserinfo reports whether the ID token lacks the username or the
-// groups claim. A provider that follows OpenID Connect Core 5.4 serves the
-// profile scope's claims from its UserInfo endpoint once it issues an
-// access token, and many serve the groups there too.
+// groups claim (when one is configured). A provider that follows OpenID
+// Connect Core 5.4 serves the profile scope's claims from its UserInfo
+// endpoint once it issues an access token, and many serve the groups there
+// too.
 func needsUserinfo(opts OIDCOptions, claims map[string]any) bool {
 	_, name := claims[opts.UsernameClaim]
 	_, groups := claims[opts.GroupsClaim]
-	return !name || !groups
+	return !name || (opts.GroupsClaim != "" && !groups)
 }
 
 // withUserinfo returns the ID token's claims with the username and groups
@@ -128,7 +129,7 @@ func withUserinfo(opts OIDCOptions, idToken, userinfo map[string]any) (map[strin
 	}
 	merged := maps.Clone(idToken)
 	for _, c := range []string{opts.UsernameClaim, opts.GroupsClaim} {
-		if _, ok := merged[c]; ok {
+		if _, ok := merged[c]; ok || c == "" {
 			continue
 		}
 		if v, ok := userinfo[c]; ok {

@@ -136,4 +136,12 @@ func TestOIDCNeedsUserinfo(t *testing.T) {
 			t.Errorf("needsUserinfo(%v) = %v, want %v", tc.claims, got, tc.want)
 		}
 	}
+	// Without groups_claim there are no groups to look for.
+	noGroups := OIDCOptions{UsernameClaim: "preferred_username"}
+	if needsUserinfo(noGroups, map[string]any{"sub": "s", "preferred_username": "ann"}) {
+		t.Error("UserInfo asked for a groups claim that is not configured")
+	}
+	if !needsUserinfo(noGroups, map[string]any{"sub": "s"}) {
+		t.Error("UserInfo not asked for the missing username")
+	}
 }
