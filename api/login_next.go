@@ -3,51 +3,27 @@ package api
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/codehub-io/codehub/proxy"
 )
 
 // loginNext is where a login sends the browser afterwards, given the next
-// it was asked for: next resolved against the dashboard's origin, kept when
-// it stays on that origin (same scheme and host) as a path, and "/"
-// otherwise. The login page itself is "/" too, so a login never loops. In
-// subdomain mode an address on a workspace's own host is kept as well, with
-// that workspace's id: the caller keeps it only for the workspace's owner.
-//
-// Whitespace and control characters, which browsers drop from a URL before
-// reading it ("/\t/evil" becomes "//evil"), and backslashes, which they
-// read as slashes, refuse next outright; so does a result that a browser
-// would read as another host ("//host").
+// it was asked for: a path on the dashboard's origin (proxy.LocalTarget,
+// the rule the session handoff to a workspace host follows too), other
+// than the login page itself, so a login never loops. In subdomain mode an
+// address on a workspace's own host is kept as well, with that workspace's
+// id: the caller keeps it only for the workspace's owner. Anything else is
+// "/".
 func loginNext(sites proxy.Sites, next string) (target, workspaceID string) {
-	if next == "" || strings.ContainsFunc(next, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '\\' }) {
-		return "/", ""
-	}
-	base, err := url.Parse(sites.PublicOrigin() + "/")
-	if err != nil {
-		return "/", ""
-	}
-	u, err := base.Parse(next)
-	if err != nil || u.User != nil || u.Opaque != "" {
-		return "/", ""
-	}
-	origin := u.Scheme + "://" + u.Host
-	if strings.EqualFold(origin, sites.PublicOrigin()) {
-		if u.Path == "/login" {
-			return "/", ""
-		}
-		target = u.RequestURI()
-		if u.Fragment != "" {
-			target += "#" + u.EscapedFragment()
-		}
-		if !strings.HasPrefix(target, "/") || strings.HasPrefix(target, "//") {
+	if target := proxy.LocalTarget(sites.PublicOrigin(), next); target != "/" {
+		if path, _, _ := strings.Cut(strings.SplitN(target, "#", 2)[0], "?"); path == "/login" {
 			return "/", ""
 		}
 		return target, ""
 	}
-	if id, ok := sites.WorkspaceFromHost(u.Host); ok && strings.EqualFold(origin, sites.WorkspaceOrigin(id)) {
-		return u.String(), id
+	if target, id, ok := sites.WorkspaceTarget(next); ok {
+		return target, id
 	}
 	return "/", ""
 }

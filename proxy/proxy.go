@@ -331,20 +331,8 @@ func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
 		return
 	}
 	http.SetCookie(w, cookie)
-	http.Redirect(w, r, localPath(q.Get("next")), http.StatusSeeOther)
-}
-
-// localPath is next if it is a path on this host, or "/": a handoff never
-// sends the browser to another site.
-func localPath(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		return "/"
-	}
-	u, err := url.Parse(next)
-	if err != nil || u.Scheme != "" || u.Host != "" {
-		return "/"
-	}
-	return next
+	// A handoff never sends the browser to another site.
+	http.Redirect(w, r, LocalTarget(p.opts.Sites.WorkspaceOrigin(t.id), q.Get("next")), http.StatusSeeOther)
 }
 
 func (p *Proxy) serve(w *responseRecorder, r *http.Request, t target) {
