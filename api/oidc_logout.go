@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -67,13 +66,13 @@ type oidcLoggedOutView struct {
 // session, "" for a session that has none to offer (a password login, a
 // provider without end_session_endpoint). state is "" to only ask
 // whether there is one.
-func (s *Server) providerLogout(ctx context.Context, r *http.Request, state string) (string, error) {
+func (s *Server) providerLogout(r *http.Request, state string) (string, error) {
 	c, err := r.Cookie(SessionCookie)
 	if s.oidc == nil || err != nil {
 		return "", nil
 	}
 	hash := tokenHash(c.Value)
-	idToken, err := store.OIDCSessionIDToken(ctx, s.pool, hash[:])
+	idToken, err := store.OIDCSessionIDToken(r.Context(), s.pool, hash[:])
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
@@ -100,7 +99,7 @@ func (s *Server) oidcLogoutOffer(w http.ResponseWriter, r *http.Request) {
 	}
 	v := oidcLogoutView{}
 	if s.oidc != nil {
-		end, err := s.providerLogout(r.Context(), r, "")
+		end, err := s.providerLogout(r, "")
 		if err != nil {
 			s.fail(w, "look up oidc session", err)
 			return
@@ -131,7 +130,7 @@ func (s *Server) oidcLogout(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, "make logout state", err)
 			return
 		}
-		if end, err = s.providerLogout(r.Context(), r, state); err != nil {
+		if end, err = s.providerLogout(r, state); err != nil {
 			s.fail(w, "look up oidc session", err)
 			return
 		}
