@@ -208,6 +208,9 @@ const (
 	routeAuthMethods    = "GET /api/v1/auth/methods"
 	routeOIDCLogin      = "GET /api/v1/auth/oidc/login"
 	routeOIDCCallback   = "GET /api/v1/auth/oidc/callback"
+	routeLoginNext      = "GET /api/v1/auth/next"
+	routeOIDCLogoutAsk  = "GET /api/v1/auth/oidc/logout"
+	routeOIDCLogout     = "POST /api/v1/auth/oidc/logout"
 	routeAdminUsers     = "GET /api/v1/admin/users"
 	routeAdminAddUser   = "POST /api/v1/admin/users"
 	routeAdminPatchUser = "PATCH /api/v1/admin/users/{id}"
@@ -235,6 +238,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeTokens: s.listTokens, routeTokenCreate: s.createToken, routeTokenRevoke: s.revokeToken,
 		routeTokenGrant: s.createGrant, routeTokenRedeem: s.redeemGrant, routePassword: s.changePassword,
 		routeAuthMethods: s.authMethods, routeOIDCLogin: s.oidcStart, routeOIDCCallback: s.oidcCallback,
+		routeLoginNext: s.getLoginNext, routeOIDCLogoutAsk: s.oidcLogoutOffer, routeOIDCLogout: s.oidcLogout,
 		routeAdminUsers: s.adminListUsers, routeAdminAddUser: s.adminCreateUser, routeAdminPatchUser: s.adminPatchUser,
 		routeAdminAudit: s.listAudit,
 		routeTemplates:  s.listTemplates, routeAdminUsage: s.adminTemplateUsage,

@@ -39,6 +39,9 @@ type OIDCOptions struct {
 const (
 	oidcLoginPath    = "/api/v1/auth/oidc/login"
 	oidcCallbackPath = "/api/v1/auth/oidc/callback"
+	// oidcPostLogoutPath is where the provider sends the browser back
+	// after ending its session: the dashboard, which then offers to log in.
+	oidcPostLogoutPath = "/"
 	// oidcStateCookie binds a login under way to the browser that started
 	// it, so nobody can make a browser finish a login they started.
 	oidcStateCookie = "codehub_oidc_state"
@@ -54,6 +57,9 @@ type oidcLogin struct {
 	logger      hclog.Logger
 	opts        OIDCOptions
 	redirectURL string
+	// postLogoutURL is the post_logout_redirect_uri of a logout at the
+	// provider; the operator registers it there.
+	postLogoutURL string
 	// now is the clock ID tokens are checked against.
 	now func() time.Time
 
@@ -62,7 +68,7 @@ type oidcLogin struct {
 }
 
 func newOIDCLogin(logger hclog.Logger, opts OIDCOptions, publicOrigin string) *oidcLogin {
-	return &oidcLogin{logger: logger, opts: opts, redirectURL: publicOrigin + oidcCallbackPath, now: time.Now}
+	return &oidcLogin{logger: logger, opts: opts, redirectURL: publicOrigin + oidcCallbackPath, postLogoutURL: publicOrigin + oidcPostLogoutPath, now: time.Now}
 }
 
 // providerTimeout bounds each request to the provider: discovery, key
@@ -141,7 +147,7 @@ func (s *Server) authMethods(w http.ResponseWriter, _ *http.Request) {
 }
 
 // oidcStart sends the browser to the provider with a fresh state, nonce
-// and PKCE challenge.
+// and PKCE challenge, remembering where it goes once logged in (next).
 func (s *Server) oidcStart(w http.ResponseWriter, r *http.Request) {
 	if s.oidc == nil {
 		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "single sign-on is not configured"))
@@ -164,7 +170,10 @@ func (s *Server) oidcStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	verifier := oauth2.GenerateVerifier()
-	if err := store.CreateOIDCLogin(r.Context(), s.pool, stateHash[:], nonce, verifier, oidcLoginTTL); err != nil {
+	// next is checked here and again, for its owner, at the callback.
+	next, _ := loginNext(s.sites, r.URL.Query().Get("next"))
+	login := store.OIDCLogin{Nonce: nonce, Verifier: verifier, Next: next}
+	if err := store.CreateOIDCLogin(r.Context(), s.pool, stateHash[:], login, oidcLoginTTL); err != nil {
 		s.fail(w, "store oidc login", err)
 		return
 	}
@@ -209,7 +218,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, s.oidcStateCookie(""))
 	attempt := audit.Actor{Address: clientAddress(r, s.opts.TrustedProxies)}
-	user, refusal := s.oidcUser(r, &attempt)
+	in, refusal := s.oidcUser(r, &attempt)
 	if refusal != nil {
 		s.oidc.logger.Warn("sign-in refused", "user_id", attempt.UserID, "username", attempt.Username, "client", attempt.Address, "error", refusal.err)
 		s.metrics.loginFailures.Inc()
@@ -221,50 +230,66 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		s.refusePage(w, refusal.status, refusal.message)
 		return
 	}
+	user := in.user
 	cookie, _, err := s.identity.StartSession(r.Context(), user.ID)
 	if err != nil {
 		s.fail(w, "start session", err)
+		return
+	}
+	// The ID token stays on the server, for logging out at the provider.
+	sessionHash := identity.HashSecret(cookie.Value)
+	if err := store.SetOIDCSession(r.Context(), s.pool, sessionHash[:], in.idToken); err != nil {
+		s.fail(w, "store oidc session", err)
 		return
 	}
 	http.SetCookie(w, cookie)
 	s.audit.Record(r.Context(), audit.Event{Actor: attempt, Action: audit.ActionLogin, Outcome: audit.Success, Detail: "single sign-on"})
 	s.logger.Info("user logged in", "user_id", user.ID, "username", user.Username, "via", "oidc")
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, "/", http.StatusFound)
+	http.Redirect(w, r, s.loginNextFor(r.Context(), user.ID, in.next), http.StatusFound)
 }
 
-// oidcUser runs the callback's checks and returns the user to log in, or
-// why not (with the user, when known). It fills attempt in as it learns
-// who is logging in.
-func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *oidcRefusal) {
+// oidcSignIn is a login the callback lets in.
+type oidcSignIn struct {
+	user store.User
+	// next is where the login was going, checked at its start.
+	next string
+	// idToken is the raw ID token the provider issued for this login.
+	idToken string
+}
+
+// oidcUser runs the callback's checks and returns who logs in, or why not
+// (with the user, when known). It fills attempt in as it learns who is
+// logging in.
+func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (oidcSignIn, *oidcRefusal) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	if e := q.Get("error"); e != "" {
-		return store.User{}, refuse(http.StatusForbidden, "The identity provider did not sign you in: "+describeProviderError(e, q.Get("error_description")),
+		return oidcSignIn{}, refuse(http.StatusForbidden, "The identity provider did not sign you in: "+describeProviderError(e, q.Get("error_description")),
 			fmt.Errorf("provider answered %s", e))
 	}
 	state := q.Get("state")
 	c, err := r.Cookie(oidcStateCookie)
 	if state == "" || err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(state)) != 1 {
-		return store.User{}, refuse(http.StatusBadRequest, "This sign-in was not started from this browser, or took too long. Start again from the login page.",
+		return oidcSignIn{}, refuse(http.StatusBadRequest, "This sign-in was not started from this browser, or took too long. Start again from the login page.",
 			errors.New("state does not match the browser's"))
 	}
 	stateHash := identity.HashSecret(state)
-	nonce, verifier, err := store.TakeOIDCLogin(ctx, s.pool, stateHash[:])
+	login, err := store.TakeOIDCLogin(ctx, s.pool, stateHash[:])
 	if errors.Is(err, store.ErrNotFound) {
-		return store.User{}, refuse(http.StatusBadRequest, "This sign-in has expired or was already used. Start again from the login page.",
+		return oidcSignIn{}, refuse(http.StatusBadRequest, "This sign-in has expired or was already used. Start again from the login page.",
 			errors.New("unknown or expired state"))
 	}
 	if err != nil {
-		return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
+		return oidcSignIn{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
 	}
-	idt, refusal := s.oidc.redeem(ctx, q.Get("code"), verifier, nonce)
+	idt, raw, token, refusal := s.oidc.redeem(ctx, q.Get("code"), login.Verifier, login.Nonce)
 	if refusal != nil {
-		return store.User{}, refusal
+		return oidcSignIn{}, refusal
 	}
-	var claims map[string]any
-	if err := idt.Claims(&claims); err != nil {
-		return store.User{}, refuse(http.StatusForbidden, "The ID token's claims cannot be read.", fmt.Errorf("read claims of subject %s: %w", idt.Subject, err))
+	claims, refusal := s.oidc.claims(ctx, idt, token)
+	if refusal != nil {
+		return oidcSignIn{}, refusal
 	}
 	id, err := decideOIDCLogin(s.oidc.opts, claims)
 	attempt.Username = id.username
@@ -272,36 +297,72 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (store.User, *o
 		if errors.Is(err, errNotAllowed) {
 			attempt.UserID = s.endOIDCSessions(ctx, idt.Subject)
 		}
-		return store.User{}, refuse(http.StatusForbidden, err.Error(), fmt.Errorf("subject %s: %w", idt.Subject, err))
+		return oidcSignIn{}, refuse(http.StatusForbidden, err.Error(), fmt.Errorf("subject %s: %w", idt.Subject, err))
 	}
 	user, refusal := s.oidcAccount(r, idt.Subject, id)
 	if user.ID != "" {
 		attempt.UserID, attempt.Username = user.ID, user.Username
 	}
-	return user, refusal
+	return oidcSignIn{user: user, next: login.Next, idToken: raw}, refusal
 }
 
-// redeem exchanges the code, with the PKCE verifier, for the ID token and
-// verifies it against the nonce the login sent.
-func (o *oidcLogin) redeem(ctx context.Context, code, verifier, nonce string) (*oidc.IDToken, *oidcRefusal) {
+// redeem exchanges the code, with the PKCE verifier, for the tokens and
+// verifies the ID token (raw, as issued) against the nonce the login sent.
+func (o *oidcLogin) redeem(ctx context.Context, code, verifier, nonce string) (*oidc.IDToken, string, *oauth2.Token, *oidcRefusal) {
 	p, err := o.discover()
 	if err != nil {
-		return nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
+		return nil, "", nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
 	}
 	token, err := o.oauth2Config(p).Exchange(providerContext(ctx), code, oauth2.VerifierOption(verifier))
 	if err != nil {
-		return nil, refuse(http.StatusBadGateway, "The identity provider did not accept this sign-in. Start again from the login page.",
+		return nil, "", nil, refuse(http.StatusBadGateway, "The identity provider did not accept this sign-in. Start again from the login page.",
 			fmt.Errorf("redeem code: %w", err))
 	}
 	raw, _ := token.Extra("id_token").(string)
 	if raw == "" {
-		return nil, refuse(http.StatusBadGateway, "The identity provider sent no ID token.", errors.New("no id_token in the token response"))
+		return nil, "", nil, refuse(http.StatusBadGateway, "The identity provider sent no ID token.", errors.New("no id_token in the token response"))
 	}
 	idt, err := o.verify(ctx, p, raw, nonce)
 	if err != nil {
-		return nil, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
+		return nil, "", nil, refuse(http.StatusForbidden, "The identity provider's answer was refused: "+refusedTokenSentence(err), err)
 	}
-	return idt, nil
+	return idt, raw, token, nil
+}
+
+// claims returns the verified ID token's claims, completed from the
+// provider's UserInfo endpoint when the username or groups claim is not in
+// the token: a provider that follows OpenID Connect Core 5.4 serves the
+// profile scope's claims there once it issues an access token. A provider
+// without a UserInfo endpoint is judged on the ID token alone.
+func (o *oidcLogin) claims(ctx context.Context, idt *oidc.IDToken, token *oauth2.Token) (map[string]any, *oidcRefusal) {
+	var claims map[string]any
+	if err := idt.Claims(&claims); err != nil {
+		return nil, refuse(http.StatusForbidden, "The ID token's claims cannot be read.", fmt.Errorf("read claims of subject %s: %w", idt.Subject, err))
+	}
+	if !needsUserinfo(o.opts, claims) {
+		return claims, nil
+	}
+	p, err := o.discover()
+	if err != nil {
+		return nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
+	}
+	if p.UserInfoEndpoint() == "" {
+		return claims, nil
+	}
+	info, err := p.UserInfo(providerContext(ctx), oauth2.StaticTokenSource(token))
+	if err != nil {
+		return nil, refuse(http.StatusBadGateway, "The identity provider's UserInfo endpoint did not answer. Try again in a moment.",
+			fmt.Errorf("userinfo of subject %s: %w", idt.Subject, err))
+	}
+	var answer map[string]any
+	if err := info.Claims(&answer); err != nil {
+		return nil, refuse(http.StatusBadGateway, "The identity provider's UserInfo answer cannot be read.", fmt.Errorf("read userinfo of subject %s: %w", idt.Subject, err))
+	}
+	merged, err := withUserinfo(o.opts, claims, answer)
+	if err != nil {
+		return nil, refuse(http.StatusForbidden, errUserinfoSubject.Error(), err)
+	}
+	return merged, nil
 }
 
 // endOIDCSessions ends the sessions of the user with that subject, if

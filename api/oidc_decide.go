@@ -3,13 +3,14 @@ package api
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/codehub-io/codehub/config"
 )
 
-// oidcIdentity is what a verified ID token makes of its user.
+// oidcIdentity is what the provider's verified claims make of the user.
 type oidcIdentity struct {
 	username string
 	// admin is whether the user is in one of admin_groups; it decides the
@@ -24,18 +25,20 @@ type oidcIdentity struct {
 // errNotAllowed refuses a user in none of allowed_groups.
 var errNotAllowed = errors.New("You are not in a group allowed to use this server. Ask an administrator.")
 
-// claimError refuses an ID token whose claim is missing or of the wrong
-// kind; its text is the sentence the refusal page shows.
+// claimError refuses a login whose claim is missing or of the wrong kind,
+// in the ID token and UserInfo alike; its text is the sentence the refusal
+// page shows.
 type claimError struct {
 	claim   string
 	problem string
 }
 
 func (e *claimError) Error() string {
-	return fmt.Sprintf("The ID token's claim %q %s. Ask an administrator to check the single sign-on settings.", e.claim, e.problem)
+	return fmt.Sprintf("The identity provider's claim %q %s. Ask an administrator to check the single sign-on settings.", e.claim, e.problem)
 }
 
-// decideOIDCLogin reads the username and groups from verified claims and
+// decideOIDCLogin reads the username and groups from verified claims (the
+// ID token's, completed from UserInfo) and
 // applies allowed_groups and admin_groups. It is pure: the caller acts on
 // the answer.
 func decideOIDCLogin(opts OIDCOptions, claims map[string]any) (oidcIdentity, error) {
@@ -97,4 +100,41 @@ func groupsClaim(claim string, claims map[string]any) ([]string, error) {
 		return groups, nil
 	}
 	return nil, &claimError{claim, "is not a list of groups"}
+}
+
+// errUserinfoSubject refuses a UserInfo answer about another user than the
+// ID token's; its text is the sentence the refusal page shows.
+var errUserinfoSubject = errors.New("The identity provider's UserInfo answer is about another user than its ID token. Ask an administrator to check the single sign-on settings.")
+
+// needsUserinfo reports whether the ID token lacks the username or the
+// groups claim (when one is configured). A provider that follows OpenID
+// Connect Core 5.4 serves the profile scope's claims from its UserInfo
+// endpoint once it issues an access token, and many serve the groups there
+// too.
+func needsUserinfo(opts OIDCOptions, claims map[string]any) bool {
+	_, name := claims[opts.UsernameClaim]
+	_, groups := claims[opts.GroupsClaim]
+	return !name || (opts.GroupsClaim != "" && !groups)
+}
+
+// withUserinfo returns the ID token's claims with the username and groups
+// claims it lacks taken from the UserInfo answer. The answer must be about
+// the ID token's subject (Core 5.3.2): one without a sub, or about another
+// user, is refused whatever it holds. It is pure and changes neither map.
+func withUserinfo(opts OIDCOptions, idToken, userinfo map[string]any) (map[string]any, error) {
+	want, _ := idToken["sub"].(string)
+	got, ok := userinfo["sub"].(string)
+	if !ok || got != want {
+		return nil, fmt.Errorf("%w: UserInfo answered for subject %q, the ID token is for %q", errUserinfoSubject, userinfo["sub"], want)
+	}
+	merged := maps.Clone(idToken)
+	for _, c := range []string{opts.UsernameClaim, opts.GroupsClaim} {
+		if _, ok := merged[c]; ok || c == "" {
+			continue
+		}
+		if v, ok := userinfo[c]; ok {
+			merged[c] = v
+		}
+	}
+	return merged, nil
 }

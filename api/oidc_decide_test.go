@@ -72,3 +72,76 @@ func TestDesiredAction(t *testing.T) {
 		}
 	}
 }
+
+func TestOIDCClaimsWithUserinfo(t *testing.T) {
+	opts := OIDCOptions{UsernameClaim: "preferred_username", GroupsClaim: "groups"}
+	list := func(gs ...any) []any { return gs }
+	for _, tc := range []struct {
+		name     string
+		idToken  map[string]any
+		userinfo map[string]any
+		want     map[string]any
+		refused  bool
+	}{
+		{"both claims in the ID token win",
+			map[string]any{"sub": "s1", "preferred_username": "ann", "groups": list("dev")},
+			map[string]any{"sub": "s1", "preferred_username": "other", "groups": list("ops")},
+			map[string]any{"sub": "s1", "preferred_username": "ann", "groups": list("dev")}, false},
+		{"both from UserInfo",
+			map[string]any{"sub": "s1"},
+			map[string]any{"sub": "s1", "preferred_username": "ann", "groups": list("dev"), "email": "ann@example.com"},
+			map[string]any{"sub": "s1", "preferred_username": "ann", "groups": list("dev")}, false},
+		{"groups from UserInfo",
+			map[string]any{"sub": "s1", "preferred_username": "ann"},
+			map[string]any{"sub": "s1", "preferred_username": "bob", "groups": list("dev")},
+			map[string]any{"sub": "s1", "preferred_username": "ann", "groups": list("dev")}, false},
+		{"missing from both stays missing",
+			map[string]any{"sub": "s1"},
+			map[string]any{"sub": "s1", "groups": list("dev")},
+			map[string]any{"sub": "s1", "groups": list("dev")}, false},
+		{"another subject", map[string]any{"sub": "s1"}, map[string]any{"sub": "s2", "preferred_username": "ann"}, nil, true},
+		{"another subject, nothing needed from it",
+			map[string]any{"sub": "s1", "preferred_username": "ann", "groups": list("dev")}, map[string]any{"sub": "s2"}, nil, true},
+		{"no subject", map[string]any{"sub": "s1"}, map[string]any{"preferred_username": "ann"}, nil, true},
+		{"subject not text", map[string]any{"sub": "1"}, map[string]any{"sub": 1.0, "preferred_username": "ann"}, nil, true},
+		{"subject differs in case", map[string]any{"sub": "abc"}, map[string]any{"sub": "ABC", "preferred_username": "ann"}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := withUserinfo(opts, tc.idToken, tc.userinfo)
+			if tc.refused {
+				if !errors.Is(err, errUserinfoSubject) {
+					t.Fatalf("withUserinfo = %v, %v; want refused for its subject", got, err)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("withUserinfo = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestOIDCNeedsUserinfo(t *testing.T) {
+	opts := OIDCOptions{UsernameClaim: "preferred_username", GroupsClaim: "groups"}
+	for _, tc := range []struct {
+		claims map[string]any
+		want   bool
+	}{
+		{map[string]any{"sub": "s", "preferred_username": "ann", "groups": []any{}}, false},
+		{map[string]any{"sub": "s", "preferred_username": "ann"}, true},
+		{map[string]any{"sub": "s", "groups": []any{"dev"}}, true},
+		{map[string]any{"sub": "s"}, true},
+	} {
+		if got := needsUserinfo(opts, tc.claims); got != tc.want {
+			t.Errorf("needsUserinfo(%v) = %v, want %v", tc.claims, got, tc.want)
+		}
+	}
+	// Without groups_claim there are no groups to look for.
+	noGroups := OIDCOptions{UsernameClaim: "preferred_username"}
+	if needsUserinfo(noGroups, map[string]any{"sub": "s", "preferred_username": "ann"}) {
+		t.Error("UserInfo asked for a groups claim that is not configured")
+	}
+	if !needsUserinfo(noGroups, map[string]any{"sub": "s"}) {
+		t.Error("UserInfo not asked for the missing username")
+	}
+}

@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -26,9 +28,17 @@ const (
 // (members of "dev" allowed, of "ops" admins).
 func startSSO(t *testing.T, tune func(*api.OIDCOptions)) (*apitest.Env, *oidctest.Provider) {
 	t.Helper()
+	return startSSOWith(t, oidctest.ClaimsInIDToken, tune)
+}
+
+// startSSOWith is startSSO with a provider that puts the claims where
+// claims says.
+func startSSOWith(t *testing.T, claims oidctest.Claims, tune func(*api.OIDCOptions)) (*apitest.Env, *oidctest.Provider) {
+	t.Helper()
 	var p *oidctest.Provider
 	env := apitest.New(t, apitest.Config{OIDC: func(publicURL string) *api.OIDCOptions {
-		p = oidctest.Start(t, oidctest.Client{ID: ssoClientID, Secret: ssoClientSecret, RedirectURI: publicURL + callbackPath})
+		p = oidctest.Start(t, oidctest.Client{ID: ssoClientID, Secret: ssoClientSecret, RedirectURI: publicURL + callbackPath,
+			PostLogoutRedirectURI: publicURL + "/", Claims: claims})
 		o := &api.OIDCOptions{
 			Issuer: p.Issuer, ClientID: ssoClientID, ClientSecret: ssoClientSecret,
 			Scopes: []string{"openid", "profile"}, UsernameClaim: "preferred_username", GroupsClaim: "groups",
@@ -227,6 +237,90 @@ func TestSSORefusesMissingAndWrongClaims(t *testing.T) {
 	}
 }
 
+// Each common way a provider hands out the claims works with the default
+// settings: in the ID token, only from UserInfo (OpenID Connect Core 5.4),
+// and the groups only from UserInfo.
+func TestSSOClaimsFromIDTokenOrUserinfo(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		claims oidctest.Claims
+	}{
+		{"in the ID token", oidctest.ClaimsInIDToken},
+		{"only from UserInfo", oidctest.ClaimsInUserinfo},
+		{"groups only from UserInfo", oidctest.GroupsInUserinfo},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, p := startSSOWith(t, tc.claims, nil)
+			kim := oidctest.User{Subject: "sub-kim", Username: "Kim", Password: "pw-kim", Groups: []string{"dev", "ops"}}
+			p.AddUser(kim)
+			_, s := mustSSOLogin(t, env, p, kim)
+			if s.User.Username != "kim" || !s.User.IsAdmin {
+				t.Errorf("logged in as %+v, want kim, admin from admin_groups", s.User)
+			}
+			var groups []string
+			if err := env.Pool.QueryRow(context.Background(), `SELECT groups FROM users WHERE id = $1`, s.User.ID).Scan(&groups); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(groups, []string{"dev", "ops"}) {
+				t.Errorf("groups recorded: %q", groups)
+			}
+			// Out of allowed_groups is refused here as everywhere.
+			p.SetGroups(kim.Subject, []string{"sales"})
+			if res, body := ssoLogin(t, env, p, env.Client(), kim, nil); res.StatusCode != http.StatusForbidden || !strings.Contains(body, "not in a group allowed") {
+				t.Errorf("login out of allowed_groups: status %d\n%s", res.StatusCode, body)
+			}
+		})
+	}
+}
+
+// A UserInfo answer about another subject than the ID token's is refused
+// (Core 5.3.2), even though it would name an allowed user, and the refusal
+// is recorded with its reason.
+func TestSSORefusesUserinfoOfAnotherSubject(t *testing.T) {
+	env, p := startSSOWith(t, oidctest.ClaimsInUserinfo, nil)
+	lee := oidctest.User{Subject: "sub-lee", Username: "lee", Password: "pw-lee", Groups: []string{"dev"}}
+	boss := oidctest.User{Subject: "sub-boss", Username: "boss", Password: "pw-boss", Groups: []string{"dev", "ops"}}
+	p.AddUser(lee)
+	p.AddUser(boss)
+	p.AnswerUserinfoAs(lee.Subject, boss.Subject)
+	c := env.Client()
+	res, body := ssoLogin(t, env, p, c, lee, nil)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "UserInfo") || !strings.Contains(body, "another user") {
+		t.Errorf("UserInfo of another subject: status %d\n%s", res.StatusCode, body)
+	}
+	if _, status := session(t, env, c); status != http.StatusUnauthorized {
+		t.Errorf("session after the refusal: %d", status)
+	}
+	var detail string
+	if err := env.Pool.QueryRow(context.Background(), `SELECT detail FROM audit_events WHERE action = 'user.login' AND outcome = 'failure'`).Scan(&detail); err != nil {
+		t.Fatalf("no refused login recorded: %v", err)
+	}
+	if !strings.Contains(detail, "sub-boss") || !strings.Contains(detail, "sub-lee") {
+		t.Errorf("recorded reason %q names neither subject", detail)
+	}
+	var users int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users`).Scan(&users); err != nil || users != 0 {
+		t.Errorf("users = %d, %v; want none created", users, err)
+	}
+	// The same provider answering truthfully again lets lee in.
+	p.AnswerUserinfoAs(lee.Subject, "")
+	if _, s := mustSSOLogin(t, env, p, lee); s.User.Username != "lee" || s.User.IsAdmin {
+		t.Errorf("logged in as %+v, want lee", s.User)
+	}
+}
+
+// A username claim neither the ID token nor UserInfo has is refused with
+// the claim named.
+func TestSSORefusesUsernameMissingEverywhere(t *testing.T) {
+	env, p := startSSOWith(t, oidctest.ClaimsInUserinfo, func(o *api.OIDCOptions) { o.UsernameClaim = "nickname" })
+	max := oidctest.User{Subject: "sub-max", Username: "max", Password: "pw-max", Groups: []string{"dev"}}
+	p.AddUser(max)
+	res, body := ssoLogin(t, env, p, env.Client(), max, nil)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, `claim &#34;nickname&#34; is missing`) {
+		t.Errorf("status %d, want 403 naming the claim\n%s", res.StatusCode, body)
+	}
+}
+
 // A nonce changed on the way to the provider comes back in the ID token,
 // which the callback then refuses: it answers another login.
 func TestSSORefusesBadNonce(t *testing.T) {
@@ -307,6 +401,108 @@ func TestSSOLogout(t *testing.T) {
 	}
 	// Logging in again goes through the provider again.
 	mustSSOLogin(t, env, p, gina)
+}
+
+// Logging out of a single sign-on session offers to end the provider's
+// session too (RP-Initiated Logout): the browser is sent to the provider's
+// end_session_endpoint with the login's ID token, our client id, the
+// registered post-logout address and a state, and the provider ends its
+// session and sends the browser back there.
+func TestSSOLogoutAtTheProvider(t *testing.T) {
+	env, p := startSSO(t, nil)
+	pia := oidctest.User{Subject: "sub-pia", Username: "pia", Password: "pw-pia", Groups: []string{"dev"}}
+	p.AddUser(pia)
+	c, _ := mustSSOLogin(t, env, p, pia)
+	var offer struct {
+		Offered bool   `json:"offered"`
+		Label   string `json:"label"`
+	}
+	env.Do(c, "GET", "/api/v1/auth/oidc/logout", nil).Decode(t, &offer)
+	if !offer.Offered || offer.Label != "Test IdP" {
+		t.Errorf("logout offer = %+v, want offered by Test IdP", offer)
+	}
+
+	res := env.Do(c, "POST", "/api/v1/auth/oidc/logout", nil)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("logout: %d %s", res.StatusCode, res.Body)
+	}
+	if strings.Contains(res.Header.Get("Set-Cookie"), "eyJ") {
+		t.Errorf("the ID token went into a cookie: %s", res.Header.Get("Set-Cookie"))
+	}
+	var out struct {
+		EndSessionURL string `json:"end_session_url"`
+	}
+	res.Decode(t, &out)
+	end, err := url.Parse(out.EndSessionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := end.Query()
+	if got := end.Scheme + "://" + end.Host + end.Path; got != p.Issuer+"/end_session" {
+		t.Errorf("sent to %s, want the provider's end_session_endpoint", got)
+	}
+	if q.Get("client_id") != ssoClientID || q.Get("post_logout_redirect_uri") != env.URL+"/" || q.Get("state") == "" {
+		t.Errorf("end-session parameters %v", q)
+	}
+	if sub := jwtSubject(t, q.Get("id_token_hint")); sub != pia.Subject {
+		t.Errorf("id_token_hint is for %q, want %q", sub, pia.Subject)
+	}
+	if _, status := session(t, env, c); status != http.StatusUnauthorized {
+		t.Errorf("session after logout: %d", status)
+	}
+	var detail string
+	if err := env.Pool.QueryRow(context.Background(), `SELECT detail FROM audit_events WHERE action = 'user.logout' AND outcome = 'success'`).Scan(&detail); err != nil || detail != "and at the identity provider" {
+		t.Errorf("recorded logout %q, %v", detail, err)
+	}
+
+	// The provider ends its session and sends the browser back to the
+	// registered address, with the state.
+	back, err := c.Get(out.EndSessionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back.Body.Close()
+	if loc, _ := back.Location(); back.StatusCode != http.StatusFound || loc == nil ||
+		loc.Scheme+"://"+loc.Host+loc.Path != env.URL+"/" || loc.Query().Get("state") != q.Get("state") {
+		t.Errorf("provider's end-session: status %d, location %v", back.StatusCode, loc)
+	}
+
+	// A password session has no provider session to end.
+	quin := env.CreateUser("quin", false)
+	pc := env.Login(quin)
+	env.Do(pc, "GET", "/api/v1/auth/oidc/logout", nil).Decode(t, &offer)
+	if offer.Offered {
+		t.Errorf("a password session is offered the provider's logout")
+	}
+	res = env.Do(pc, "POST", "/api/v1/auth/oidc/logout", nil)
+	res.Decode(t, &out)
+	if res.StatusCode != http.StatusOK || out.EndSessionURL != "" {
+		t.Errorf("password session logout: %d %+v", res.StatusCode, out)
+	}
+	if _, status := session(t, env, pc); status != http.StatusUnauthorized {
+		t.Errorf("password session after logout: %d", status)
+	}
+}
+
+// jwtSubject reads the sub of a JWT without checking it (the provider
+// did, when it took it back as a hint).
+func jwtSubject(t *testing.T, raw string) string {
+	t.Helper()
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		t.Fatalf("%q is not a JWT", raw)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return claims.Sub
 }
 
 func TestPasswordLoginTurnedOff(t *testing.T) {

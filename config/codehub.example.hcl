@@ -417,15 +417,18 @@ auth {
     # client_secret = ""
 
     # Scopes asked for; must include "openid". Add the scope that makes
-    # your provider put groups into the ID token (often "groups").
+    # your provider give out the groups (often "groups").
     scopes = ["openid", "profile", "email"]
 
-    # ID token claim whose value becomes the username at first login (it
-    # must be a valid codehub username). Users are known by the provider's
-    # issuer and subject, so a later change of this claim renames nobody.
+    # Both claims below are read from the ID token or, where it lacks them,
+    # from the provider's UserInfo endpoint (docs/identity.md).
+
+    # Claim whose value becomes the username at first login (it must be a
+    # valid codehub username). Users are known by the provider's issuer and
+    # subject, so a later change of this claim renames nobody.
     username_claim = "preferred_username"
 
-    # ID token claim listing the user's groups.
+    # Claim listing the user's groups.
     groups_claim = "groups"
 
     # When not empty, only members of one of these groups may log in; a

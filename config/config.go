@@ -282,10 +282,11 @@ type OIDC struct {
 	ClientID     string   `hcl:"client_id,optional"`
 	ClientSecret Secret   `hcl:"client_secret,optional"`
 	Scopes       []string `hcl:"scopes,optional"`
-	// UsernameClaim names the ID token claim that becomes the username
-	// at first login.
+	// UsernameClaim names the claim (of the ID token, or else of UserInfo)
+	// that becomes the username at first login.
 	UsernameClaim string `hcl:"username_claim,optional"`
-	// GroupsClaim names the ID token claim listing the user's groups.
+	// GroupsClaim names the claim (of the ID token, or else of UserInfo)
+	// listing the user's groups.
 	GroupsClaim string `hcl:"groups_claim,optional"`
 	// AllowedGroups, when not empty, admits only members of one of them.
 	AllowedGroups []string `hcl:"allowed_groups,optional"`

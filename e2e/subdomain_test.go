@@ -92,6 +92,8 @@ func TestBrowserSubdomainLogin(t *testing.T) {
 			next:                   next,
 			"/w/" + ws.ID + "/":    "/w/" + ws.ID + "/",
 			"//evil.example/":      "",
+			"/\t/evil.example/":    "",
+			"/\\evil.example/":     "",
 			"/login?next=/x":       "",
 			"http://evil.example/": "",
 			"javascript:alert(1)":  "",

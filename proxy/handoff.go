@@ -77,7 +77,7 @@ func (p *Proxy) handoff(w http.ResponseWriter, r *http.Request, id, path string)
 		http.Redirect(w, r, origin+u.RequestURI(), http.StatusFound)
 		return
 	}
-	next := localPath(q.Get("next"))
+	next := LocalTarget(origin, q.Get("next"))
 	ticket, ok, err := p.auth.Handoff(r, id)
 	if err != nil {
 		p.internal(w, r, "hand session over", err)
@@ -125,7 +125,8 @@ func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
 	http.SetCookie(w, &http.Cookie{Name: HandoffCookie, Path: HandoffPath, MaxAge: -1,
 		HttpOnly: true, Secure: p.opts.Sites.Secure(), SameSite: http.SameSiteLaxMode})
 	http.SetCookie(w, cookie)
-	http.Redirect(w, r, localPath(q.Get("next")), http.StatusSeeOther)
+	// A handoff never sends the browser to another site.
+	http.Redirect(w, r, LocalTarget(p.opts.Sites.WorkspaceOrigin(t.id), q.Get("next")), http.StatusSeeOther)
 }
 
 // sameNonce reports whether state is the handoff nonce the request's
@@ -133,17 +134,4 @@ func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
 func sameNonce(r *http.Request, state string) bool {
 	c, err := r.Cookie(HandoffCookie)
 	return err == nil && state != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(state)) == 1
-}
-
-// localPath is next if it is a path on this host, or "/": a handoff never
-// sends the browser to another site.
-func localPath(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		return "/"
-	}
-	u, err := url.Parse(next)
-	if err != nil || u.Scheme != "" || u.Host != "" {
-		return "/"
-	}
-	return next
 }

@@ -305,23 +305,33 @@ func TestAbortedProxyRequestsAreNotErrors(t *testing.T) {
 	}
 }
 
-// TestLocalPath: after a handoff the browser goes to a path on the
-// workspace's own host, never to another site.
-func TestLocalPath(t *testing.T) {
+// TestLocalTarget: after a handoff the browser goes to a path on the
+// workspace's own host, never to another site, whichever way next is
+// written.
+func TestLocalTarget(t *testing.T) {
+	const origin = "https://01hzzzzzzzzzzzzzzzzzzzzzzz.ws.example.com"
 	for in, want := range map[string]string{
-		"/":                    "/",
-		"/echo/a%2Fb?x=1":      "/echo/a%2Fb?x=1",
-		"/?folder=/home/coder": "/?folder=/home/coder",
-		"":                     "/",
-		"//evil.example/":      "/",
-		"/\\evil.example/":     "/",
-		"http://evil.example/": "/",
-		"javascript:alert(1)":  "/",
-		"evil.example/x":       "/",
-		"/%zz":                 "/",
+		"/":                        "/",
+		"/echo/a%2Fb?x=1":          "/echo/a%2Fb?x=1",
+		"/?folder=/home/coder":     "/?folder=/home/coder",
+		"/x#frag":                  "/x#frag",
+		origin + "/x":              "/x",
+		"":                         "/",
+		"//evil.example/":          "/",
+		"///evil.example/":         "/",
+		"/\\evil.example/":         "/",
+		"/\t/evil.example/":        "/",
+		" //evil.example/":         "/",
+		origin + "//evil.example/": "/",
+		"http://evil.example/":     "/",
+		"https://user@" + origin[len("https://"):] + "/": "/",
+		"javascript:alert(1)":                            "/",
+		"evil.example/x":                                 "/evil.example/x",
+		"/%09/evil.example":                              "/%09/evil.example",
+		"/%zz":                                           "/",
 	} {
-		if got := localPath(in); got != want {
-			t.Errorf("localPath(%q) = %q, want %q", in, got, want)
+		if got := LocalTarget(origin, in); got != want {
+			t.Errorf("LocalTarget(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

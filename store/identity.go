@@ -71,30 +71,40 @@ func EndUserSessions(ctx context.Context, q Querier, userID string) error {
 	return nil
 }
 
+// OIDCLogin is a login under way at the OpenID Provider: what the callback
+// checks the provider's answer against, and where the browser goes after.
+type OIDCLogin struct {
+	Nonce    string
+	Verifier string
+	// Next is the checked address to go to once logged in.
+	Next string
+}
+
 // CreateOIDCLogin stores a login under way at the OpenID Provider, valid
 // for ttl.
-func CreateOIDCLogin(ctx context.Context, q Querier, stateHash []byte, nonce, verifier string, ttl time.Duration) error {
-	_, err := q.Exec(ctx, `INSERT INTO oidc_logins (state_hash, nonce, code_verifier, expires_at)
-		VALUES ($1, $2, $3, now() + $4::interval)`, stateHash, nonce, verifier, ttl)
+func CreateOIDCLogin(ctx context.Context, q Querier, stateHash []byte, l OIDCLogin, ttl time.Duration) error {
+	_, err := q.Exec(ctx, `INSERT INTO oidc_logins (state_hash, nonce, code_verifier, next, expires_at)
+		VALUES ($1, $2, $3, $4, now() + $5::interval)`, stateHash, l.Nonce, l.Verifier, l.Next, ttl)
 	if err != nil {
 		return fmt.Errorf("create oidc login: %w", err)
 	}
 	return nil
 }
 
-// TakeOIDCLogin uses up the login under way with that state and returns its
-// nonce and PKCE verifier; an unknown, used or expired one is ErrNotFound.
-func TakeOIDCLogin(ctx context.Context, q Querier, stateHash []byte) (nonce, verifier string, err error) {
+// TakeOIDCLogin uses up the login under way with that state; an unknown,
+// used or expired one is ErrNotFound.
+func TakeOIDCLogin(ctx context.Context, q Querier, stateHash []byte) (OIDCLogin, error) {
+	var l OIDCLogin
 	var live bool
-	err = q.QueryRow(ctx, `DELETE FROM oidc_logins WHERE state_hash = $1 RETURNING nonce, code_verifier, expires_at > now()`, stateHash).
-		Scan(&nonce, &verifier, &live)
+	err := q.QueryRow(ctx, `DELETE FROM oidc_logins WHERE state_hash = $1 RETURNING nonce, code_verifier, next, expires_at > now()`, stateHash).
+		Scan(&l.Nonce, &l.Verifier, &l.Next, &live)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !live) {
-		return "", "", ErrNotFound
+		return OIDCLogin{}, ErrNotFound
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("take oidc login: %w", err)
+		return OIDCLogin{}, fmt.Errorf("take oidc login: %w", err)
 	}
-	return nonce, verifier, nil
+	return l, nil
 }
 
 // SetGroups records the groups a user's identity provider gave at their

@@ -38,17 +38,18 @@ func TestDisabledUserHasNoSession(t *testing.T) {
 func TestTakeOIDCLogin(t *testing.T) {
 	ctx := t.Context()
 	pool := migratedPool(t)
-	if err := store.CreateOIDCLogin(ctx, pool, []byte("s1"), "n1", "v1", time.Minute); err != nil {
+	first := store.OIDCLogin{Nonce: "n1", Verifier: "v1", Next: "/cli-login?port=1"}
+	if err := store.CreateOIDCLogin(ctx, pool, []byte("s1"), first, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.CreateOIDCLogin(ctx, pool, []byte("s2"), "n2", "v2", 0); err != nil {
+	if err := store.CreateOIDCLogin(ctx, pool, []byte("s2"), store.OIDCLogin{Nonce: "n2", Verifier: "v2"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if nonce, verifier, err := store.TakeOIDCLogin(ctx, pool, []byte("s1")); err != nil || nonce != "n1" || verifier != "v1" {
-		t.Fatalf("take = %q %q %v", nonce, verifier, err)
+	if l, err := store.TakeOIDCLogin(ctx, pool, []byte("s1")); err != nil || l != first {
+		t.Fatalf("take = %+v %v, want %+v", l, err, first)
 	}
 	for _, state := range []string{"s1", "s2", "unknown"} {
-		if _, _, err := store.TakeOIDCLogin(ctx, pool, []byte(state)); !errors.Is(err, store.ErrNotFound) {
+		if _, err := store.TakeOIDCLogin(ctx, pool, []byte(state)); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("take %s: %v, want ErrNotFound", state, err)
 		}
 	}

@@ -1,8 +1,10 @@
 // Package oidctest runs a real OpenID Provider for tests: zitadel/oidc's
 // op package, with its example in-memory storage, serving on 127.0.0.1 with
 // a plain login form. Tests add users with groups and change them while it
-// runs; the ID tokens carry preferred_username and groups. It never fakes
-// a response of the protocol: everything comes from the op package.
+// runs; each client says where the provider puts preferred_username and
+// groups (the ID token, UserInfo, or both). It never fakes a response of
+// the protocol: everything comes from the op package, and what a test
+// changes, it changes in the provider's storage.
 package oidctest
 
 import (
@@ -31,7 +33,42 @@ type Client struct {
 	ID          string
 	Secret      string
 	RedirectURI string
+	// PostLogoutRedirectURI, when set, is registered for RP-initiated
+	// logout: the provider's end-session endpoint sends the browser back
+	// there, and nowhere else.
+	PostLogoutRedirectURI string
+	// Claims is where the provider puts the user's claims for this client.
+	Claims Claims
 }
+
+// Claims is where a provider puts preferred_username and groups. UserInfo
+// always answers both; what varies between providers is the ID token.
+type Claims int
+
+const (
+	// ClaimsInIDToken asserts both into the ID token too, although an
+	// access token is issued (the client's IDTokenUserinfoClaimsAssertion).
+	ClaimsInIDToken Claims = iota
+	// ClaimsInUserinfo follows OpenID Connect Core 5.4 to the letter: with
+	// an access token issued, the ID token carries neither, and both come
+	// only from UserInfo.
+	ClaimsInUserinfo
+	// GroupsInUserinfo puts preferred_username into the ID token and the
+	// groups only into UserInfo.
+	GroupsInUserinfo
+)
+
+// registered is a client as the provider's storage hands it to the op
+// package: the example client, with the settings Client chose.
+type registered struct {
+	*storage.Client
+	claims     Claims
+	postLogout []string
+}
+
+func (c *registered) IDTokenUserinfoClaimsAssertion() bool { return c.claims != ClaimsInUserinfo }
+
+func (c *registered) PostLogoutRedirectURIs() []string { return c.postLogout }
 
 // User is a user of the provider. Subject is its id there.
 type User struct {
@@ -57,12 +94,18 @@ func Start(t testing.TB, clients ...Client) *Provider {
 		t.Fatalf("listen: %v", err)
 	}
 	issuer := "http://" + ln.Addr().String()
-	us := &users{byID: map[string]*User{}}
-	registered := map[string]*storage.Client{}
+	us := &users{byID: map[string]*User{}, userinfoAs: map[string]string{}}
+	examples := map[string]*storage.Client{}
+	ours := map[string]*registered{}
 	for _, c := range clients {
-		registered[c.ID] = storage.WebClient(c.ID, c.Secret, c.RedirectURI)
+		examples[c.ID] = storage.WebClient(c.ID, c.Secret, c.RedirectURI)
+		r := &registered{Client: examples[c.ID], claims: c.Claims}
+		if c.PostLogoutRedirectURI != "" {
+			r.postLogout = []string{c.PostLogoutRedirectURI}
+		}
+		ours[c.ID] = r
 	}
-	st := &groupStorage{Storage: storage.NewStorageWithClients(us, registered), users: us}
+	st := &groupStorage{Storage: storage.NewStorageWithClients(us, examples), users: us, clients: ours}
 	provider, err := op.NewProvider(&op.Config{
 		CryptoKey:          [32]byte{1},
 		CodeMethodS256:     true,
@@ -96,6 +139,19 @@ func (p *Provider) SetGroups(subject string, groups []string) {
 	p.users.byID[subject].Groups = groups
 }
 
+// AnswerUserinfoAs makes the provider's storage fill the UserInfo answers
+// to subject's access tokens with other's claims, subject included: a
+// provider that mixes up its users. An empty other undoes it.
+func (p *Provider) AnswerUserinfoAs(subject, other string) {
+	p.users.mu.Lock()
+	defer p.users.mu.Unlock()
+	if other == "" {
+		delete(p.users.userinfoAs, subject)
+		return
+	}
+	p.users.userinfoAs[subject] = other
+}
+
 // LoginFormPath is where the provider's login form is served.
 const LoginFormPath = "/login/username"
 
@@ -103,6 +159,9 @@ const LoginFormPath = "/login/username"
 type users struct {
 	mu   sync.Mutex
 	byID map[string]*User
+	// userinfoAs maps a subject to the one whose claims UserInfo answers
+	// with instead.
+	userinfoAs map[string]string
 }
 
 func (us *users) exampleUser(u *User) *storage.User {
@@ -131,32 +190,79 @@ func (us *users) GetUserByUsername(name string) *storage.User {
 
 func (us *users) ExampleClientID() string { return storage.ServiceUserID }
 
-func (us *users) groups(id string) ([]string, string, bool) {
+func (us *users) groups(id string) ([]string, bool) {
 	us.mu.Lock()
 	defer us.mu.Unlock()
 	u, ok := us.byID[id]
 	if !ok {
-		return nil, "", false
+		return nil, false
 	}
-	return append([]string(nil), u.Groups...), u.Username, true
+	return append([]string(nil), u.Groups...), true
 }
 
-// groupStorage is the example storage with preferred_username and groups
-// in every ID token, whatever the scopes.
+// answeredAs is the user whose claims UserInfo answers with for subject.
+func (us *users) answeredAs(subject string) (User, bool) {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	other, ok := us.userinfoAs[subject]
+	if !ok {
+		return User{}, false
+	}
+	u, ok := us.byID[other]
+	if !ok {
+		return User{}, false
+	}
+	return *u, true
+}
+
+// groupStorage is the example storage with a groups claim, put where each
+// client's Claims says. The op package itself leaves the profile scope's
+// claims (preferred_username) out of the ID token of a client that does
+// not assert them.
 type groupStorage struct {
 	*storage.Storage
-	users *users
+	users   *users
+	clients map[string]*registered
 }
 
+func (s *groupStorage) GetClientByClientID(_ context.Context, id string) (op.Client, error) {
+	c, ok := s.clients[id]
+	if !ok {
+		return nil, fmt.Errorf("client %s not found", id)
+	}
+	return c, nil
+}
+
+// SetUserinfoFromRequest fills the claims of an ID token.
 func (s *groupStorage) SetUserinfoFromRequest(ctx context.Context, info *oidc.UserInfo, token op.IDTokenRequest, scopes []string) error {
 	if err := s.Storage.SetUserinfoFromRequest(ctx, info, token, scopes); err != nil {
 		return err
 	}
-	groups, username, ok := s.users.groups(token.GetSubject())
-	if !ok {
-		return fmt.Errorf("no user %s", token.GetSubject())
+	if c, ok := s.clients[token.GetClientID()]; ok && c.claims != ClaimsInIDToken {
+		return nil
 	}
-	info.PreferredUsername = username
+	return s.addGroups(info, token.GetSubject())
+}
+
+// SetUserinfoFromToken fills the UserInfo answer: the profile scope's
+// claims from the example storage, and the groups.
+func (s *groupStorage) SetUserinfoFromToken(ctx context.Context, info *oidc.UserInfo, tokenID, subject, origin string) error {
+	if err := s.Storage.SetUserinfoFromToken(ctx, info, tokenID, subject, origin); err != nil {
+		return err
+	}
+	if other, ok := s.users.answeredAs(subject); ok {
+		info.Subject = other.Subject
+		info.PreferredUsername = other.Username
+		subject = other.Subject
+	}
+	return s.addGroups(info, subject)
+}
+
+func (s *groupStorage) addGroups(info *oidc.UserInfo, subject string) error {
+	groups, ok := s.users.groups(subject)
+	if !ok {
+		return fmt.Errorf("no user %s", subject)
+	}
 	if groups != nil {
 		info.AppendClaims("groups", groups)
 	}

@@ -1096,22 +1096,17 @@ function showCliLogin(user) {
 
 // ---------- Views ----------
 
-// loginTarget is where to go after logging in: a path on this site, or, in
-// subdomain mode, an address on the origin the server gives for one of the
-// user's own workspaces. Anything else is dropped: the login page is never
-// an open redirect.
+// loginTarget is where to go after logging in, or "" for the dashboard.
+// The server judges next (GET /api/v1/auth/next): a path on this site, or
+// in subdomain mode an address on one of the user's own workspace hosts.
+// The login page is never an open redirect, and has one rule with the
+// single sign-on login.
 async function loginTarget() {
   const next = new URLSearchParams(location.search).get("next") || "";
-  if (next.startsWith("/")) {
-    return !next.startsWith("//") && !next.startsWith("/\\") && !next.startsWith("/login") ? next : "";
-  }
-  let target;
-  try { target = new URL(next); } catch (_) { return ""; }
-  const id = target.hostname.split(".")[0];
-  if (!/^[0-9a-z]{26}$/.test(id)) return "";
+  if (!next) return "";
   try {
-    const ws = await api("GET", `/api/v1/workspaces/${id}`);
-    return new URL(ws.url).origin === target.origin ? target.href : "";
+    const target = (await api("GET", "/api/v1/auth/next?next=" + encodeURIComponent(next))).next;
+    return target === "/" ? "" : target;
   } catch (_) {
     return "";
   }
@@ -1146,7 +1141,9 @@ async function offerSignIn() {
   $("login-or").hidden = !methods.password;
   if (methods.oidc) {
     $("login-sso-link").textContent = `Sign in with ${methods.oidc.label}`;
-    $("login-sso-link").href = methods.oidc.login_url;
+    // The server checks next at the end of the single sign-on login too.
+    const next = new URLSearchParams(location.search).get("next");
+    $("login-sso-link").href = methods.oidc.login_url + (next ? "?next=" + encodeURIComponent(next) : "");
   }
 }
 
@@ -1218,14 +1215,29 @@ async function login(e) {
 
 // showSignout asks before ending the session: /logout is where a
 // workspace's own "Sign out" lands, and a link alone must not sign anyone
-// out.
-function showSignout(user) {
+// out. After a single sign-on login it offers to end the session at the
+// identity provider too.
+async function showSignout(user) {
   $("boot").hidden = true;
   $("login-view").hidden = true;
   $("app-view").hidden = true;
   $("signout-view").hidden = false;
   $("signout-cancel").onclick = () => showApp(user);
   $("signout-confirm").focus();
+  const offer = await providerLogoutOffer();
+  $("signout-provider").hidden = !offer;
+  if (offer) $("signout-provider").textContent = `Sign out of CodeHub and ${offer.label}`;
+}
+
+// providerLogoutOffer is the identity provider whose session a logout may
+// end too, or null.
+async function providerLogoutOffer() {
+  try {
+    const offer = await api("GET", "/api/v1/auth/oidc/logout");
+    return offer.offered ? offer : null;
+  } catch (_) {
+    return null;
+  }
 }
 
 async function logout() {
@@ -1233,10 +1245,27 @@ async function logout() {
   showLogin();
 }
 
+// logoutAtProvider ends the CodeHub session, then sends the browser to the
+// identity provider to end its session; the provider sends it back to the
+// dashboard.
+async function logoutAtProvider() {
+  let out = null;
+  try { out = await api("POST", "/api/v1/auth/oidc/logout"); } catch (_) { /* signed out here either way */ }
+  if (out && out.end_session_url) { location.assign(out.end_session_url); return; }
+  showLogin();
+}
+
+// signOutClicked is the header's "Sign out": at once, unless there is a
+// provider session to offer ending too.
+async function signOutClicked() {
+  if (await providerLogoutOffer()) { showSignout(state.user); return; }
+  logout();
+}
+
 async function boot() {
   $("login-form").addEventListener("submit", login);
   $("create-form").addEventListener("submit", create);
-  $("logout").addEventListener("click", logout);
+  $("logout").addEventListener("click", signOutClicked);
   $("token-form").addEventListener("submit", createToken);
   $("password-form").addEventListener("submit", changePassword);
   $("settings-form").addEventListener("submit", (e) => {
@@ -1253,6 +1282,7 @@ async function boot() {
   $("token-copy").addEventListener("click", copySecret);
   $("token-secret-close").addEventListener("click", closeSecret);
   $("signout-confirm").addEventListener("click", logout);
+  $("signout-provider").addEventListener("click", logoutAtProvider);
   $("limit-close").addEventListener("click", () => { state.limit = null; renderLimit(); });
   $("limit-retry").addEventListener("click", () => {
     const id = state.limit && state.limit.id;
