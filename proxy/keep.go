@@ -455,14 +455,29 @@ func (p *Proxy) writeKept(kc *keptConn, r *http.Request, res *http.Response, t *
 	}
 	bw.WriteString("\r\n")
 	connection := res.Header["Connection"]
+	// A length the workspace's Connection header names is dropped like
+	// any header it names, but the answer still needs its framing:
+	// net/http's server frames what it is handed itself, and so does
+	// this one, from the length the transport parsed.
+	lengthDropped := false
 	for name, values := range res.Header {
 		values, ok := p.passedOn(name, values, connection)
-		if !ok || suppressed(name, status) {
+		if !ok {
+			lengthDropped = lengthDropped || name == "Content-Length"
+			continue
+		}
+		if suppressed(name, status) {
 			continue
 		}
 		for _, v := range values {
 			writeField(bw, name, headerValue(v))
 		}
+	}
+	if lengthDropped && bodied && !head && !chunked {
+		var n [20]byte
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(n[:0], res.ContentLength, 10))
+		bw.WriteString("\r\n")
 	}
 	if len(res.Trailer) > 0 && chunked {
 		writeField(bw, "Trailer", trailerNames(res.Trailer))
