@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -214,6 +215,21 @@ type keptConn struct {
 	armed time.Time
 	// handedBack: the server has the connection again.
 	handedBack bool
+	// ended is set once the proxy's watch ended the connection; stream
+	// is the answer that streams on it meanwhile, which ends with it.
+	ended  atomic.Bool
+	stream atomic.Pointer[pooledBody]
+}
+
+// end closes the connection for the watch: the client's side, and the
+// workspace's of an answer that streams. The request being served, if
+// any, goes no further.
+func (kc *keptConn) end(endReason) {
+	kc.ended.Store(true)
+	if b := kc.stream.Load(); b != nil {
+		b.abort()
+	}
+	_ = kc.Conn.Close()
 }
 
 var errHeadTooLarge = errors.New("request head larger than the proxy reads")
@@ -242,7 +258,11 @@ func (p *Proxy) takeOver(w *responseRecorder, r *http.Request, res *http.Respons
 	// A listener closed meanwhile gets this answer, and then the
 	// connection ends.
 	admitted := l.admit(kc)
+	// The connection lives on under the session of the request that
+	// began it; each request on it is checked on its own as well.
+	h := p.hold(r, t, kc.end)
 	defer func() {
+		p.release(h)
 		if !kc.handedBack {
 			kc.Close()
 		}
@@ -284,6 +304,9 @@ func (p *Proxy) serveNext(kc *keptConn) bool {
 		return false
 	}
 	head, err := kc.nextHead()
+	if kc.ended.Load() {
+		return false
+	}
 	if errors.Is(err, errHeadTooLarge) {
 		p.handBack(kc)
 		return false
@@ -524,6 +547,13 @@ func (p *Proxy) writeKept(kc *keptConn, r *http.Request, res *http.Response, t *
 	var flush func() error
 	if stream {
 		flush = bw.Flush
+		if b, ok := res.Body.(*pooledBody); ok {
+			kc.stream.Store(b)
+			defer kc.stream.Store(nil)
+			if kc.ended.Load() {
+				b.abort()
+			}
+		}
 	}
 	if err := p.copyBody(out, flush, res, t, buf); err != nil {
 		// Half an answer must not look whole: the connection ends.
