@@ -278,7 +278,7 @@ type ending struct {
 
 // recheck checks every credential in the watch once, and the owner of
 // every workspace with a connection whose session holds, and ends the
-// connections endFor rules out.
+// connections endFor rules out. A check that fails ends the round.
 func (p *Proxy) recheck(ctx context.Context) {
 	var ends []ending
 	owners := map[string]ownerCheck{}
@@ -286,9 +286,6 @@ func (p *Proxy) recheck(ctx context.Context) {
 		s := p.checkSession(ctx, g)
 		if ctx.Err() != nil {
 			return
-		}
-		if s.err != nil {
-			p.logger.Warn("check the session of long-lived connections again", "connections", len(g.conns), "error", s.err)
 		}
 		for _, h := range g.conns {
 			var o ownerCheck
@@ -298,6 +295,13 @@ func (p *Proxy) recheck(ctx context.Context) {
 			if reason, end := endFor(h.user, s, o); end {
 				ends = append(ends, ending{h, reason})
 			}
+		}
+		if s.err != nil {
+			// The database is likely unreachable: the other credentials
+			// would each wait for it too, so they wait for the next round
+			// (in another order) instead.
+			p.logger.Warn("check the session of long-lived connections again", "connections", len(g.conns), "error", s.err)
+			break
 		}
 	}
 	p.end(ctx, ends)
