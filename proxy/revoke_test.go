@@ -17,6 +17,7 @@ import (
 
 	"github.com/codehub-io/codehub/api/apitest"
 	"github.com/codehub-io/codehub/audit"
+	"github.com/codehub-io/codehub/proxy"
 )
 
 // endWithin is how soon a long-lived connection must end after its
@@ -237,4 +238,58 @@ func TestProxyConnectionsSurviveDatabaseError(t *testing.T) {
 		t.Fatalf("logout: %d %s", res.StatusCode, res.Body)
 	}
 	lc.endedAll(t, since)
+}
+
+// TestProxyConnectionsEndWithHostSession: in subdomain mode a WebSocket
+// opened on the workspace's own host, with the session handed over to
+// that host, ends when the dashboard's session ends.
+func TestProxyConnectionsEndWithHostSession(t *testing.T) {
+	env := apitest.New(t, apitest.Config{SubdomainBase: "ws.test"})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	res := get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", html)
+	loc, err := url.Parse(res.Header.Get("Location"))
+	if res.StatusCode != http.StatusSeeOther || err != nil || loc.Path != proxy.HandoffPath {
+		t.Fatalf("handoff: %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	req, _ := http.NewRequest(http.MethodGet, env.URL+loc.RequestURI(), nil)
+	req.Host = loc.Host
+	redeemed, err := env.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redeemed.Body.Close()
+	var hostCookie *http.Cookie
+	for _, ck := range redeemed.Cookies() {
+		if ck.Name == proxy.HostSessionCookie {
+			hostCookie = ck
+		}
+	}
+	if hostCookie == nil {
+		t.Fatalf("redeem: %d without the host's session cookie", redeemed.StatusCode)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	socket, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(env.URL, "http")+"/ws", &websocket.DialOptions{
+		Host:       loc.Host,
+		HTTPHeader: http.Header{"Cookie": {hostCookie.Name + "=" + hostCookie.Value}, "Origin": {"http://" + loc.Host}},
+	})
+	if err != nil {
+		t.Fatalf("dial the workspace's host: %v", err)
+	}
+	defer socket.CloseNow()
+	echoOnce(ctx, t, socket, "before")
+
+	since := time.Now()
+	if res := env.Do(c, "POST", "/api/v1/logout", nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("logout: %d %s", res.StatusCode, res.Body)
+	}
+	rctx, rcancel := context.WithDeadline(context.Background(), since.Add(endWithin))
+	defer rcancel()
+	if _, _, err := socket.Read(rctx); websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Fatalf("the socket on the workspace's host after the logout: %v", err)
+	}
+	t.Logf("the socket ended after %s", time.Since(since).Round(100*time.Millisecond))
 }
