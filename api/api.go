@@ -165,7 +165,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	}
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
-		RouteTTL: opts.RouteTTL, UpstreamToken: opts.UpstreamToken,
+		RouteTTL: opts.RouteTTL, UpstreamToken: opts.UpstreamToken, Audit: s.audit,
 	}, s.identity, deps.Workspaces, deps.Upstreams, s.activity)
 	if err != nil {
 		return nil, err
@@ -324,13 +324,14 @@ func (s *Server) WorkspaceURL(id string) string { return s.sites.WorkspaceURL(id
 const sessionSweepInterval = time.Hour
 
 // Run keeps the replica's background work going until ctx ends: the
-// subscription feeding event streams, the activity flush, the sweep of
+// subscription feeding event streams, the activity flush, the proxy's
+// checks of the sessions of open workspace connections, the sweep of
 // expired sessions and tokens and the pruning of the audit log. It runs on
 // every replica, leader or not.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	pruneAudit := func(ctx context.Context) error { return s.audit.RunPruner(ctx, s.opts.AuditRetention) }
-	loops := []func(context.Context) error{s.hub.run, s.activity.Run, s.sweepSessions, pruneAudit}
+	loops := []func(context.Context) error{s.hub.run, s.activity.Run, s.proxy.Run, s.sweepSessions, pruneAudit}
 	errs := make([]error, len(loops))
 	for i, loop := range loops {
 		wg.Add(1)

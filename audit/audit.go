@@ -40,6 +40,11 @@ const (
 
 	ActionTokenCreate = "token.create"
 	ActionTokenRevoke = "token.revoke"
+
+	// ActionConnectionEnd: the proxy closed a user's open connections to
+	// a workspace because their session ended or the user lost the
+	// workspace; Detail says which.
+	ActionConnectionEnd = "session.connection_end"
 )
 
 // Target types.

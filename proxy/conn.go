@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +30,11 @@ type responseRecorder struct {
 	// connection over, which then records the request's metrics itself.
 	start time.Time
 	kept  bool
+	// held is the request's connection in the proxy's watch, once its
+	// answer turned out to be long-lived; ended is the watch's reason
+	// for ending it (endReason), zero while it lives.
+	held  *held
+	ended atomic.Uint32
 }
 
 // mark records that the workspace is in use.
@@ -63,7 +70,7 @@ func (w *responseRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.socket == nil {
 		return c, brw, nil
 	}
-	return &activityConn{Conn: c, socket: w.socket, mark: w.mark}, brw, nil
+	return &activityConn{Conn: c, socket: w.socket, mark: w.mark, ended: &w.ended}, brw, nil
 }
 
 // watchSocket prepares the proxying of the WebSocket r opens. VS Code's
@@ -81,17 +88,58 @@ func (w *responseRecorder) watchSocket(r *http.Request) {
 
 // activityConn is the client's side of a proxied WebSocket: what is read
 // from it goes to the workspace and is scanned on the way; what is written
-// to it passes untouched.
+// to it passes untouched. Once the proxy's watch ended the socket, nothing
+// more passes either way, and closing it sends the client a close frame
+// that says why.
 type activityConn struct {
 	net.Conn
 	socket *socketActivity
 	mark   func()
+	// ended is the watch's reason for ending the socket (endReason).
+	ended *atomic.Uint32
+	// mu keeps the close frame from landing inside a frame the workspace
+	// is writing; out follows those frames.
+	mu  sync.Mutex
+	out frameCursor
 }
 
 func (c *activityConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if c.ended.Load() != 0 {
+		// Read before the end, but not yet passed on: dropped.
+		return 0, net.ErrClosed
+	}
 	if n > 0 && c.socket.scan(b[:n]) {
 		c.mark()
 	}
 	return n, err
+}
+
+func (c *activityConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended.Load() != 0 {
+		return 0, net.ErrClosed
+	}
+	n, err := c.Conn.Write(b)
+	c.out.advance(b[:n])
+	return n, err
+}
+
+// closeFrameTimeout bounds the wait for a write in progress, and the
+// close frame's own write, when the watch ended the socket.
+const closeFrameTimeout = time.Second
+
+// Close closes the connection, first telling the client why when the
+// watch ended it and the workspace's frames leave room for a frame.
+func (c *activityConn) Close() error {
+	if reason := endReason(c.ended.Load()); reason != 0 {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFrameTimeout))
+		c.mu.Lock()
+		if c.out.atBoundary() {
+			_, _ = c.Conn.Write(closeFrame(closePolicyViolation, reason.words()))
+		}
+		c.mu.Unlock()
+	}
+	return c.Conn.Close()
 }

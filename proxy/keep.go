@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -214,6 +215,21 @@ type keptConn struct {
 	armed time.Time
 	// handedBack: the server has the connection again.
 	handedBack bool
+	// ended is set once the proxy's watch ended the connection; stream
+	// is the answer that streams on it meanwhile, which ends with it.
+	ended  atomic.Bool
+	stream atomic.Pointer[pooledBody]
+}
+
+// end closes the connection for the watch: the client's side, and the
+// workspace's of an answer that streams. The request being served, if
+// any, goes no further.
+func (kc *keptConn) end(endReason) {
+	kc.ended.Store(true)
+	if b := kc.stream.Load(); b != nil {
+		b.abort()
+	}
+	_ = kc.Conn.Close()
 }
 
 var errHeadTooLarge = errors.New("request head larger than the proxy reads")
@@ -242,7 +258,11 @@ func (p *Proxy) takeOver(w *responseRecorder, r *http.Request, res *http.Respons
 	// A listener closed meanwhile gets this answer, and then the
 	// connection ends.
 	admitted := l.admit(kc)
+	// The connection lives on under the session of the request that
+	// began it; each request on it is checked on its own as well.
+	h := p.hold(r, t, kc.end)
 	defer func() {
+		p.release(h)
 		if !kc.handedBack {
 			kc.Close()
 		}
@@ -284,6 +304,9 @@ func (p *Proxy) serveNext(kc *keptConn) bool {
 		return false
 	}
 	head, err := kc.nextHead()
+	if kc.ended.Load() {
+		return false
+	}
 	if errors.Is(err, errHeadTooLarge) {
 		p.handBack(kc)
 		return false
@@ -455,14 +478,29 @@ func (p *Proxy) writeKept(kc *keptConn, r *http.Request, res *http.Response, t *
 	}
 	bw.WriteString("\r\n")
 	connection := res.Header["Connection"]
+	// A length the workspace's Connection header names is dropped like
+	// any header it names, but the answer still needs its framing:
+	// net/http's server frames what it is handed itself, and so does
+	// this one, from the length the transport parsed.
+	lengthDropped := false
 	for name, values := range res.Header {
 		values, ok := p.passedOn(name, values, connection)
-		if !ok || suppressed(name, status) {
+		if !ok {
+			lengthDropped = lengthDropped || name == "Content-Length"
+			continue
+		}
+		if suppressed(name, status) {
 			continue
 		}
 		for _, v := range values {
 			writeField(bw, name, headerValue(v))
 		}
+	}
+	if lengthDropped && bodied && !head && !chunked {
+		var n [20]byte
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(n[:0], res.ContentLength, 10))
+		bw.WriteString("\r\n")
 	}
 	if len(res.Trailer) > 0 && chunked {
 		writeField(bw, "Trailer", trailerNames(res.Trailer))
@@ -509,6 +547,13 @@ func (p *Proxy) writeKept(kc *keptConn, r *http.Request, res *http.Response, t *
 	var flush func() error
 	if stream {
 		flush = bw.Flush
+		if b, ok := res.Body.(*pooledBody); ok {
+			kc.stream.Store(b)
+			defer kc.stream.Store(nil)
+			if kc.ended.Load() {
+				b.abort()
+			}
+		}
 	}
 	if err := p.copyBody(out, flush, res, t, buf); err != nil {
 		// Half an answer must not look whole: the connection ends.

@@ -17,6 +17,9 @@ type metrics struct {
 	// taken counts connections the proxy took over from net/http, and
 	// handedBack those it gave back.
 	taken, handedBack prometheus.Counter
+	// revoked counts long-lived connections the proxy ended because
+	// their session ended or their user lost the workspace, by reason.
+	revoked *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,8 +53,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "codehub_proxy_connections_handed_back_total",
 			Help: "Taken connections given back to the HTTP server for a request the proxy does not serve itself.",
 		}),
+		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codehub_proxy_connections_revoked_total",
+			Help: "Long-lived connections (WebSockets, taken connections, streaming answers) ended because their session ended (session) or their user no longer owns the workspace (owner, deleted).",
+		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests.vec, m.duration, m.websockets, m.wakes, m.upstreamErrors, m.taken, m.handedBack} {
+	for _, c := range []prometheus.Collector{m.requests.vec, m.duration, m.websockets, m.wakes, m.upstreamErrors, m.taken, m.handedBack, m.revoked} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -262,6 +262,13 @@ func (p *Proxy) forwardPlain(w *responseRecorder, r *http.Request, t *target) {
 	if p.takeOver(w, r, res, t) {
 		return
 	}
+	if streams(res) {
+		// Ending the workspace's side makes the copy fail, and the
+		// server then drops the client's connection.
+		if body, ok := res.Body.(*pooledBody); ok {
+			defer p.release(p.hold(r, t, func(endReason) { body.abort() }))
+		}
+	}
 	p.copyPlainResponse(w, res, t)
 }
 

@@ -183,7 +183,7 @@ func newTestProxy(t *testing.T, opts Options) *Proxy {
 // exchangeRaw sends head (a request line and header lines, without the
 // blank line that ends them) to addr on a connection of its own and reads
 // the whole answer.
-func exchangeRaw(t *testing.T, addr, method, head string) (*http.Response, string) {
+func exchangeRaw(t *testing.T, addr, method, head string, again bool) (*http.Response, string) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -191,7 +191,22 @@ func exchangeRaw(t *testing.T, addr, method, head string) (*http.Response, strin
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	return sendHead(t, c, bufio.NewReader(c), method, head)
+	br := bufio.NewReader(c)
+	res, body := sendHead(t, c, br, method, head)
+	if again {
+		sendAgain(t, c, br, method, head, body)
+	}
+	return res, body
+}
+
+// sendAgain sends head once more on c and requires the same body: the
+// first answer ended where its framing said, and nothing of it is read as
+// the second.
+func sendAgain(t *testing.T, c net.Conn, br *bufio.Reader, method, head, body string) {
+	t.Helper()
+	if _, second := sendHead(t, c, br, method, head); second != body {
+		t.Errorf("the second answer on the connection has body %q, want %q", second, body)
+	}
 }
 
 // sendHead writes head and the blank line after it on c and reads the
@@ -216,7 +231,7 @@ func sendHead(t *testing.T, c net.Conn, br *bufio.Reader, method, head string) (
 // exchangeKept sends a plain request on a new connection to the kept
 // front at addr, so that the proxy takes the connection over, and then
 // head on the same connection; it returns the second answer.
-func exchangeKept(t *testing.T, addr string, l *Listener, requests <-chan *http.Request, method, head string) (*http.Response, string) {
+func exchangeKept(t *testing.T, addr string, l *Listener, requests <-chan *http.Request, method, head string, again bool) (*http.Response, string) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -242,7 +257,11 @@ func exchangeKept(t *testing.T, addr string, l *Listener, requests <-chan *http.
 	if n := keptConns(l); n != 1 {
 		t.Fatalf("after a plain request the proxy serves %d connections itself, want 1", n)
 	}
-	return sendHead(t, c, br, method, head)
+	res, body := sendHead(t, c, br, method, head)
+	if again {
+		sendAgain(t, c, br, method, head, body)
+	}
+	return res, body
 }
 
 // seen is what a workspace saw of one request.
@@ -283,6 +302,9 @@ func TestPlainPathMatchesReverseProxy(t *testing.T) {
 			"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal"},
 		"/head":  {raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\n"},
 		"/close": {raw: "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 4\r\n\r\nbye.", close: true},
+		// The workspace names the length as hop-by-hop: the client must
+		// still learn where the body ends.
+		"/length-hop": {raw: "HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nfirst"},
 	}
 	up := startRawUpstream(t, answers)
 	prefix := "/w/" + plainTestID
@@ -312,6 +334,8 @@ User-Agent: agent/1`
 		name, method, target, headers string
 		// plain is whether the proxy takes the plain path.
 		plain bool
+		// again sends the request a second time on the same connection.
+		again bool
 		// check states the rules for this case on what the workspace saw
 		// and the client received through the proxy's choice of path.
 		check func(t *testing.T, trusted bool, s seen, r received)
@@ -382,6 +406,12 @@ User-Agent: agent/1`
 		{name: "early hints", method: "GET", target: "/hints", plain: true},
 		{name: "head", method: "HEAD", target: "/head", plain: true},
 		{name: "workspace closes", method: "GET", target: "/close", plain: true},
+		{name: "length named by Connection", method: "GET", target: "/length-hop", plain: true, again: true,
+			check: func(t *testing.T, _ bool, _ seen, r received) {
+				if r.Body != "first" {
+					t.Errorf("the client got %+v", r)
+				}
+			}},
 		{name: "empty user agent", method: "GET", target: "/ua", headers: "User-Agent: ", plain: true,
 			check: func(t *testing.T, _ bool, s seen, _ received) {
 				if v, ok := s.Header["User-Agent"]; ok {
@@ -423,9 +453,9 @@ User-Agent: agent/1`
 					var res *http.Response
 					var body string
 					if via == "kept" {
-						res, body = exchangeKept(t, keptAddr, keptListener, up.requests, tc.method, head+"\n")
+						res, body = exchangeKept(t, keptAddr, keptListener, up.requests, tc.method, head+"\n", tc.again)
 					} else {
-						res, body = exchangeRaw(t, fronts[via], tc.method, head+"\n")
+						res, body = exchangeRaw(t, fronts[via], tc.method, head+"\n", tc.again)
 					}
 					var s seen
 					select {
@@ -433,6 +463,9 @@ User-Agent: agent/1`
 						s = seen{req.Method, req.RequestURI, req.Host, req.Header}
 					case <-time.After(5 * time.Second):
 						t.Fatalf("through %s the workspace got no request", via)
+					}
+					if tc.again {
+						<-up.requests
 					}
 					return s, received{res.StatusCode, res.Header, res.Trailer, res.TransferEncoding, body}
 				}

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -69,6 +70,12 @@ type Options struct {
 	RouteTTL time.Duration
 	// Registerer receives the proxy's metrics.
 	Registerer prometheus.Registerer
+	// Audit, when set, records the long-lived connections the proxy ends
+	// because their session ended.
+	Audit audit.Recorder
+	// RecheckInterval is how often Run checks the sessions of long-lived
+	// connections again; 0 means DefaultRecheckInterval.
+	RecheckInterval time.Duration
 }
 
 // Proxy is the http.Handler for workspace traffic.
@@ -88,12 +95,17 @@ type Proxy struct {
 	// conns is the server's listener, when the proxy may take plain
 	// connections over (Listen).
 	conns *Listener
+	// watch holds the long-lived connections whose sessions Run checks.
+	watch watch
 }
 
 // New builds the proxy with one shared transport for every upstream.
 func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, ups controller.Upstreams, act ActivityMarker) (*Proxy, error) {
 	if opts.RouteTTL == 0 {
 		opts.RouteTTL = time.Second
+	}
+	if opts.RecheckInterval == 0 {
+		opts.RecheckInterval = DefaultRecheckInterval
 	}
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
@@ -106,6 +118,7 @@ func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, u
 		logger: logger, opts: opts, auth: auth, workspaces: ws, upstreams: ups, activity: act,
 		metrics: m, routes: routeCache{ttl: opts.RouteTTL, entries: map[string]route{}},
 		transport: newUpstreamTransport(), buffers: &bufferPool{},
+		watch: watch{groups: map[string]*credentialGroup{}},
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
@@ -160,6 +173,12 @@ type target struct {
 	// rejudged is set once a failed upstream sent the request back to the
 	// workspace's state.
 	rejudged bool
+	// in, rec and cancel are set on ReverseProxy's path: the request as
+	// it came, its recorder, and what ends its exchange with the
+	// workspace, for an answer that turns out to be long-lived.
+	in     *http.Request
+	rec    *responseRecorder
+	cancel context.CancelFunc
 }
 
 type targetKey struct{}
@@ -522,8 +541,14 @@ func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 		p.forwardPlain(w, r, &t)
 		return
 	}
+	// The watch ends a long-lived answer through ctx: the workspace's
+	// side closes, and with it the client's.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer func() { p.release(w.held) }()
+	t.in, t.rec, t.cancel = r, w, cancel
 	// t travels to rewrite and, on failure, to upstreamError.
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, targetKey{}, t)))
 }
 
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
@@ -565,10 +590,18 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		// makes it close the connection, which would otherwise stay open.
 		return fmt.Errorf("workspace switched to %q unasked", res.Header.Get("Upgrade"))
 	}
-	if t, _ := res.Request.Context().Value(targetKey{}).(target); t.brand {
+	t, _ := res.Request.Context().Value(targetKey{}).(target)
+	if t.brand {
 		if err := brandResponse(res, t); err != nil {
 			return err
 		}
+	}
+	if t.rec != nil && (res.StatusCode == http.StatusSwitchingProtocols || streams(res)) {
+		rec, cancel := t.rec, t.cancel
+		rec.held = p.hold(t.in, &t, func(reason endReason) {
+			rec.ended.Store(uint32(reason))
+			cancel()
+		})
 	}
 	cookies := res.Header.Values("Set-Cookie")
 	if len(cookies) == 0 {

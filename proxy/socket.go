@@ -134,6 +134,56 @@ func classifyFrame(h frameHeader, inMessage bool) frameKind {
 	return frameInvalid
 }
 
+// frameCursor follows the frames a workspace sends its client, so that
+// the proxy can tell when a frame of its own may go between them.
+type frameCursor struct {
+	hdr    [maxFrameHeader]byte
+	hdrLen int
+	// left is how much of the current frame's payload is still to come.
+	left uint64
+}
+
+// advance follows the bytes p written to the client.
+func (f *frameCursor) advance(p []byte) {
+	for len(p) > 0 {
+		if f.left > 0 {
+			n := min(uint64(len(p)), f.left)
+			f.left -= n
+			p = p[n:]
+			continue
+		}
+		need := 2
+		if f.hdrLen >= 2 {
+			need = frameHeaderSize(f.hdr[1])
+		}
+		n := copy(f.hdr[f.hdrLen:need], p)
+		f.hdrLen += n
+		p = p[n:]
+		if f.hdrLen >= 2 && f.hdrLen == frameHeaderSize(f.hdr[1]) {
+			f.left = parseFrameHeader(f.hdr[:f.hdrLen]).length
+			f.hdrLen = 0
+		}
+	}
+}
+
+// atBoundary reports that the last frame written is whole.
+func (f *frameCursor) atBoundary() bool { return f.hdrLen == 0 && f.left == 0 }
+
+// closePolicyViolation is the close code (RFC 6455 §7.4.1) of a socket
+// the proxy ends because its session ended.
+const closePolicyViolation = 1008
+
+// closeFrame is a server's close frame with code and reason, the reason
+// cut to fit a control frame.
+func closeFrame(code uint16, reason string) []byte {
+	if len(reason) > 123 {
+		reason = reason[:123]
+	}
+	f := make([]byte, 0, 4+len(reason))
+	f = append(f, 0x80|opClose, byte(2+len(reason)), byte(code>>8), byte(code))
+	return append(f, reason...)
+}
+
 // socketActivity follows the client side of one WebSocket.
 type socketActivity struct {
 	mode socketMode

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -309,11 +310,19 @@ type pooledBody struct {
 	stop     func() bool
 	eof      bool
 	reusable bool
-	closed   bool
+	// state is open, closed or aborted; abort may come from another
+	// goroutine.
+	state atomic.Uint32
 }
 
+const (
+	bodyOpen uint32 = iota
+	bodyClosed
+	bodyAborted
+)
+
 func (b *pooledBody) Read(p []byte) (int, error) {
-	if b.closed {
+	if b.state.Load() == bodyClosed {
 		return 0, net.ErrClosed
 	}
 	n, err := b.body.Read(p)
@@ -324,10 +333,13 @@ func (b *pooledBody) Read(p []byte) (int, error) {
 }
 
 func (b *pooledBody) Close() error {
-	if b.closed {
+	if !b.state.CompareAndSwap(bodyOpen, bodyClosed) {
+		if b.state.Swap(bodyClosed) == bodyAborted {
+			b.stop()
+			return b.uc.Close()
+		}
 		return nil
 	}
-	b.closed = true
 	// stop is false when the client's cancellation already poisoned the
 	// connection's deadline.
 	if b.stop() && b.eof && b.reusable {
@@ -336,6 +348,15 @@ func (b *pooledBody) Close() error {
 	}
 	// An unfinished body is not drained: the connection is dropped.
 	return b.uc.Close()
+}
+
+// abort makes a read of the body in progress, or the next, fail at once,
+// from any goroutine; the connection is then dropped, never pooled. It
+// does nothing once the body was closed.
+func (b *pooledBody) abort() {
+	if b.state.CompareAndSwap(bodyOpen, bodyAborted) {
+		_ = b.uc.SetDeadline(time.Unix(1, 0))
+	}
 }
 
 // upgradedBody is the connection after 101 Switching Protocols, with any

@@ -335,3 +335,73 @@ func TestLocalTarget(t *testing.T) {
 		}
 	}
 }
+
+func TestEndFor(t *testing.T) {
+	down := errors.New("database unreachable")
+	missing := fmt.Errorf("get workspace: %w", workspace.ErrNotFound)
+	cases := []struct {
+		name string
+		s    sessionCheck
+		o    ownerCheck
+		want endReason
+	}{
+		{"session and owner hold", sessionCheck{user: "u", ok: true}, ownerCheck{owner: "u"}, 0},
+		{"session check failed", sessionCheck{err: down}, ownerCheck{}, 0},
+		{"session ended", sessionCheck{}, ownerCheck{owner: "u"}, endSession},
+		{"session of another user", sessionCheck{user: "v", ok: true}, ownerCheck{owner: "u"}, endSession},
+		{"owner check failed", sessionCheck{user: "u", ok: true}, ownerCheck{err: down}, 0},
+		{"workspace deleted", sessionCheck{user: "u", ok: true}, ownerCheck{err: missing}, endDeleted},
+		{"another owner", sessionCheck{user: "u", ok: true}, ownerCheck{owner: "v"}, endOwner},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, end := endFor("u", tc.s, tc.o)
+			if got != tc.want || end != (tc.want != 0) {
+				t.Fatalf("endFor = %d, %v; want %d", got, end, tc.want)
+			}
+		})
+	}
+}
+
+// TestFrameCursor: the cursor over the workspace's frames knows, at every
+// split of the bytes, whether a frame of the proxy's may follow.
+func TestFrameCursor(t *testing.T) {
+	frame := func(n int, masked bool) []byte {
+		f := clientFrame(opBinary, true, 0, bytes.Repeat([]byte{'a'}, n))
+		if !masked {
+			// A server's frame: the same without the mask bit and key.
+			f[1] &^= 0x80
+			size := frameHeaderSize(f[1] | 0x80)
+			f = append(f[:size-4:size-4], bytes.Repeat([]byte{'a'}, n)...)
+		}
+		return f
+	}
+	stream := join(frame(0, false), frame(5, false), frame(300, false), frame(70000, false), frame(3, true))
+	ends := map[int]bool{0: true}
+	at := 0
+	for _, f := range [][]byte{frame(0, false), frame(5, false), frame(300, false), frame(70000, false), frame(3, true)} {
+		at += len(f)
+		ends[at] = true
+	}
+	for _, chunk := range []int{1, 2, 3, 7, 100, 4096, len(stream)} {
+		var c frameCursor
+		for i := 0; i < len(stream); i += chunk {
+			j := min(i+chunk, len(stream))
+			c.advance(stream[i:j])
+			if c.atBoundary() != ends[j] {
+				t.Fatalf("chunks of %d: after %d bytes atBoundary = %v", chunk, j, c.atBoundary())
+			}
+		}
+	}
+}
+
+func TestCloseFrame(t *testing.T) {
+	f := closeFrame(closePolicyViolation, "session ended")
+	h := parseFrameHeader(f)
+	if !h.fin || h.opcode != opClose || h.masked || int(h.length) != len(f)-2 || string(f[4:]) != "session ended" || f[2] != 0x03 || f[3] != 0xf0 {
+		t.Fatalf("close frame % x", f)
+	}
+	if long := closeFrame(closePolicyViolation, strings.Repeat("x", 200)); len(long) != 2+125 {
+		t.Fatalf("a long reason makes a frame of %d bytes", len(long))
+	}
+}
