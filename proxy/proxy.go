@@ -547,6 +547,12 @@ func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 	defer cancel()
 	defer func() { p.release(w.held) }()
 	t.in, t.rec, t.cancel = r, w, cancel
+	if r.Body != nil && r.Body != http.NoBody {
+		// A workspace may answer before it has read the body (an upload
+		// reporting progress); without this, the server would stop
+		// reading the client's body at the answer's first flush.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	// t travels to rewrite and, on failure, to upstreamError.
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, targetKey{}, t)))
 }

@@ -229,6 +229,47 @@ func TestProxyStreaming(t *testing.T) {
 	}
 }
 
+// TestProxyFullDuplex: a workspace that answers before it has read the
+// request's body (a dev server reporting an upload's progress) still gets
+// the whole body, including what the client sends after the answer began.
+func TestProxyFullDuplex(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
+	c := env.Login(alice)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	body, send := io.Pipe()
+	// The client's transport waits for its body to end before it gives up.
+	stop := context.AfterFunc(ctx, func() { send.CloseWithError(ctx.Err()) })
+	defer stop()
+	req, err := http.NewRequestWithContext(ctx, "POST", env.URL+"/w/"+w.ID+"/duplex", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := make([]byte, 32<<10)
+	go func() {
+		_, _ = send.Write(half)
+	}()
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	defer res.Body.Close()
+	r := bufio.NewReader(res.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "started\n" {
+		t.Fatalf("first line: %q %v", line, err)
+	}
+	if _, err := send.Write(half); err != nil {
+		t.Fatalf("send the rest: %v", err)
+	}
+	send.Close()
+	rest, err := io.ReadAll(r)
+	if want := fmt.Sprintf("size %d\n", 2*len(half)); err != nil || string(rest) != want {
+		t.Fatalf("answer: %q %v, want %q", rest, err, want)
+	}
+}
+
 func dialHeaders(t testing.TB, c *http.Client, rawURL, origin string) http.Header {
 	u, _ := url.Parse(rawURL)
 	h := http.Header{}

@@ -79,6 +79,23 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "size": n})
 	})
+	mux.HandleFunc("/duplex", func(w http.ResponseWriter, r *http.Request) {
+		// Answers before it reads the body, as a dev server reporting an
+		// upload's progress does.
+		rc := http.NewResponseController(w)
+		if err := rc.EnableFullDuplex(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "started")
+		_ = rc.Flush()
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			fmt.Fprintln(w, "read:", err)
+			return
+		}
+		fmt.Fprintln(w, "size", n)
+	})
 	mux.HandleFunc("/set-cookie", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Set-Cookie", "codehub_session=planted; Path=/")
 		w.Header().Add("Set-Cookie", "code-server-session=planted; Path=/")
