@@ -151,7 +151,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	s := &Server{
 		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet,
 		identity: identity.New(logger.Named("identity"), deps.Pool, identity.Options{
-			SessionTTL: opts.SessionTTL, Secure: sites.Secure(), CookieDomain: opts.CookieDomain,
+			SessionTTL: opts.SessionTTL, Secure: sites.Secure(), CookieDomain: opts.CookieDomain, OIDC: opts.OIDC.rules(),
 		}),
 		hub:      newHub(logger.Named("events"), deps.Redis),
 		activity: activity.NewRecorder(logger.Named("activity"), deps.Redis),

@@ -97,20 +97,15 @@ func retryAfterSeconds(remaining time.Duration) int {
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	sess, known, err := s.identity.DashboardSession(r)
-	if err != nil {
-		s.fail(w, "authenticate", err)
-		return
-	}
-	cookie, err := s.identity.EndSession(r.Context(), r)
+	out, err := s.identity.Logout(r.Context(), r)
 	if err != nil {
 		s.fail(w, "end session", err)
 		return
 	}
-	if known {
-		s.record(r, s.actor(r, sess), audit.ActionLogout, audit.Target{}, nil)
+	if out.Known {
+		s.record(r, s.actor(r, out.Session), audit.ActionLogout, audit.Target{}, nil)
 	}
-	http.SetCookie(w, cookie)
+	http.SetCookie(w, out.Cookie)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/store"
-	"github.com/codehub-io/codehub/workspace"
 )
 
 // OIDCOptions configures single sign-on through an OpenID Provider
@@ -33,6 +32,18 @@ type OIDCOptions struct {
 	AdminGroups   []string
 	// Label names the provider on the login page.
 	Label string
+}
+
+// rules are the options that judge a login, for package identity; nil
+// when single sign-on is off.
+func (o *OIDCOptions) rules() *identity.OIDCOptions {
+	if o == nil {
+		return nil
+	}
+	return &identity.OIDCOptions{
+		Issuer: o.Issuer, UsernameClaim: o.UsernameClaim, GroupsClaim: o.GroupsClaim,
+		AllowedGroups: o.AllowedGroups, AdminGroups: o.AdminGroups,
+	}
 }
 
 // Paths of the OIDC login.
@@ -231,15 +242,10 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	user := in.user
-	cookie, _, err := s.identity.StartSession(r.Context(), user.ID)
+	// The ID token stays on the server, for logging out at the provider.
+	cookie, err := s.identity.StartProviderSession(r.Context(), user.ID, in.idToken)
 	if err != nil {
 		s.fail(w, "start session", err)
-		return
-	}
-	// The ID token stays on the server, for logging out at the provider.
-	sessionHash := identity.HashSecret(cookie.Value)
-	if err := store.SetOIDCSession(r.Context(), s.pool, sessionHash[:], in.idToken); err != nil {
-		s.fail(w, "store oidc session", err)
 		return
 	}
 	http.SetCookie(w, cookie)
@@ -287,23 +293,45 @@ func (s *Server) oidcUser(r *http.Request, attempt *audit.Actor) (oidcSignIn, *o
 	if refusal != nil {
 		return oidcSignIn{}, refusal
 	}
-	claims, refusal := s.oidc.claims(ctx, idt, token)
+	claims, refusal := s.oidc.claims(ctx, idt, token, s.identity.NeedsUserinfo)
 	if refusal != nil {
 		return oidcSignIn{}, refusal
 	}
-	id, err := decideOIDCLogin(s.oidc.opts, claims)
-	attempt.Username = id.username
-	if err != nil {
-		if errors.Is(err, errNotAllowed) {
-			attempt.UserID = s.endOIDCSessions(ctx, idt.Subject)
-		}
-		return oidcSignIn{}, refuse(http.StatusForbidden, err.Error(), fmt.Errorf("subject %s: %w", idt.Subject, err))
+	in, err := s.identity.SignInWithProvider(ctx, claims)
+	s.recordSignInChanges(r, in)
+	attempt.Username = in.Username
+	if in.User.ID != "" {
+		attempt.UserID, attempt.Username = in.User.ID, in.User.Username
 	}
-	user, refusal := s.oidcAccount(r, idt.Subject, id)
-	if user.ID != "" {
-		attempt.UserID, attempt.Username = user.ID, user.Username
+	var refused *identity.RefusedError
+	switch {
+	case errors.As(err, &refused) && errors.Is(err, store.ErrUsernameTaken):
+		return oidcSignIn{}, refuse(http.StatusConflict, refused.Message, err)
+	case errors.As(err, &refused):
+		return oidcSignIn{}, refuse(http.StatusForbidden, refused.Message, err)
+	case err != nil:
+		return oidcSignIn{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
 	}
-	return oidcSignIn{user: user, next: login.Next, idToken: raw}, refusal
+	return oidcSignIn{user: in.User, next: login.Next, idToken: raw}, nil
+}
+
+// recordSignInChanges records what a single sign-on login changed of its
+// user, refused or not: the user's creation, the admin flag admin_groups
+// set, the credentials a refusal ended.
+func (s *Server) recordSignInChanges(r *http.Request, in identity.ProviderSignIn) {
+	u := in.User
+	actor := audit.Actor{UserID: u.ID, Username: u.Username, Address: clientAddress(r, s.opts.TrustedProxies)}
+	if in.Created {
+		s.record(r, actor, audit.ActionUserCreate, userTarget(u), nil)
+	}
+	if in.AdminAction != "" {
+		s.audit.Record(r.Context(), audit.Event{
+			Actor: actor, Action: in.AdminAction, Target: userTarget(u), Outcome: audit.Success, Detail: "from admin_groups at login",
+		})
+	}
+	if in.Revocation != nil {
+		s.recordRevocation(r.Context(), audit.Actor{UserID: u.ID, Username: u.Username}, *in.Revocation)
+	}
 }
 
 // redeem exchanges the code, with the PKCE verifier, for the tokens and
@@ -329,107 +357,40 @@ func (o *oidcLogin) redeem(ctx context.Context, code, verifier, nonce string) (*
 	return idt, raw, token, nil
 }
 
-// claims returns the verified ID token's claims, completed from the
-// provider's UserInfo endpoint when the username or groups claim is not in
-// the token: a provider that follows OpenID Connect Core 5.4 serves the
-// profile scope's claims there once it issues an access token. A provider
-// without a UserInfo endpoint is judged on the ID token alone.
-func (o *oidcLogin) claims(ctx context.Context, idt *oidc.IDToken, token *oauth2.Token) (map[string]any, *oidcRefusal) {
-	var claims map[string]any
-	if err := idt.Claims(&claims); err != nil {
-		return nil, refuse(http.StatusForbidden, "The ID token's claims cannot be read.", fmt.Errorf("read claims of subject %s: %w", idt.Subject, err))
+// claims returns the verified ID token's claims, with the provider's
+// UserInfo answer when needsUserinfo says the username or groups claim is
+// not in the token: a provider that follows OpenID Connect Core 5.4 serves
+// the profile scope's claims there once it issues an access token. A
+// provider without a UserInfo endpoint is judged on the ID token alone.
+func (o *oidcLogin) claims(ctx context.Context, idt *oidc.IDToken, token *oauth2.Token, needsUserinfo func(map[string]any) bool) (identity.ProviderClaims, *oidcRefusal) {
+	c := identity.ProviderClaims{Subject: idt.Subject}
+	if err := idt.Claims(&c.IDToken); err != nil {
+		return c, refuse(http.StatusForbidden, "The ID token's claims cannot be read.", fmt.Errorf("read claims of subject %s: %w", idt.Subject, err))
 	}
-	if !needsUserinfo(o.opts, claims) {
-		return claims, nil
+	if !needsUserinfo(c.IDToken) {
+		return c, nil
 	}
 	p, err := o.discover()
 	if err != nil {
-		return nil, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
+		return c, refuse(http.StatusBadGateway, "The identity provider cannot be reached. Try again in a moment.", err)
 	}
 	if p.UserInfoEndpoint() == "" {
-		return claims, nil
+		return c, nil
 	}
 	info, err := p.UserInfo(providerContext(ctx), oauth2.StaticTokenSource(token))
 	if err != nil {
-		return nil, refuse(http.StatusBadGateway, "The identity provider's UserInfo endpoint did not answer. Try again in a moment.",
+		return c, refuse(http.StatusBadGateway, "The identity provider's UserInfo endpoint did not answer. Try again in a moment.",
 			fmt.Errorf("userinfo of subject %s: %w", idt.Subject, err))
 	}
-	var answer map[string]any
-	if err := info.Claims(&answer); err != nil {
-		return nil, refuse(http.StatusBadGateway, "The identity provider's UserInfo answer cannot be read.", fmt.Errorf("read userinfo of subject %s: %w", idt.Subject, err))
+	if err := info.Claims(&c.UserInfo); err != nil {
+		return c, refuse(http.StatusBadGateway, "The identity provider's UserInfo answer cannot be read.", fmt.Errorf("read userinfo of subject %s: %w", idt.Subject, err))
 	}
-	merged, err := withUserinfo(o.opts, claims, answer)
-	if err != nil {
-		return nil, refuse(http.StatusForbidden, errUserinfoSubject.Error(), err)
+	if c.UserInfo == nil {
+		// A null answer is about nobody: it is judged, and refused, as
+		// an answer without a subject.
+		c.UserInfo = map[string]any{}
 	}
-	return merged, nil
-}
-
-// endOIDCSessions ends the sessions of the user with that subject, if
-// known, and returns their id: a user taken out of allowed_groups is out
-// everywhere once they are refused.
-func (s *Server) endOIDCSessions(ctx context.Context, subject string) string {
-	u, err := store.UserByOIDC(ctx, s.pool, s.oidc.opts.Issuer, subject)
-	if errors.Is(err, store.ErrNotFound) {
-		return ""
-	}
-	if err == nil {
-		var rev identity.Revocation
-		if rev, err = s.identity.EndAccess(ctx, u.ID, identity.ReasonSignInRefused); err == nil {
-			s.recordRevocation(ctx, audit.Actor{UserID: u.ID, Username: u.Username}, rev)
-		}
-	}
-	if err != nil {
-		s.oidc.logger.Error("end sessions of a refused user", "subject", subject, "error", err)
-	}
-	return u.ID
-}
-
-// oidcAccount returns the user known by (issuer, subject), creating it at
-// the first login and setting its admin flag from admin_groups at every
-// login.
-func (s *Server) oidcAccount(r *http.Request, subject string, id oidcIdentity) (store.User, *oidcRefusal) {
-	ctx := r.Context()
-	issuer := s.oidc.opts.Issuer
-	u, err := store.UserByOIDC(ctx, s.pool, issuer, subject)
-	if errors.Is(err, store.ErrNotFound) {
-		u, err = store.CreateOIDCUser(ctx, s.pool, workspace.NewID(), id.username, issuer, subject, id.admin)
-		if errors.Is(err, store.ErrUsernameTaken) {
-			return store.User{}, refuse(http.StatusConflict,
-				fmt.Sprintf("The username %q is already used by another account. Ask an administrator.", id.username),
-				fmt.Errorf("username %s taken: %w", id.username, err))
-		}
-		if err == nil {
-			s.record(r, audit.Actor{UserID: u.ID, Username: u.Username, Address: clientAddress(r, s.opts.TrustedProxies)},
-				audit.ActionUserCreate, userTarget(u), nil)
-		}
-	}
-	if err != nil {
-		return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
-	}
-	if u.Disabled {
-		return u, refuse(http.StatusForbidden, "This account is disabled.", errors.New("account disabled"))
-	}
-	if id.adminFromGroups && id.admin != u.IsAdmin {
-		if err := store.SetAdmin(ctx, s.pool, u.ID, id.admin); err != nil {
-			return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
-		}
-		action := audit.ActionUserAdminRevoke
-		if id.admin {
-			action = audit.ActionUserAdminGrant
-		}
-		s.audit.Record(ctx, audit.Event{
-			Actor:  audit.Actor{UserID: u.ID, Username: u.Username, Address: clientAddress(r, s.opts.TrustedProxies)},
-			Action: action, Target: userTarget(u), Outcome: audit.Success, Detail: "from admin_groups at login",
-		})
-		u.IsAdmin = id.admin
-	}
-	// The provider's groups, as of this login, decide which templates the
-	// user may use.
-	if err := store.SetGroups(ctx, s.pool, u.ID, id.groups); err != nil {
-		return store.User{}, refuse(http.StatusInternalServerError, "Signing in failed on our side. Try again.", err)
-	}
-	return u, nil
+	return c, nil
 }
 
 // describeProviderError words an error the provider sent back.

@@ -1,14 +1,12 @@
 package api
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/identity"
-	"github.com/codehub-io/codehub/store"
 )
 
 // Logging out at the provider follows OpenID Connect RP-Initiated Logout
@@ -63,30 +61,18 @@ type oidcLoggedOutView struct {
 	EndSessionURL string `json:"end_session_url"`
 }
 
-// providerLogout returns the end-session address for the request's
-// session, "" for a session that has none to offer (a password login, a
-// provider without end_session_endpoint). state is "" to only ask
+// providerLogout returns the end-session address for a session started
+// with idToken at a single sign-on login, "" when the provider publishes
+// no end_session_endpoint or cannot be reached now: it has no session to
+// end from here, and the CodeHub logout goes on. state is "" to only ask
 // whether there is one.
-func (s *Server) providerLogout(r *http.Request, state string) (string, error) {
-	c, err := r.Cookie(SessionCookie)
-	if s.oidc == nil || err != nil {
-		return "", nil
-	}
-	hash := identity.HashSecret(c.Value)
-	idToken, err := store.OIDCSessionIDToken(r.Context(), s.pool, hash[:])
-	if errors.Is(err, store.ErrNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
+func (s *Server) providerLogout(idToken, state string) (string, error) {
 	endpoint, err := s.oidc.endSessionEndpoint()
-	if err != nil || endpoint == "" {
-		// A provider that cannot be reached now has no session to end
-		// from here; the CodeHub logout goes on.
-		if err != nil {
-			s.oidc.logger.Warn("reach the identity provider for logout", "error", err)
-		}
+	if err != nil {
+		s.oidc.logger.Warn("reach the identity provider for logout", "error", err)
+		return "", nil
+	}
+	if endpoint == "" {
 		return "", nil
 	}
 	return endSessionURL(endpoint, idToken, s.oidc.opts.ClientID, s.oidc.postLogoutURL, state)
@@ -100,10 +86,17 @@ func (s *Server) oidcLogoutOffer(w http.ResponseWriter, r *http.Request) {
 	}
 	v := oidcLogoutView{}
 	if s.oidc != nil {
-		end, err := s.providerLogout(r, "")
+		idToken, ok, err := s.identity.ProviderIDToken(r)
 		if err != nil {
 			s.fail(w, "look up oidc session", err)
 			return
+		}
+		var end string
+		if ok {
+			if end, err = s.providerLogout(idToken, ""); err != nil {
+				s.fail(w, "look up oidc session", err)
+				return
+			}
 		}
 		v = oidcLogoutView{Offered: end != "", Label: s.oidc.opts.Label}
 	}
@@ -119,36 +112,41 @@ func (s *Server) oidcLogout(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "single sign-on is not configured"))
 		return
 	}
-	sess, known, err := s.identity.DashboardSession(r)
+	// The provider's end-session address is made while the session still
+	// holds its ID token; a logout that cannot make it ends nothing.
+	var end string
+	idToken, ok, err := s.identity.ProviderIDToken(r)
 	if err != nil {
-		s.fail(w, "authenticate", err)
+		s.fail(w, "look up oidc session", err)
 		return
 	}
-	var end string
-	if known {
+	if ok {
 		state, _, err := identity.NewSecret()
 		if err != nil {
 			s.fail(w, "make logout state", err)
 			return
 		}
-		if end, err = s.providerLogout(r, state); err != nil {
+		if end, err = s.providerLogout(idToken, state); err != nil {
 			s.fail(w, "look up oidc session", err)
 			return
 		}
 	}
-	cookie, err := s.identity.EndSession(r.Context(), r)
+	out, err := s.identity.Logout(r.Context(), r)
 	if err != nil {
 		s.fail(w, "end session", err)
 		return
 	}
-	if known {
-		e := audit.Event{Actor: s.actor(r, sess), Action: audit.ActionLogout, Outcome: audit.Success}
+	if !out.Known {
+		// A disabled user's session ends here, and no further.
+		end = ""
+	} else {
+		e := audit.Event{Actor: s.actor(r, out.Session), Action: audit.ActionLogout, Outcome: audit.Success}
 		if end != "" {
 			e.Detail = "and at the identity provider"
 		}
 		s.audit.Record(r.Context(), e)
 	}
-	http.SetCookie(w, cookie)
+	http.SetCookie(w, out.Cookie)
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, oidcLoggedOutView{EndSessionURL: end})
 }

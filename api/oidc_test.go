@@ -209,6 +209,59 @@ func TestSSOGroupMapping(t *testing.T) {
 	}
 }
 
+// The admin flag admin_groups changes at a login is recorded, with where
+// it came from; a user created already an admin is not granted again.
+func TestSSOAdminGroupsRecorded(t *testing.T) {
+	env, p := startSSO(t, nil)
+	dora := oidctest.User{Subject: "sub-dora", Username: "dora", Password: "dora-at-idp", Groups: []string{"dev", "ops"}}
+	p.AddUser(dora)
+	_, s := mustSSOLogin(t, env, p, dora)
+	p.SetGroups(dora.Subject, []string{"dev"})
+	mustSSOLogin(t, env, p, dora)
+	p.SetGroups(dora.Subject, []string{"dev", "ops"})
+	mustSSOLogin(t, env, p, dora)
+	rows, err := env.Pool.Query(context.Background(), `SELECT action, actor_user_id, target_id, detail FROM audit_events
+		WHERE action IN ('user.admin_grant', 'user.admin_revoke') ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var action, actor, target, detail string
+		if err := rows.Scan(&action, &actor, &target, &detail); err != nil {
+			t.Fatal(err)
+		}
+		if actor != s.User.ID || target != s.User.ID || detail != "from admin_groups at login" {
+			t.Errorf("%s recorded by %s on %s with %q", action, actor, target, detail)
+		}
+		got = append(got, action)
+	}
+	if want := []string{"user.admin_revoke", "user.admin_grant"}; !slices.Equal(got, want) {
+		t.Errorf("recorded %v, want %v", got, want)
+	}
+}
+
+// A provider's username another user already has is refused with 409,
+// and nothing is created.
+func TestSSORefusesTakenUsername(t *testing.T) {
+	env, p := startSSO(t, nil)
+	env.CreateUser("erin", false)
+	erin := oidctest.User{Subject: "sub-erin", Username: "erin", Password: "erin-at-idp", Groups: []string{"dev"}}
+	p.AddUser(erin)
+	res, body := ssoLogin(t, env, p, env.Client(), erin, nil)
+	if res.StatusCode != http.StatusConflict || !strings.Contains(body, "is already used by another account. Ask an administrator.") {
+		t.Errorf("login with a taken username: status %d\n%s", res.StatusCode, body)
+	}
+	var detail string
+	if err := env.Pool.QueryRow(context.Background(), `SELECT detail FROM audit_events WHERE action = 'user.login' AND outcome = 'failure'`).Scan(&detail); err != nil || !strings.Contains(detail, "username erin taken") {
+		t.Errorf("recorded refusal %q, %v", detail, err)
+	}
+	if n := countAudit(t, env, "user.create", "success"); n != 0 {
+		t.Errorf("audited user creations = %d, want 0", n)
+	}
+}
+
 func TestSSORefusesMissingAndWrongClaims(t *testing.T) {
 	env, p := startSSO(t, nil)
 	for _, tc := range []struct {

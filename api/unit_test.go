@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/proxy"
+	"github.com/codehub-io/codehub/workspace"
 )
 
 func TestRetryAfterSeconds(t *testing.T) {
@@ -146,6 +148,26 @@ func TestAbortedRequestsAreNotErrors(t *testing.T) {
 		serviceError(logger, tc.err)
 		if !strings.Contains(buf.String(), tc.level) {
 			t.Errorf("%v logged as %q, want %s", tc.err, buf.String(), tc.level)
+		}
+	}
+}
+
+func TestDesiredAction(t *testing.T) {
+	for _, tc := range []struct {
+		phase   workspace.Phase
+		was     workspace.DesiredState
+		desired workspace.DesiredState
+		want    string
+	}{
+		{workspace.PhaseStandby, workspace.DesiredStandby, workspace.DesiredRunning, audit.ActionWorkspaceStart},
+		{workspace.PhaseArchived, workspace.DesiredArchived, workspace.DesiredRunning, audit.ActionWorkspaceRestore},
+		{workspace.PhaseStandby, workspace.DesiredArchived, workspace.DesiredRunning, audit.ActionWorkspaceRestore},
+		{workspace.PhaseRunning, workspace.DesiredRunning, workspace.DesiredStandby, audit.ActionWorkspaceStop},
+		{workspace.PhaseRunning, workspace.DesiredRunning, workspace.DesiredArchived, audit.ActionWorkspaceArchive},
+	} {
+		ws := workspace.Workspace{Phase: tc.phase, DesiredState: tc.was}
+		if got := desiredAction(ws, tc.desired); got != tc.want {
+			t.Errorf("%s (wanted %s) -> %s: %s, want %s", tc.phase, tc.was, tc.desired, got, tc.want)
 		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package identity owns who a request is and when that ends: password
 // logins and their backoff, password hashing, dashboard sessions and the
 // sessions handed over to workspace hosts, personal API tokens, the CLI's
-// browser login, and the changes to users that end their credentials
+// browser login, the decision on a single sign-on login and the user it
+// creates or updates, and the changes to users that end their credentials
 // (disable, password reset and change, refusal at single sign-on). Every
 // credential it hands out is checked against its user at each lookup, so
 // a disabled user's credentials stop working everywhere within
@@ -9,7 +10,9 @@
 //
 // It never writes the audit log (its callers record what it returns, such
 // as the tokens a change revoked), never decodes requests or writes error
-// envelopes (package api does), and never touches workspaces. It reads and
+// envelopes (package api does), never talks to the OpenID Provider (api
+// verifies its answers and passes on the claims), and never touches
+// workspaces. It reads and
 // sets only its own cookies.
 package identity
 
@@ -33,6 +36,8 @@ type Options struct {
 	// CookieDomain is the dashboard session cookie's Domain attribute;
 	// empty means a host-only cookie.
 	CookieDomain string
+	// OIDC, when set, lets users sign in through an OpenID Provider.
+	OIDC *OIDCOptions
 }
 
 // Service authenticates requests and manages the credentials of users.

@@ -63,17 +63,29 @@ func (s *Service) cookie(value string, expires time.Time) *http.Cookie {
 	return c
 }
 
-// EndSession deletes the request's session, if any, and returns the
-// cookie that clears it in the browser.
-func (s *Service) EndSession(ctx context.Context, r *http.Request) (*http.Cookie, error) {
+// LogoutResult is a logout: the session it ended, when the request had a
+// live one (Known), and the cookie that clears it in the browser.
+type LogoutResult struct {
+	Session store.Session
+	Known   bool
+	Cookie  *http.Cookie
+}
+
+// Logout ends the request's session, if any, and with it the ID token of
+// a single sign-on login (ProviderIDToken reads it before).
+func (s *Service) Logout(ctx context.Context, r *http.Request) (LogoutResult, error) {
+	sess, known, err := s.DashboardSession(r)
+	if err != nil {
+		return LogoutResult{}, err
+	}
 	if c, err := r.Cookie(SessionCookie); err == nil {
 		hash := HashSecret(c.Value)
 		s.sessions.delete(hash)
 		if err := store.DeleteSession(ctx, s.pool, hash[:]); err != nil {
-			return nil, err
+			return LogoutResult{}, err
 		}
 	}
-	return s.cookie("", time.Time{}), nil
+	return LogoutResult{Session: sess, Known: known, Cookie: s.cookie("", time.Time{})}, nil
 }
 
 // DashboardSession returns the dashboard session of a request; ok is false

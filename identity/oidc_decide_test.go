@@ -1,12 +1,9 @@
-package api
+package identity
 
 import (
 	"errors"
 	"reflect"
 	"testing"
-
-	"github.com/codehub-io/codehub/audit"
-	"github.com/codehub-io/codehub/workspace"
 )
 
 func TestDecideOIDCLogin(t *testing.T) {
@@ -50,26 +47,6 @@ func TestDecideOIDCLogin(t *testing.T) {
 				t.Errorf("error %v, want %v", err, tc.refused)
 			}
 		})
-	}
-}
-
-func TestDesiredAction(t *testing.T) {
-	for _, tc := range []struct {
-		phase   workspace.Phase
-		was     workspace.DesiredState
-		desired workspace.DesiredState
-		want    string
-	}{
-		{workspace.PhaseStandby, workspace.DesiredStandby, workspace.DesiredRunning, audit.ActionWorkspaceStart},
-		{workspace.PhaseArchived, workspace.DesiredArchived, workspace.DesiredRunning, audit.ActionWorkspaceRestore},
-		{workspace.PhaseStandby, workspace.DesiredArchived, workspace.DesiredRunning, audit.ActionWorkspaceRestore},
-		{workspace.PhaseRunning, workspace.DesiredRunning, workspace.DesiredStandby, audit.ActionWorkspaceStop},
-		{workspace.PhaseRunning, workspace.DesiredRunning, workspace.DesiredArchived, audit.ActionWorkspaceArchive},
-	} {
-		ws := workspace.Workspace{Phase: tc.phase, DesiredState: tc.was}
-		if got := desiredAction(ws, tc.desired); got != tc.want {
-			t.Errorf("%s (wanted %s) -> %s: %s, want %s", tc.phase, tc.was, tc.desired, got, tc.want)
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package api
+package identity
 
 import (
 	"errors"
@@ -9,6 +9,18 @@ import (
 
 	"github.com/codehub-io/codehub/config"
 )
+
+// OIDCOptions are the rules a single sign-on login is judged by (config's
+// auth.oidc): the provider whose subjects name users, the claims that hold
+// the username and the groups, and the groups that may sign in or are
+// administrators.
+type OIDCOptions struct {
+	Issuer        string
+	UsernameClaim string
+	GroupsClaim   string
+	AllowedGroups []string
+	AdminGroups   []string
+}
 
 // oidcIdentity is what the provider's verified claims make of the user.
 type oidcIdentity struct {
@@ -38,8 +50,8 @@ func (e *claimError) Error() string {
 }
 
 // decideOIDCLogin reads the username and groups from verified claims (the
-// ID token's, completed from UserInfo) and
-// applies allowed_groups and admin_groups. It is pure: the caller acts on
+// ID token's, completed from UserInfo) and applies allowed_groups and
+// admin_groups. It is pure: the caller acts on
 // the answer.
 func decideOIDCLogin(opts OIDCOptions, claims map[string]any) (oidcIdentity, error) {
 	var id oidcIdentity
