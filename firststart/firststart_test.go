@@ -68,3 +68,80 @@ func TestFailedCloneShowsGitAndEmptiesHome(t *testing.T) {
 		t.Errorf("home keeps %d entries after a failed first start", len(entries))
 	}
 }
+
+// The install script is user code: nothing of the credential may be left
+// where it can look, neither the file the token came in nor any
+// environment, its own or an ancestor's, nor git's configuration.
+func TestInstallScriptFindsNoCredential(t *testing.T) {
+	const token = "ghp_s3cretToken42"
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": testenv.CredentialProbe})
+	home := t.TempDir()
+	tokenFile := filepath.Join(t.TempDir(), "git.env")
+	if err := os.WriteFile(tokenFile, []byte(EnvGitToken+"="+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, ok := run(t, home, EnvRepository+"="+repo, EnvDotfiles+"="+dotfiles,
+		EnvGitToken+"="+token, EnvGitTokenFile+"="+tokenFile)
+	if !ok {
+		t.Fatalf("first start failed:\n%s", out)
+	}
+	probe, err := os.ReadFile(filepath.Join(home, "probe"))
+	if err != nil || !strings.Contains(string(probe), "probe done") {
+		t.Fatalf("the install script did not run to its end: %v\n%s", err, probe)
+	}
+	if strings.Contains(string(probe), token) {
+		t.Errorf("the install script found the token:\n%s", probe)
+	}
+	if _, err := os.Stat(tokenFile); !os.IsNotExist(err) {
+		t.Errorf("the token file is still there: %v", err)
+	}
+	if strings.Contains(out, token) {
+		t.Errorf("the program sees the token:\n%s", out)
+	}
+}
+
+// A credential file that cannot be removed stops the first start before
+// any user code runs.
+func TestUnremovableTokenFileFailsTheStart(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root removes any file")
+	}
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": testenv.CredentialProbe})
+	home := t.TempDir()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "git.env")
+	if err := os.WriteFile(tokenFile, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	out, ok := run(t, home, EnvDotfiles+"="+dotfiles, EnvGitTokenFile+"="+tokenFile)
+	if ok || !strings.Contains(out, "cannot remove") {
+		t.Fatalf("start went on with the credential file in place:\n%s", out)
+	}
+	if entries, _ := os.ReadDir(home); len(entries) != 0 {
+		t.Errorf("home keeps %d entries", len(entries))
+	}
+}
+
+func TestFailedInstallEmptiesHome(t *testing.T) {
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": "#!/bin/sh\necho broken >&2\nexit 3\n"})
+	home := t.TempDir()
+	out, ok := run(t, home, EnvDotfiles+"="+dotfiles)
+	if ok || !strings.Contains(out, "broken") || !strings.Contains(out, "status 3") || strings.Contains(out, "PATH=") {
+		t.Fatalf("a failing install script did not fail the start before the program:\n%s", out)
+	}
+	if entries, _ := os.ReadDir(home); len(entries) != 0 {
+		t.Errorf("home keeps %d entries after a failed install", len(entries))
+	}
+}
+
+// Script hands installScript to a shell as one single-quoted word.
+func TestInstallScriptIsOneQuotedWord(t *testing.T) {
+	if strings.Contains(installScript, "'") || strings.Contains(Script, "${") {
+		t.Error("installScript holds a single quote, or Script a \"${\"")
+	}
+}

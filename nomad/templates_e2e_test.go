@@ -75,6 +75,13 @@ template "clone" {
 // name with values.
 func startTemplate(t *testing.T, b *Backend, cfg *config.Config, wsID, name string, values map[string]any) {
 	t.Helper()
+	startTemplateWith(t, b, cfg, wsID, name, values, func(*controller.WorkspaceSpec) {})
+}
+
+// startTemplateWith is startTemplate with the owner's part of the spec
+// (dotfiles, git credential) set by owner.
+func startTemplateWith(t *testing.T, b *Backend, cfg *config.Config, wsID, name string, values map[string]any, owner func(*controller.WorkspaceSpec)) {
+	t.Helper()
 	ctx := t.Context()
 	tmpl, ok := cfg.Template(name)
 	if !ok {
@@ -89,7 +96,9 @@ func startTemplate(t *testing.T, b *Backend, cfg *config.Config, wsID, name stri
 	}
 	observeUntil(t, b, wsID, "volume of "+name+" ready", func(o controller.Observed) bool { return o.VolumeReady })
 	w := workspace.Workspace{ID: wsID, RunID: "run1", OwnerID: "01owner0000000000000000000", Template: name, Parameters: params}
-	if err := b.StartWorkspace(ctx, controller.SpecFromTemplate(w, tmpl, cfg.Workspace.UpstreamAuth)); err != nil {
+	spec := controller.SpecFromTemplate(w, tmpl, cfg.Workspace.UpstreamAuth)
+	owner(&spec)
+	if err := b.StartWorkspace(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -127,6 +136,7 @@ func TestE2ETemplates(t *testing.T) {
 		hugeID   = "01jb3x7k9q2m5n8p4r6s0t1v23"
 		cloneID  = "01jb3x7k9q2m5n8p4r6s0t1v24"
 		brokenID = "01jb3x7k9q2m5n8p4r6s0t1v25"
+		dotsID   = "01jb3x7k9q2m5n8p4r6s0t1v26"
 	)
 
 	t.Run("resources and environment reach Nomad", func(t *testing.T) {
@@ -182,6 +192,27 @@ func TestE2ETemplates(t *testing.T) {
 		if o.Failure.Reason != workspace.ReasonStartFailed || !strings.Contains(o.Failure.Message, "fatal:") {
 			logTaskEvents(t, a, jobID(brokenID))
 			t.Errorf("failure = %+v, want StartFailed with git's message", o.Failure)
+		}
+	})
+
+	t.Run("the install script finds no credential", func(t *testing.T) {
+		const token = "ghp_nomadS3cret99"
+		repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+		dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": testenv.CredentialProbe})
+		startTemplateWith(t, b, cfg, dotsID, "clone", map[string]any{"repo": repo}, func(s *controller.WorkspaceSpec) {
+			s.Dotfiles, s.GitToken = dotfiles, token
+		})
+		observeUntil(t, b, dotsID, "dotfiles ready", func(o controller.Observed) bool { return o.UpstreamReady })
+		home, err := b.HomeDir(t.Context(), dotsID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe, err := os.ReadFile(filepath.Join(home, "probe"))
+		if err != nil || !strings.Contains(string(probe), "probe done") || !strings.Contains(string(probe), "NOMAD_SECRETS_DIR=") {
+			t.Fatalf("the install script did not run to its end in the task: %v\n%s", err, probe)
+		}
+		if strings.Contains(string(probe), token) {
+			t.Errorf("the install script found the token:\n%s", probe)
 		}
 	})
 }

@@ -127,11 +127,16 @@ job [[ hcl .JobID ]] {
         HOME               = [[ hcl .HomeDir ]]
         CODEHUB_REPOSITORY = [[ hcl .Repository ]]
         CODEHUB_DOTFILES   = [[ hcl .Dotfiles ]]
+[[- if .GitTokenVariablePath ]]
+        # Removed by the script once the clones are done, before the
+        # dotfiles' install script runs.
+        CODEHUB_GIT_TOKEN_FILE = "${NOMAD_SECRETS_DIR}/git.env"
+[[- end ]]
       }
 [[- if .GitTokenVariablePath ]]
 
       # The owner's git credential, read at run time like the upstream
-      # token; only this task has it.
+      # token; only this task has it, and only until its clones are done.
       template {
         destination = "secrets/git.env"
         env         = true
