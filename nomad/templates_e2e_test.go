@@ -58,6 +58,13 @@ template "clone" {
     regex = "file://.+"
   }
 }
+template "params" {
+  parameter "node" {}
+  parameter "meta" {}
+  parameter "escaped" {}
+  parameter "directive" {}
+  parameter "quotes" {}
+}
 `, a.Addr, filepath.Join(bins, "codehub"), filepath.Join(bins, "wsserver"), os.Getuid(), os.Getgid()))
 	opts, err := OptionsFromConfig(cfg, "")
 	if err != nil {
@@ -137,6 +144,7 @@ func TestE2ETemplates(t *testing.T) {
 		cloneID  = "01jb3x7k9q2m5n8p4r6s0t1v24"
 		brokenID = "01jb3x7k9q2m5n8p4r6s0t1v25"
 		dotsID   = "01jb3x7k9q2m5n8p4r6s0t1v26"
+		paramsID = "01jb3x7k9q2m5n8p4r6s0t1v27"
 	)
 
 	t.Run("resources and environment reach Nomad", func(t *testing.T) {
@@ -213,6 +221,43 @@ func TestE2ETemplates(t *testing.T) {
 		}
 		if strings.Contains(string(probe), token) {
 			t.Errorf("the install script found the token:\n%s", probe)
+		}
+	})
+
+	// Nomad interpolates "${...}" in env values when it starts a task,
+	// node attributes and metadata included; what a user typed must
+	// reach the program as typed.
+	t.Run("parameters arrive byte for byte", func(t *testing.T) {
+		values := map[string]any{
+			"node":      "${node.unique.name}",
+			"meta":      "https://x/${meta.secret}?${attr.kernel.name}",
+			"escaped":   "$${x} $$ ${NOMAD_PORT_http}",
+			"directive": "%{ if true }yes%{ endif } %%{",
+			"quotes":    "say \"hi\" \\ 'there'\tend # not a comment",
+		}
+		startTemplate(t, b, cfg, paramsID, "params", values)
+		observeUntil(t, b, paramsID, "params ready", func(o controller.Observed) bool { return o.UpstreamReady })
+		home, err := b.HomeDir(t.Context(), paramsID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(filepath.Join(home, ".wsserver-params"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, kv := range strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00") {
+			name, value, _ := strings.Cut(kv, "=")
+			got[name] = value
+		}
+		for name, want := range values {
+			if env := config.ParamEnv(name); got[env] != want {
+				t.Errorf("%s = %q in the program, want %q", env, got[env], want)
+			}
+		}
+		hcl, err := b.RenderWorkspace(controller.WorkspaceSpec{WorkspaceID: paramsID, UserEnv: map[string]string{"CODEHUB_PARAM_NODE": "${node.unique.name}"}}, home)
+		if err != nil || strings.Contains(hcl, "node.unique.name") {
+			t.Errorf("a user's value is in the jobspec (%v):\n%s", err, hcl)
 		}
 	})
 }
