@@ -30,7 +30,8 @@ const (
 //
 // The credential is used by the clones alone. Before the install script
 // runs, the file it came in ($CODEHUB_GIT_TOKEN_FILE) is removed (a file
-// that stays fails the start) and the shell replaces itself with one
+// that stays fails the start, undoing a first start's clones but never
+// touching a used home) and the shell replaces itself with one
 // started without it: unsetting a variable does not change what
 // /proc/<pid>/environ shows of a process's start, which any process of
 // the same user can read. git is given the helper on its command line
@@ -70,7 +71,12 @@ if [ -n "$CODEHUB_GIT_TOKEN_FILE" ]; then
   rm -f -- "$CODEHUB_GIT_TOKEN_FILE"
   if [ -e "$CODEHUB_GIT_TOKEN_FILE" ]; then
     echo "codehub: cannot remove the credential file $CODEHUB_GIT_TOKEN_FILE; no user code runs while it is there" >&2
-    step=failed status=1
+    if [ "$step" = none ]; then
+      exit 1
+    fi
+    if [ "$status" -eq 0 ]; then
+      status=1
+    fi
   fi
 fi
 unset CODEHUB_REPOSITORY CODEHUB_DOTFILES CODEHUB_GIT_TOKEN CODEHUB_GIT_TOKEN_FILE

@@ -101,29 +101,35 @@ func TestInstallScriptFindsNoCredential(t *testing.T) {
 	}
 }
 
-// A credential file that cannot be removed stops the first start before
-// any user code runs.
+// A credential file that cannot be removed stops the start before any
+// user code runs; a first start's clones are undone, a used home is left
+// as it is. /proc/version stands in for it: nobody, root included, can
+// remove it.
 func TestUnremovableTokenFileFailsTheStart(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root removes any file")
+	const stuck = "/proc/version"
+	if _, err := os.Stat(stuck); err != nil {
+		t.Skipf("no %s: %v", stuck, err)
 	}
 	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": testenv.CredentialProbe})
-	home := t.TempDir()
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "git.env")
-	if err := os.WriteFile(tokenFile, []byte("x"), 0o600); err != nil {
+	fresh := t.TempDir()
+	out, ok := run(t, fresh, EnvDotfiles+"="+dotfiles, EnvGitTokenFile+"="+stuck)
+	if ok || !strings.Contains(out, "cannot remove") || strings.Contains(out, "PATH=") {
+		t.Fatalf("a first start went on with the credential file in place:\n%s", out)
+	}
+	if entries, _ := os.ReadDir(fresh); len(entries) != 0 {
+		t.Errorf("home keeps %d entries after the refused first start", len(entries))
+	}
+
+	used := t.TempDir()
+	if err := os.WriteFile(filepath.Join(used, "notes"), []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o500); err != nil {
-		t.Fatal(err)
+	out, ok = run(t, used, EnvDotfiles+"="+dotfiles, EnvGitTokenFile+"="+stuck)
+	if ok || !strings.Contains(out, "cannot remove") || strings.Contains(out, "PATH=") {
+		t.Fatalf("a start went on with the credential file in place:\n%s", out)
 	}
-	t.Cleanup(func() { os.Chmod(dir, 0o700) })
-	out, ok := run(t, home, EnvDotfiles+"="+dotfiles, EnvGitTokenFile+"="+tokenFile)
-	if ok || !strings.Contains(out, "cannot remove") {
-		t.Fatalf("start went on with the credential file in place:\n%s", out)
-	}
-	if entries, _ := os.ReadDir(home); len(entries) != 0 {
-		t.Errorf("home keeps %d entries", len(entries))
+	if b, err := os.ReadFile(filepath.Join(used, "notes")); err != nil || string(b) != "mine" {
+		t.Errorf("a used home lost its files: %q, %v", b, err)
 	}
 }
 
