@@ -14,6 +14,10 @@ const (
 	EnvRepository = "CODEHUB_REPOSITORY"
 	EnvDotfiles   = "CODEHUB_DOTFILES"
 	EnvGitToken   = "CODEHUB_GIT_TOKEN"
+	// EnvHome, when set, is the home to prepare, and HOME for everything
+	// the script runs: Nomad's exec driver sets HOME to the task user's
+	// home in the node's user database, whatever the job says.
+	EnvHome = "CODEHUB_HOME"
 	// EnvGitTokenFile names a file the credential came in (Nomad's
 	// rendered template), removed before any user code runs.
 	EnvGitTokenFile = "CODEHUB_GIT_TOKEN_FILE"
@@ -41,6 +45,10 @@ const (
 // Nomad would take for its own interpolation.
 const Script = `
 home=$HOME
+if [ -n "$CODEHUB_HOME" ]; then
+  home=$CODEHUB_HOME
+  export HOME="$home"
+fi
 step=none
 if { [ -n "$CODEHUB_REPOSITORY" ] || [ -n "$CODEHUB_DOTFILES" ]; } && [ -z "$(ls -A "$home")" ]; then
   (
@@ -79,7 +87,7 @@ if [ -n "$CODEHUB_GIT_TOKEN_FILE" ]; then
     fi
   fi
 fi
-unset CODEHUB_REPOSITORY CODEHUB_DOTFILES CODEHUB_GIT_TOKEN CODEHUB_GIT_TOKEN_FILE
+unset CODEHUB_REPOSITORY CODEHUB_DOTFILES CODEHUB_GIT_TOKEN CODEHUB_GIT_TOKEN_FILE CODEHUB_HOME
 if [ "$step" != none ] && [ "$status" -ne 0 ]; then
   echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
   find "$home" -mindepth 1 -delete

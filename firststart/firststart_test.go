@@ -151,3 +151,23 @@ func TestInstallScriptIsOneQuotedWord(t *testing.T) {
 		t.Error("installScript holds a single quote, or Script a \"${\"")
 	}
 }
+
+// Nomad's exec driver sets HOME to the task user's home in the node's user
+// database; CODEHUB_HOME names the home to prepare and wins.
+func TestCodehubHomeWinsOverHOME(t *testing.T) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": "#!/bin/sh\necho \"$HOME\" > \"$HOME/installed-in\"\n"})
+	home := t.TempDir()
+	cmd := exec.Command("/bin/sh", "-c", Script, "sh")
+	cmd.Env = []string{"HOME=/nonexistent", "PATH=" + os.Getenv("PATH"), EnvHome + "=" + home,
+		EnvRepository + "=" + repo, EnvDotfiles + "=" + dotfiles}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("first start with HOME elsewhere: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "service", "README")); err != nil || string(b) != "hello" {
+		t.Errorf("repository not in CODEHUB_HOME: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "installed-in")); err != nil || string(b) != home+"\n" {
+		t.Errorf("the install script ran with HOME %q, %v; want %s", b, err, home)
+	}
+}

@@ -124,7 +124,10 @@ job [[ hcl .JobID ]] {
 [[- end ]]
 
       env {
-        HOME = [[ hcl .HomeDir ]]
+        HOME         = [[ hcl .HomeDir ]]
+        # exec replaces HOME with the task user's home from the node's
+        # user database; the script takes this one.
+        CODEHUB_HOME = [[ hcl .HomeDir ]]
         # The file below, removed by the script once its clones are done,
         # before the dotfiles' install script runs.
         CODEHUB_GIT_TOKEN_FILE = "${NOMAD_SECRETS_DIR}/first-start.env"
