@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
@@ -61,5 +63,42 @@ func TestNomadServerRefusesClusterWithoutACLs(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("%d warnings about the cluster's ACLs in two starts, want 2:\n%s", n, log)
+	}
+}
+
+// TestNomadServerStartsWithACLs starts `codehub server` against an agent
+// that enforces ACLs, with a token holding only the policy docs/nomad.md
+// documents and no opt-out: it starts, and warns about nothing.
+func TestNomadServerStartsWithACLs(t *testing.T) {
+	nomadtest.Binary(t)
+	agent := nomadtest.Start(t, "acl {\n  enabled = true\n}\n")
+	if agent.ManagementToken == "" {
+		t.Fatal("the agent started without enforcing ACLs")
+	}
+	doc, err := os.ReadFile("../docs/nomad.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, found := strings.Cut(string(doc), "```hcl\n# codehub-control-plane.policy.hcl\n")
+	policy, _, closed := strings.Cut(rest, "\n```")
+	if !found || !closed {
+		t.Fatal("docs/nomad.md has no closed policy block")
+	}
+	if _, err := agent.Client.ACLPolicies().Upsert(&api.ACLPolicy{Name: "codehub", Rules: policy + "\n"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := agent.Client.ACLTokens().Create(&api.ACLToken{Name: "codehub", Type: "client", Policies: []string{"codehub"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := nomadConfig(t, agent)
+	cfg.backend = strings.Replace(cfg.backend, aclOptOut, fmt.Sprintf("  token = %q\n", token.SecretID), 1)
+	srv := startServer(t, cfg)
+	log, err := os.ReadFile(srv.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), "does not enforce ACLs") {
+		t.Errorf("a server on a cluster enforcing ACLs warned about them:\n%s", log)
 	}
 }
