@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"regexp"
 	"strings"
@@ -24,17 +25,30 @@ func viewSettings(s store.FirstStartSettings) settingsView {
 	return settingsView{DotfilesRepository: s.DotfilesRepository, GitCredentialSet: s.GitCredential != ""}
 }
 
+// viewStored is the view of settings as read, err the read's error: a
+// stored credential that does not open (sealed for another user or with
+// another deployment's key) is still shown as set, so its owner can
+// replace or clear it.
+func viewStored(s store.FirstStartSettings, err error) (settingsView, error) {
+	if errors.Is(err, store.ErrCredentialUnreadable) {
+		v := viewSettings(s)
+		v.GitCredentialSet = true
+		return v, nil
+	}
+	return viewSettings(s), err
+}
+
 func (s *Server) getSettings(w http.ResponseWriter, r *http.Request) {
 	sess, ok := s.requireUser(w, r)
 	if !ok {
 		return
 	}
-	settings, err := store.GetFirstStartSettings(r.Context(), s.pool, sess.UserID)
+	view, err := viewStored(store.GetFirstStartSettings(r.Context(), s.pool, sess.UserID))
 	if err != nil {
 		s.fail(w, "read settings", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewSettings(settings))
+	writeJSON(w, http.StatusOK, view)
 }
 
 func (s *Server) patchSettings(w http.ResponseWriter, r *http.Request) {
@@ -51,12 +65,12 @@ func (s *Server) patchSettings(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
-	settings, err := store.SetFirstStartSettings(r.Context(), s.pool, sess.UserID, req.DotfilesRepository, req.GitCredential)
+	view, err := viewStored(store.SetFirstStartSettings(r.Context(), s.pool, sess.UserID, req.DotfilesRepository, req.GitCredential))
 	if err != nil {
 		s.fail(w, "write settings", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewSettings(settings))
+	writeJSON(w, http.StatusOK, view)
 }
 
 // gitURL is what git clones from: a URL of a scheme it speaks.

@@ -226,3 +226,30 @@ func TestFirstStartSettings(t *testing.T) {
 		t.Fatalf("get: %d %s", res.StatusCode, res.Body)
 	}
 }
+
+// A stored credential that does not open for its user (a sealed value
+// copied from another row) shows as set and can be replaced.
+func TestUnreadableGitCredentialCanBeReplaced(t *testing.T) {
+	env := apitest.New(t, apitest.Config{})
+	alice, bob := env.CreateUser("alice", false), env.CreateUser("bob", false)
+	credential := "bobs-token"
+	if _, err := store.SetFirstStartSettings(t.Context(), env.Pool, bob.ID, nil, &credential); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(t.Context(), `UPDATE users SET git_credential = (SELECT git_credential FROM users WHERE id = $2) WHERE id = $1`, alice.ID, bob.ID); err != nil {
+		t.Fatal(err)
+	}
+	c := env.Login(alice)
+	validate(t, c)
+	res := env.Do(c, "GET", "/api/v1/settings", nil)
+	if res.StatusCode != 200 || !strings.Contains(string(res.Body), `"git_credential_set":true`) || strings.Contains(string(res.Body), credential) {
+		t.Fatalf("get: %d %s", res.StatusCode, res.Body)
+	}
+	res = env.Do(c, "PATCH", "/api/v1/settings", map[string]any{"git_credential": "alices-token"})
+	if res.StatusCode != 200 {
+		t.Fatalf("replace: %d %s", res.StatusCode, res.Body)
+	}
+	if got, err := store.GetFirstStartSettings(t.Context(), env.Pool, alice.ID); err != nil || got.GitCredential != "alices-token" {
+		t.Fatalf("after the replacement: %+v, %v", got, err)
+	}
+}

@@ -93,6 +93,17 @@ backend "nomad" {
   # CODEHUB_BACKEND_NOMAD_TOKEN.
   # token = ""
 
+  # DANGEROUS. Every workspace program can reach its node's Nomad agent
+  # (docker with host networking, exec, raw_exec), so on a cluster that
+  # does not enforce ACLs any user with a terminal reads every Nomad
+  # Variable (other workspaces' upstream tokens, the stop-archive S3 keys)
+  # and registers jobs. codehub asks the cluster at start, without a token,
+  # for a workspace variable and refuses to start when it answers. true
+  # runs anyway and logs a warning at every start: only for a cluster whose
+  # workspace users may all do that (a single-user development setup).
+  # Env: CODEHUB_BACKEND_NOMAD_INSECURE_ALLOW_NO_ACLS.
+  insecure_allow_no_acls = false
+
   # Node pool workspaces and their archive/restore jobs are placed in.
   node_pool = "default"
 

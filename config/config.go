@@ -136,6 +136,12 @@ type NomadBackend struct {
 	// CheckInterval is how often Nomad checks a workspace's health.
 	CheckIntervalHCL string `hcl:"check_interval,optional"`
 	CheckInterval    time.Duration
+
+	// InsecureAllowNoACLs lets the server run on a cluster that does not
+	// enforce ACLs, where every workspace can read all Nomad Variables
+	// and register jobs through its node's agent. Off by default: the
+	// server then refuses to start on such a cluster.
+	InsecureAllowNoACLs bool `hcl:"insecure_allow_no_acls,optional"`
 }
 
 // LocalBackend runs workspaces as local processes on one machine.

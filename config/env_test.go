@@ -32,25 +32,26 @@ func TestEnvOverrides(t *testing.T) {
 		{
 			name: "codehub variables fill every kind of scalar",
 			env: map[string]string{
-				"CODEHUB_LISTEN":                        "0.0.0.0:9999",
-				"CODEHUB_PUBLIC_URL":                    "https://hub.example.com",
-				"CODEHUB_LOG_LEVEL":                     "debug",
-				"CODEHUB_LOG_JSON":                      "true",
-				"CODEHUB_DATABASE_URL":                  "postgres://env@db/codehub",
-				"CODEHUB_REDIS_URL":                     "redis://env-redis:6379/3",
-				"CODEHUB_S3_ENDPOINT":                   "minio.internal:9000",
-				"CODEHUB_S3_BUCKET":                     "env-bucket",
-				"CODEHUB_S3_ACCESS_KEY":                 "env-access",
-				"CODEHUB_S3_SECRET_KEY":                 "env-secret",
-				"CODEHUB_S3_USE_SSL":                    "1",
-				"CODEHUB_WORKSPACE_PORT":                "8443",
-				"CODEHUB_WORKSPACE_STANDBY_TTL":         "45m",
-				"CODEHUB_LIMITS_MAX_RUNNING_GLOBAL":     "12",
-				"CODEHUB_GC_DRY_RUN":                    "true",
-				"CODEHUB_AUTH_BOOTSTRAP_ADMIN_PASSWORD": "from-the-env",
-				"CODEHUB_PROXY_SUBDOMAIN_BASE":          "ws.example.com",
-				"CODEHUB_BACKEND_NOMAD_DRIVER":          "exec",
-				"CODEHUB_BACKEND_NOMAD_CHECK_INTERVAL":  "3s",
+				"CODEHUB_LISTEN":                               "0.0.0.0:9999",
+				"CODEHUB_PUBLIC_URL":                           "https://hub.example.com",
+				"CODEHUB_LOG_LEVEL":                            "debug",
+				"CODEHUB_LOG_JSON":                             "true",
+				"CODEHUB_DATABASE_URL":                         "postgres://env@db/codehub",
+				"CODEHUB_REDIS_URL":                            "redis://env-redis:6379/3",
+				"CODEHUB_S3_ENDPOINT":                          "minio.internal:9000",
+				"CODEHUB_S3_BUCKET":                            "env-bucket",
+				"CODEHUB_S3_ACCESS_KEY":                        "env-access",
+				"CODEHUB_S3_SECRET_KEY":                        "env-secret",
+				"CODEHUB_S3_USE_SSL":                           "1",
+				"CODEHUB_WORKSPACE_PORT":                       "8443",
+				"CODEHUB_WORKSPACE_STANDBY_TTL":                "45m",
+				"CODEHUB_LIMITS_MAX_RUNNING_GLOBAL":            "12",
+				"CODEHUB_GC_DRY_RUN":                           "true",
+				"CODEHUB_AUTH_BOOTSTRAP_ADMIN_PASSWORD":        "from-the-env",
+				"CODEHUB_PROXY_SUBDOMAIN_BASE":                 "ws.example.com",
+				"CODEHUB_BACKEND_NOMAD_DRIVER":                 "exec",
+				"CODEHUB_BACKEND_NOMAD_CHECK_INTERVAL":         "3s",
+				"CODEHUB_BACKEND_NOMAD_INSECURE_ALLOW_NO_ACLS": "true",
 			},
 			check: func(t *testing.T, c *Config) {
 				if c.Listen != "0.0.0.0:9999" || c.PublicURL != "https://hub.example.com" || c.LogLevel != "debug" || !c.LogJSON {
@@ -69,7 +70,7 @@ func TestEnvOverrides(t *testing.T) {
 				if c.Limits.MaxRunningGlobal != 12 || !c.GC.DryRun || c.Auth.BootstrapAdmin.Password != "from-the-env" {
 					t.Errorf("limits %+v, gc %+v, admin password set %v", c.Limits, c.GC, c.Auth.BootstrapAdmin.Password.IsSet())
 				}
-				if c.Proxy.SubdomainBase != "ws.example.com" || c.Backend.Nomad.Driver != DriverExec || c.Backend.Nomad.CheckInterval != 3*time.Second {
+				if c.Proxy.SubdomainBase != "ws.example.com" || c.Backend.Nomad.Driver != DriverExec || c.Backend.Nomad.CheckInterval != 3*time.Second || !c.Backend.Nomad.InsecureAllowNoACLs {
 					t.Errorf("proxy %q, nomad %+v", c.Proxy.SubdomainBase, c.Backend.Nomad)
 				}
 			},

@@ -106,8 +106,13 @@ type WorkspaceSpec struct {
 	// CPU in MHz; Memory reserved and MemoryMax the most it may use (0:
 	// Memory), in MiB.
 	CPU, Memory, MemoryMax int
-	// Env is added to the program's environment.
+	// Env is added to the program's environment: the template's, which
+	// the operator wrote.
 	Env map[string]string
+	// UserEnv is added to the program's environment too: what the user
+	// chose (the template's parameters). A backend passes it literally,
+	// never where its orchestrator would interpolate it.
+	UserEnv map[string]string
 	// Repository and Dotfiles (the owner's) are git URLs cloned into the
 	// home before the program starts, when the home is empty (the
 	// workspace's first start); see package firststart.

@@ -66,7 +66,7 @@ func SpecFromTemplate(w workspace.Workspace, t *config.Template, upstreamAuth st
 	if spec.Env == nil {
 		spec.Env = map[string]string{}
 	}
-	maps.Copy(spec.Env, t.ParameterEnv(w.Parameters))
+	spec.UserEnv = t.ParameterEnv(w.Parameters)
 	spec.Repository = t.Repository(w.Parameters)
 	return spec
 }

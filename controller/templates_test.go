@@ -41,7 +41,7 @@ func TestTemplateChangeTakesEffectAtNextStart(t *testing.T) {
 	if spec.Dotfiles != dots || spec.GitToken != token {
 		t.Errorf("first start without the owner's settings: dotfiles %q token %q", spec.Dotfiles, spec.GitToken)
 	}
-	if spec.CPU != 1000 || spec.Env["GOFLAGS"] != "-mod=mod" || spec.Env["CODEHUB_PARAM_EDITOR"] != "vim" || first.TemplateVersion != v1.Version() {
+	if spec.CPU != 1000 || spec.Env["GOFLAGS"] != "-mod=mod" || spec.UserEnv["CODEHUB_PARAM_EDITOR"] != "vim" || first.TemplateVersion != v1.Version() {
 		t.Fatalf("first start: spec %+v, version %q want %q", spec, first.TemplateVersion, v1.Version())
 	}
 

@@ -120,7 +120,7 @@ plugin "docker" {
   driver       = "docker"
   network_mode = "host"
   job_image    = %q
-}
+`+aclOptOut+`}
 
 workspace {
   image = %q

@@ -26,13 +26,14 @@ import (
 // under raw_exec, configured the way an operator writes it: the workspace
 // program is the installed code-server with the example's arguments
 // (bound to loopback here), and archive and restore jobs fetch codehub from
-// the server's /dl/codehub.
+// the server's /dl/codehub. The dev agent runs without ACLs, which the
+// server refuses unless told otherwise (aclOptOut).
 func nomadConfig(t *testing.T, agent *nomadtest.Agent) serverConfig {
 	cfg := localConfig(t)
 	cfg.backend = fmt.Sprintf(`backend "nomad" {
   address = %q
   driver  = "raw_exec"
-}
+`+aclOptOut+`}
 
 workspace {
   command = %q
@@ -41,6 +42,11 @@ workspace {
 `, agent.Addr, cfg.codeServer, codeServerWorkspace)
 	return cfg
 }
+
+// aclOptOut lets a server run on the tests' dev agents, which do not
+// enforce ACLs; TestNomadServerRefusesClusterWithoutACLs starts one without
+// it.
+const aclOptOut = "  insecure_allow_no_acls = true\n"
 
 // codeServerWorkspace is the workspace block's settings for code-server:
 // the example configuration's arguments, bound to loopback for the test.

@@ -14,6 +14,13 @@ const (
 	EnvRepository = "CODEHUB_REPOSITORY"
 	EnvDotfiles   = "CODEHUB_DOTFILES"
 	EnvGitToken   = "CODEHUB_GIT_TOKEN"
+	// EnvHome, when set, is the home to prepare, and HOME for everything
+	// the script runs: Nomad's exec driver sets HOME to the task user's
+	// home in the node's user database, whatever the job says.
+	EnvHome = "CODEHUB_HOME"
+	// EnvGitTokenFile names a file the credential came in (Nomad's
+	// rendered template), removed before any user code runs.
+	EnvGitTokenFile = "CODEHUB_GIT_TOKEN_FILE"
 )
 
 // Script prepares $HOME: when it is empty (a first start) it clones
@@ -25,10 +32,24 @@ const (
 // are on stderr. Given more arguments, it then runs them as the program,
 // without the variables above.
 //
+// The credential is used by the clones alone. Before the install script
+// runs, the file it came in ($CODEHUB_GIT_TOKEN_FILE) is removed (a file
+// that stays fails the start, undoing a first start's clones but never
+// touching a used home) and the shell replaces itself with one
+// started without it: unsetting a variable does not change what
+// /proc/<pid>/environ shows of a process's start, which any process of
+// the same user can read. git is given the helper on its command line
+// only, so no configuration in the home holds it.
+//
 // Run it as: sh -c Script sh [program args...]. It writes no "${", which
 // Nomad would take for its own interpolation.
 const Script = `
 home=$HOME
+if [ -n "$CODEHUB_HOME" ]; then
+  home=$CODEHUB_HOME
+  export HOME="$home"
+fi
+step=none
 if { [ -n "$CODEHUB_REPOSITORY" ] || [ -n "$CODEHUB_DOTFILES" ]; } && [ -z "$(ls -A "$home")" ]; then
   (
     set -e
@@ -46,23 +67,56 @@ if { [ -n "$CODEHUB_REPOSITORY" ] || [ -n "$CODEHUB_DOTFILES" ]; } && [ -z "$(ls
     if [ -n "$CODEHUB_DOTFILES" ]; then
       echo "codehub: cloning dotfiles $CODEHUB_DOTFILES into $home/.dotfiles" >&2
       git -c credential.helper= -c "credential.helper=$helper" clone --quiet -- "$CODEHUB_DOTFILES" .dotfiles >&2
-      for script in install.sh install bootstrap.sh setup.sh; do
-        if [ -f ".dotfiles/$script" ] && [ -x ".dotfiles/$script" ]; then
-          echo "codehub: running .dotfiles/$script" >&2
-          (cd .dotfiles && unset CODEHUB_GIT_TOKEN && "./$script") >&2
-          break
-        fi
-      done
     fi
   )
   status=$?
-  if [ "$status" -ne 0 ]; then
-    echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
-    find "$home" -mindepth 1 -delete
-    exit "$status"
+  step=cloned
+  if [ "$status" -eq 0 ] && [ -n "$CODEHUB_DOTFILES" ]; then
+    step=install
   fi
 fi
-unset CODEHUB_REPOSITORY CODEHUB_DOTFILES CODEHUB_GIT_TOKEN
+if [ -n "$CODEHUB_GIT_TOKEN_FILE" ]; then
+  rm -f -- "$CODEHUB_GIT_TOKEN_FILE"
+  if [ -e "$CODEHUB_GIT_TOKEN_FILE" ]; then
+    echo "codehub: cannot remove the credential file $CODEHUB_GIT_TOKEN_FILE; no user code runs while it is there" >&2
+    if [ "$step" = none ]; then
+      exit 1
+    fi
+    if [ "$status" -eq 0 ]; then
+      status=1
+    fi
+  fi
+fi
+unset CODEHUB_REPOSITORY CODEHUB_DOTFILES CODEHUB_GIT_TOKEN CODEHUB_GIT_TOKEN_FILE CODEHUB_HOME
+if [ "$step" != none ] && [ "$status" -ne 0 ]; then
+  echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
+  find "$home" -mindepth 1 -delete
+  exit "$status"
+fi
+exec /bin/sh -c '` + installScript + `' sh "$step" "$@"
+`
+
+// installScript is the rest of Script, run by a shell that never had the
+// credential: $1 says whether the dotfiles' install script is due, the
+// other arguments are the program. It holds no single quote, since Script
+// passes it as one quoted word.
+const installScript = `
+if [ "$1" = install ]; then
+  for script in install.sh install bootstrap.sh setup.sh; do
+    if [ -f "$HOME/.dotfiles/$script" ] && [ -x "$HOME/.dotfiles/$script" ]; then
+      echo "codehub: running .dotfiles/$script" >&2
+      (cd "$HOME/.dotfiles" && "./$script") >&2
+      status=$?
+      if [ "$status" -ne 0 ]; then
+        echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
+        find "$HOME" -mindepth 1 -delete
+        exit "$status"
+      fi
+      break
+    fi
+  done
+fi
+shift
 if [ "$#" -gt 0 ]; then
   exec "$@"
 fi

@@ -68,3 +68,106 @@ func TestFailedCloneShowsGitAndEmptiesHome(t *testing.T) {
 		t.Errorf("home keeps %d entries after a failed first start", len(entries))
 	}
 }
+
+// The install script is user code: nothing of the credential may be left
+// where it can look, neither the file the token came in nor any
+// environment, its own or an ancestor's, nor git's configuration.
+func TestInstallScriptFindsNoCredential(t *testing.T) {
+	const token = "ghp_s3cretToken42"
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": testenv.CredentialProbe})
+	home := t.TempDir()
+	tokenFile := filepath.Join(t.TempDir(), "git.env")
+	if err := os.WriteFile(tokenFile, []byte(EnvGitToken+"="+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, ok := run(t, home, EnvRepository+"="+repo, EnvDotfiles+"="+dotfiles,
+		EnvGitToken+"="+token, EnvGitTokenFile+"="+tokenFile)
+	if !ok {
+		t.Fatalf("first start failed:\n%s", out)
+	}
+	probe, err := os.ReadFile(filepath.Join(home, "probe"))
+	if err != nil || !strings.Contains(string(probe), "probe done") {
+		t.Fatalf("the install script did not run to its end: %v\n%s", err, probe)
+	}
+	if strings.Contains(string(probe), token) {
+		t.Errorf("the install script found the token:\n%s", probe)
+	}
+	if _, err := os.Stat(tokenFile); !os.IsNotExist(err) {
+		t.Errorf("the token file is still there: %v", err)
+	}
+	if strings.Contains(out, token) {
+		t.Errorf("the program sees the token:\n%s", out)
+	}
+}
+
+// A credential file that cannot be removed stops the start before any
+// user code runs; a first start's clones are undone, a used home is left
+// as it is. /proc/version stands in for it: nobody, root included, can
+// remove it.
+func TestUnremovableTokenFileFailsTheStart(t *testing.T) {
+	const stuck = "/proc/version"
+	if _, err := os.Stat(stuck); err != nil {
+		t.Skipf("no %s: %v", stuck, err)
+	}
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": testenv.CredentialProbe})
+	fresh := t.TempDir()
+	out, ok := run(t, fresh, EnvDotfiles+"="+dotfiles, EnvGitTokenFile+"="+stuck)
+	if ok || !strings.Contains(out, "cannot remove") || strings.Contains(out, "PATH=") {
+		t.Fatalf("a first start went on with the credential file in place:\n%s", out)
+	}
+	if entries, _ := os.ReadDir(fresh); len(entries) != 0 {
+		t.Errorf("home keeps %d entries after the refused first start", len(entries))
+	}
+
+	used := t.TempDir()
+	if err := os.WriteFile(filepath.Join(used, "notes"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, ok = run(t, used, EnvDotfiles+"="+dotfiles, EnvGitTokenFile+"="+stuck)
+	if ok || !strings.Contains(out, "cannot remove") || strings.Contains(out, "PATH=") {
+		t.Fatalf("a start went on with the credential file in place:\n%s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(used, "notes")); err != nil || string(b) != "mine" {
+		t.Errorf("a used home lost its files: %q, %v", b, err)
+	}
+}
+
+func TestFailedInstallEmptiesHome(t *testing.T) {
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": "#!/bin/sh\necho broken >&2\nexit 3\n"})
+	home := t.TempDir()
+	out, ok := run(t, home, EnvDotfiles+"="+dotfiles)
+	if ok || !strings.Contains(out, "broken") || !strings.Contains(out, "status 3") || strings.Contains(out, "PATH=") {
+		t.Fatalf("a failing install script did not fail the start before the program:\n%s", out)
+	}
+	if entries, _ := os.ReadDir(home); len(entries) != 0 {
+		t.Errorf("home keeps %d entries after a failed install", len(entries))
+	}
+}
+
+// Script hands installScript to a shell as one single-quoted word.
+func TestInstallScriptIsOneQuotedWord(t *testing.T) {
+	if strings.Contains(installScript, "'") || strings.Contains(Script, "${") {
+		t.Error("installScript holds a single quote, or Script a \"${\"")
+	}
+}
+
+// Nomad's exec driver sets HOME to the task user's home in the node's user
+// database; CODEHUB_HOME names the home to prepare and wins.
+func TestCodehubHomeWinsOverHOME(t *testing.T) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": "#!/bin/sh\necho \"$HOME\" > \"$HOME/installed-in\"\n"})
+	home := t.TempDir()
+	cmd := exec.Command("/bin/sh", "-c", Script, "sh")
+	cmd.Env = []string{"HOME=/nonexistent", "PATH=" + os.Getenv("PATH"), EnvHome + "=" + home,
+		EnvRepository + "=" + repo, EnvDotfiles + "=" + dotfiles}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("first start with HOME elsewhere: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "service", "README")); err != nil || string(b) != "hello" {
+		t.Errorf("repository not in CODEHUB_HOME: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "installed-in")); err != nil || string(b) != home+"\n" {
+		t.Errorf("the install script ran with HOME %q, %v; want %s", b, err, home)
+	}
+}

@@ -181,14 +181,17 @@ type Values struct {
 	// the task's template block through its workload identity.
 	VariablePath string
 
-	// FirstStartScript, when set, runs in a prestart task that clones
-	// Repository and Dotfiles into an empty home; GitTokenVariablePath is
-	// the Nomad Variable whose "git_token" item that task gets as the
-	// git credential (empty: none).
-	FirstStartScript     string
-	Repository           string
-	Dotfiles             string
-	GitTokenVariablePath string
+	// FirstStartScript, when set, runs in a prestart task that clones the
+	// repository and dotfiles into an empty home. FirstStartVariablePath
+	// is the Nomad Variable whose ItemFirstStartEnv item that task gets as
+	// its environment: the URLs and the git credential.
+	FirstStartScript       string
+	FirstStartVariablePath string
+
+	// UserEnvVariablePath, when set, is the Nomad Variable whose
+	// ItemUserEnv item the program gets as further environment: the
+	// values the user chose (template parameters).
+	UserEnvVariablePath string
 
 	// TokenVariablePath is the Nomad Variable whose "token" item the
 	// workspace program gets as HASHED_PASSWORD; empty runs it without one.
@@ -202,6 +205,59 @@ type Values struct {
 	StopArchiveURL   string
 	StopVariablePath string
 }
+
+// Items of a workspace job's Nomad Variable that its tasks read as
+// environment files (EnvFile): values a user typed travel this way, never
+// in an env block. Nomad replaces every "${name}" it knows in an env
+// block's values when it starts a task (node attributes and metadata
+// included), with no escape that survives, but leaves a rendered file's
+// text as it is.
+const (
+	ItemFirstStartEnv = "first_start_env"
+	ItemUserEnv       = "user_env"
+)
+
+// EnvFile writes vars as the text of an environment file a template block
+// with env = true gives a task: every value double-quoted, with the
+// escapes Nomad's parser of such files reads back (\", \\, \n, \r,
+// \t, \u00XX for other control bytes), so each arrives byte for byte.
+// A name that cannot be an environment variable, or a value holding a NUL
+// byte, which no environment can carry, is an error.
+func EnvFile(vars []EnvVar) (string, error) {
+	var b strings.Builder
+	for _, v := range vars {
+		if _, err := ident(v.Name); err != nil {
+			return "", err
+		}
+		if strings.IndexByte(v.Value, 0) >= 0 {
+			return "", fmt.Errorf("%s: %w", v.Name, errNUL)
+		}
+		b.WriteString(v.Name)
+		b.WriteString(`="`)
+		for i := 0; i < len(v.Value); i++ {
+			switch c := v.Value[i]; {
+			case c == '"' || c == '\\':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case c == '\n':
+				b.WriteString(`\n`)
+			case c == '\r':
+				b.WriteString(`\r`)
+			case c == '\t':
+				b.WriteString(`\t`)
+			case c < 0x20 || c == 0x7f:
+				fmt.Fprintf(&b, `\u%04x`, c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteString("\"\n")
+	}
+	return b.String(), nil
+}
+
+// errNUL reports a value no environment can hold.
+var errNUL = errors.New("value holds a NUL byte")
 
 // EnvVar is one variable of a program's environment.
 type EnvVar struct {
@@ -259,8 +315,11 @@ func required(name string, v any) (any, error) {
 	return v, nil
 }
 
-// quote returns s as an HCL string literal whose value is exactly s: Nomad
-// must never interpolate anything that came from configuration or a user.
+// quote returns s as an HCL string literal whose value is exactly s once
+// the server has parsed the jobspec. That is all it can promise: the
+// client later replaces "${name}" in env values, artifact and template
+// fields with what it knows of the node and task, so values a user typed
+// never go through it (ItemUserEnv, ItemFirstStartEnv).
 func quote(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')

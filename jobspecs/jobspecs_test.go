@@ -98,17 +98,21 @@ func TestRenderGolden(t *testing.T) {
 		// A template's resources and environment.
 		{"workspace-raw_exec-template", KindWorkspace, "raw_exec", func(v *Values) {
 			v.CPU, v.Memory, v.MemoryMax = 2000, 4096, 8192
-			v.Env = SortedEnv(map[string]string{"GOFLAGS": "-mod=mod", "CODEHUB_PARAM_GREETING": `say "${hi}"`})
+			v.Env = SortedEnv(map[string]string{"GOFLAGS": "-mod=mod", "GREETING": `say "${hi}"`})
 		}},
-		// A first start that clones, with and without a git credential.
+		// A first start that clones; the URLs and the credential are in
+		// the variable.
 		{"workspace-raw_exec-first-start", KindWorkspace, "raw_exec", func(v *Values) {
 			v.FirstStartScript = "echo first start\n"
-			v.Repository = "https://example.com/service.git"
-			v.GitTokenVariablePath = "nomad/jobs/" + v.JobID
+			v.FirstStartVariablePath = "nomad/jobs/" + v.JobID
 		}},
 		{"workspace-docker-first-start", KindWorkspace, "docker", func(v *Values) {
 			v.FirstStartScript = "echo first start\n"
-			v.Dotfiles = "https://example.com/dotfiles.git"
+			v.FirstStartVariablePath = "nomad/jobs/" + v.JobID
+		}},
+		// A template's parameters: the user's values are in the variable.
+		{"workspace-raw_exec-user-env", KindWorkspace, "raw_exec", func(v *Values) {
+			v.UserEnvVariablePath = "nomad/jobs/" + v.JobID
 		}},
 		// The stop-archive task fetching codehub as the archive job does.
 		{"workspace-exec-artifact", KindWorkspace, "exec", func(v *Values) {
@@ -368,5 +372,42 @@ func TestRenderRefusesEnvironmentNames(t *testing.T) {
 	v.Env = []EnvVar{{Name: "A = 1\n  B", Value: "x"}}
 	if _, err := r.Render(KindWorkspace, v); !errors.Is(err, errNotIdentifier) {
 		t.Errorf("err = %v, want errNotIdentifier", err)
+	}
+}
+
+// EnvFile's text is read by Nomad's parser of environment files, which
+// knows double quotes with JSON's escapes and interpolates nothing.
+func TestEnvFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, value, want string
+	}{
+		{"plain", "https://example.com/r.git", `A="https://example.com/r.git"` + "\n"},
+		{"nomad interpolation", "${node.unique.name}", `A="${node.unique.name}"` + "\n"},
+		{"metadata", "https://x/${meta.secret}", `A="https://x/${meta.secret}"` + "\n"},
+		{"HCL escape", "$${x}", `A="$${x}"` + "\n"},
+		{"directive", "%{ if true }x%{ endif }", `A="%{ if true }x%{ endif }"` + "\n"},
+		{"quotes and backslashes", `say "hi" \ 'there'`, `A="say \"hi\" \\ 'there'"` + "\n"},
+		{"lines", "one\ntwo\r\tthree", `A="one\ntwo\r\tthree"` + "\n"},
+		{"control bytes", "a\x01b\x7f", `A="a\u0001b\u007f"` + "\n"},
+		{"comment sign and spaces", "  # not a comment ", `A="  # not a comment "` + "\n"},
+		{"utf-8", "héllo ✓", `A="héllo ✓"` + "\n"},
+		{"empty", "", `A=""` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := EnvFile([]EnvVar{{"A", tc.value}})
+			if err != nil || got != tc.want {
+				t.Errorf("EnvFile(%q) = %q, %v; want %q", tc.value, got, err, tc.want)
+			}
+		})
+	}
+	got, err := EnvFile([]EnvVar{{"A", "1"}, {"B_2", "2"}})
+	if err != nil || got != "A=\"1\"\nB_2=\"2\"\n" {
+		t.Errorf("two variables: %q, %v", got, err)
+	}
+	if _, err := EnvFile([]EnvVar{{"A=B", "x"}}); !errors.Is(err, errNotIdentifier) {
+		t.Errorf("a bad name: %v, want errNotIdentifier", err)
+	}
+	if _, err := EnvFile([]EnvVar{{"A", "a\x00b"}}); !errors.Is(err, errNUL) {
+		t.Errorf("a NUL byte: %v, want errNUL", err)
 	}
 }

@@ -222,6 +222,9 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 	for _, name := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, name+"="+spec.Env[name])
 	}
+	for _, name := range slices.Sorted(maps.Keys(spec.UserEnv)) {
+		env = append(env, name+"="+spec.UserEnv[name])
+	}
 	inside := b.programHome(spec.Name, wsID, home)
 	env = append(env, "HOME="+inside)
 	if b.runAs != nil {

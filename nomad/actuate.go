@@ -221,20 +221,47 @@ func (b *Backend) StartWorkspace(ctx context.Context, spec controller.WorkspaceS
 	if err != nil {
 		return err
 	}
-	var secrets api.VariableItems
-	if b.opts.Workspace.UpstreamAuth {
-		if b.opts.UpstreamToken == nil {
-			return errNoTokens
-		}
-		secrets = api.VariableItems{"token": b.opts.UpstreamToken(spec.WorkspaceID, spec.RunID)}
-	}
-	if spec.FirstStart() && spec.GitToken != "" {
-		if secrets == nil {
-			secrets = api.VariableItems{}
-		}
-		secrets["git_token"] = spec.GitToken
+	secrets, err := b.workspaceItems(spec)
+	if err != nil {
+		return err
 	}
 	return b.register(ctx, jobID(spec.WorkspaceID), hcl, secrets, b.stopArchiveVariable(spec)...)
+}
+
+// workspaceItems is what the job's own variable holds for a start of
+// spec: the upstream token, and the environment files of the first-start
+// task and of the program's user values (RenderWorkspace reads them from
+// there). Nil when there is nothing.
+func (b *Backend) workspaceItems(spec controller.WorkspaceSpec) (api.VariableItems, error) {
+	items := api.VariableItems{}
+	if b.opts.Workspace.UpstreamAuth {
+		if b.opts.UpstreamToken == nil {
+			return nil, errNoTokens
+		}
+		items["token"] = b.opts.UpstreamToken(spec.WorkspaceID, spec.RunID)
+	}
+	if spec.FirstStart() {
+		env := []jobspecs.EnvVar{{Name: firststart.EnvRepository, Value: spec.Repository}, {Name: firststart.EnvDotfiles, Value: spec.Dotfiles}}
+		if spec.GitToken != "" {
+			env = append(env, jobspecs.EnvVar{Name: firststart.EnvGitToken, Value: spec.GitToken})
+		}
+		text, err := jobspecs.EnvFile(env)
+		if err != nil {
+			return nil, fmt.Errorf("first start of %s: %w", spec.WorkspaceID, err)
+		}
+		items[jobspecs.ItemFirstStartEnv] = text
+	}
+	if len(spec.UserEnv) > 0 {
+		text, err := jobspecs.EnvFile(jobspecs.SortedEnv(spec.UserEnv))
+		if err != nil {
+			return nil, fmt.Errorf("environment of %s: %w", spec.WorkspaceID, err)
+		}
+		items[jobspecs.ItemUserEnv] = text
+	}
+	if len(items) == 0 {
+		return nil, nil
+	}
+	return items, nil
 }
 
 // StopWorkspace deregisters ws-{id} without purging it, so its allocations
@@ -597,10 +624,10 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	}
 	if spec.FirstStart() {
 		v.FirstStartScript = firststart.Script
-		v.Repository, v.Dotfiles = spec.Repository, spec.Dotfiles
-		if spec.GitToken != "" {
-			v.GitTokenVariablePath = variablePath(jobID(spec.WorkspaceID))
-		}
+		v.FirstStartVariablePath = variablePath(jobID(spec.WorkspaceID))
+	}
+	if len(spec.UserEnv) > 0 {
+		v.UserEnvVariablePath = variablePath(jobID(spec.WorkspaceID))
 	}
 	return b.renderer.Render(jobspecs.KindWorkspace, v)
 }

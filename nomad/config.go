@@ -68,6 +68,15 @@ func OptionsFromConfig(cfg *config.Config, artifactChecksum string) (Options, er
 // NewClient returns a Nomad API client: the standard NOMAD_* environment
 // first, then what the configuration sets.
 func NewClient(n *config.NomadBackend) (*api.Client, error) {
+	client, err := api.NewClient(clientConfig(n))
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	return client, nil
+}
+
+// clientConfig is NewClient's configuration.
+func clientConfig(n *config.NomadBackend) *api.Config {
 	c := api.DefaultConfig()
 	if n.Address != "" {
 		c.Address = n.Address
@@ -81,11 +90,7 @@ func NewClient(n *config.NomadBackend) (*api.Client, error) {
 	if n.Namespace != "" {
 		c.Namespace = n.Namespace
 	}
-	client, err := api.NewClient(c)
-	if err != nil {
-		return nil, fmt.Errorf("nomad client: %w", err)
-	}
-	return client, nil
+	return c
 }
 
 // NewUpstreams returns the resolver for the configured service provider:

@@ -58,6 +58,13 @@ template "clone" {
     regex = "file://.+"
   }
 }
+template "params" {
+  parameter "node" {}
+  parameter "meta" {}
+  parameter "escaped" {}
+  parameter "directive" {}
+  parameter "quotes" {}
+}
 `, a.Addr, filepath.Join(bins, "codehub"), filepath.Join(bins, "wsserver"), os.Getuid(), os.Getgid()))
 	opts, err := OptionsFromConfig(cfg, "")
 	if err != nil {
@@ -75,6 +82,13 @@ template "clone" {
 // name with values.
 func startTemplate(t *testing.T, b *Backend, cfg *config.Config, wsID, name string, values map[string]any) {
 	t.Helper()
+	startTemplateWith(t, b, cfg, wsID, name, values, func(*controller.WorkspaceSpec) {})
+}
+
+// startTemplateWith is startTemplate with the owner's part of the spec
+// (dotfiles, git credential) set by owner.
+func startTemplateWith(t *testing.T, b *Backend, cfg *config.Config, wsID, name string, values map[string]any, owner func(*controller.WorkspaceSpec)) {
+	t.Helper()
 	ctx := t.Context()
 	tmpl, ok := cfg.Template(name)
 	if !ok {
@@ -89,7 +103,9 @@ func startTemplate(t *testing.T, b *Backend, cfg *config.Config, wsID, name stri
 	}
 	observeUntil(t, b, wsID, "volume of "+name+" ready", func(o controller.Observed) bool { return o.VolumeReady })
 	w := workspace.Workspace{ID: wsID, RunID: "run1", OwnerID: "01owner0000000000000000000", Template: name, Parameters: params}
-	if err := b.StartWorkspace(ctx, controller.SpecFromTemplate(w, tmpl, cfg.Workspace.UpstreamAuth)); err != nil {
+	spec := controller.SpecFromTemplate(w, tmpl, cfg.Workspace.UpstreamAuth)
+	owner(&spec)
+	if err := b.StartWorkspace(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -127,6 +143,8 @@ func TestE2ETemplates(t *testing.T) {
 		hugeID   = "01jb3x7k9q2m5n8p4r6s0t1v23"
 		cloneID  = "01jb3x7k9q2m5n8p4r6s0t1v24"
 		brokenID = "01jb3x7k9q2m5n8p4r6s0t1v25"
+		dotsID   = "01jb3x7k9q2m5n8p4r6s0t1v26"
+		paramsID = "01jb3x7k9q2m5n8p4r6s0t1v27"
 	)
 
 	t.Run("resources and environment reach Nomad", func(t *testing.T) {
@@ -182,6 +200,64 @@ func TestE2ETemplates(t *testing.T) {
 		if o.Failure.Reason != workspace.ReasonStartFailed || !strings.Contains(o.Failure.Message, "fatal:") {
 			logTaskEvents(t, a, jobID(brokenID))
 			t.Errorf("failure = %+v, want StartFailed with git's message", o.Failure)
+		}
+	})
+
+	t.Run("the install script finds no credential", func(t *testing.T) {
+		const token = "ghp_nomadS3cret99"
+		repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+		dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": testenv.CredentialProbe})
+		startTemplateWith(t, b, cfg, dotsID, "clone", map[string]any{"repo": repo}, func(s *controller.WorkspaceSpec) {
+			s.Dotfiles, s.GitToken = dotfiles, token
+		})
+		observeUntil(t, b, dotsID, "dotfiles ready", func(o controller.Observed) bool { return o.UpstreamReady })
+		home, err := b.HomeDir(t.Context(), dotsID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe, err := os.ReadFile(filepath.Join(home, "probe"))
+		if err != nil || !strings.Contains(string(probe), "probe done") || !strings.Contains(string(probe), "NOMAD_SECRETS_DIR=") {
+			t.Fatalf("the install script did not run to its end in the task: %v\n%s", err, probe)
+		}
+		if strings.Contains(string(probe), token) {
+			t.Errorf("the install script found the token:\n%s", probe)
+		}
+	})
+
+	// Nomad interpolates "${...}" in env values when it starts a task,
+	// node attributes and metadata included; what a user typed must
+	// reach the program as typed.
+	t.Run("parameters arrive byte for byte", func(t *testing.T) {
+		values := map[string]any{
+			"node":      "${node.unique.name}",
+			"meta":      "https://x/${meta.secret}?${attr.kernel.name}",
+			"escaped":   "$${x} $$ ${NOMAD_PORT_http}",
+			"directive": "%{ if true }yes%{ endif } %%{",
+			"quotes":    "say \"hi\" \\ 'there'\tend # not a comment",
+		}
+		startTemplate(t, b, cfg, paramsID, "params", values)
+		observeUntil(t, b, paramsID, "params ready", func(o controller.Observed) bool { return o.UpstreamReady })
+		home, err := b.HomeDir(t.Context(), paramsID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(filepath.Join(home, ".wsserver-params"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, kv := range strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00") {
+			name, value, _ := strings.Cut(kv, "=")
+			got[name] = value
+		}
+		for name, want := range values {
+			if env := config.ParamEnv(name); got[env] != want {
+				t.Errorf("%s = %q in the program, want %q", env, got[env], want)
+			}
+		}
+		hcl, err := b.RenderWorkspace(controller.WorkspaceSpec{WorkspaceID: paramsID, UserEnv: map[string]string{"CODEHUB_PARAM_NODE": "${node.unique.name}"}}, home)
+		if err != nil || strings.Contains(hcl, "node.unique.name") {
+			t.Errorf("a user's value is in the jobspec (%v):\n%s", err, hcl)
 		}
 	})
 }

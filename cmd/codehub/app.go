@@ -59,7 +59,11 @@ type backendParts struct {
 	close func()
 }
 
-func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string) (backendParts, error) {
+// aclPatience is how long a starting server asks a Nomad cluster that
+// does not answer whether it enforces ACLs before it gives up.
+const aclPatience = 30 * time.Second
+
+func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string) (backendParts, error) {
 	switch cfg.Backend.Kind {
 	case config.BackendLocal:
 		opts, err := local.OptionsFromConfig(cfg)
@@ -73,6 +77,11 @@ func newBackend(logger hclog.Logger, cfg *config.Config, self *selfBinary, token
 		}
 		return backendParts{backend: b, upstreams: b, close: func() {}}, nil
 	case config.BackendNomad:
+		// Every workspace can reach its node's Nomad agent: without ACLs
+		// it could read every variable and register jobs.
+		if err := nomad.RequireACLs(ctx, logger.Named("nomad"), cfg.Backend.Nomad, aclPatience); err != nil {
+			return backendParts{}, err
+		}
 		client, err := nomad.NewClient(cfg.Backend.Nomad)
 		if err != nil {
 			return backendParts{}, err
@@ -105,7 +114,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	if err != nil {
 		return nil, err
 	}
-	parts, err := newBackend(logger, cfg, self, token)
+	parts, err := newBackend(ctx, logger, cfg, self, token)
 	if err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
 	}

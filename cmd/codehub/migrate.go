@@ -45,6 +45,16 @@ func openMigrated(ctx context.Context, url string, logger hclog.Logger) (*pgxpoo
 		pool.Close()
 		return nil, err
 	}
+	// Credentials stored before they were sealed: a numbered migration
+	// has no key to seal them with.
+	n, err := store.SealGitCredentials(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("seal git credentials: %w", err)
+	}
+	if n > 0 {
+		logger.Info("sealed git credentials stored in plain text", "count", n)
+	}
 	return pool, nil
 }
 

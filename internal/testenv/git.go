@@ -39,3 +39,29 @@ func BareRepo(t testing.TB, name string, files map[string]string) string {
 	}
 	return "file://" + bare
 }
+
+// CredentialProbe is a dotfiles install script that writes to
+// $HOME/probe everything a script run at the first start could find of
+// the git credential: its environment, the environment every ancestor
+// process was started with, the secrets directory Nomad gives the task,
+// the file named by CODEHUB_GIT_TOKEN_FILE, and git's configuration with
+// the credential helpers it would call. The file ends with "probe done".
+const CredentialProbe = `#!/bin/sh
+out="$HOME/probe"
+{
+  echo "== env"; env
+  echo "== ancestors"
+  p=$$
+  while [ "$p" -gt 1 ] 2>/dev/null; do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null
+    read -r _ _ _ p _ < "/proc/$p/stat" || break
+  done
+  echo "== secrets"
+  if [ -n "$NOMAD_SECRETS_DIR" ]; then cat "$NOMAD_SECRETS_DIR"/* 2>/dev/null; fi
+  if [ -n "$CODEHUB_GIT_TOKEN_FILE" ]; then cat "$CODEHUB_GIT_TOKEN_FILE" 2>/dev/null; fi
+  echo "== git config"
+  git config --list --show-origin 2>&1
+  printf 'protocol=https\nhost=example.com\n\n' | GIT_TERMINAL_PROMPT=0 git credential fill 2>&1
+  echo "probe done"
+} > "$out" 2>&1
+`

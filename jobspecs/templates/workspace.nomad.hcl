@@ -124,25 +124,29 @@ job [[ hcl .JobID ]] {
 [[- end ]]
 
       env {
-        HOME               = [[ hcl .HomeDir ]]
-        CODEHUB_REPOSITORY = [[ hcl .Repository ]]
-        CODEHUB_DOTFILES   = [[ hcl .Dotfiles ]]
+        HOME         = [[ hcl .HomeDir ]]
+        # exec replaces HOME with the task user's home from the node's
+        # user database; the script takes this one.
+        CODEHUB_HOME = [[ hcl .HomeDir ]]
+        # The file below, removed by the script once its clones are done,
+        # before the dotfiles' install script runs.
+        CODEHUB_GIT_TOKEN_FILE = "${NOMAD_SECRETS_DIR}/first-start.env"
       }
-[[- if .GitTokenVariablePath ]]
 
-      # The owner's git credential, read at run time like the upstream
-      # token; only this task has it.
+      # The repository and dotfiles URLs and the owner's git credential,
+      # read at run time from the job's variable: a user's text in an env
+      # block would be open to Nomad's interpolation, and the credential
+      # is a secret. Only this task has them.
       template {
-        destination = "secrets/git.env"
+        destination = "secrets/first-start.env"
         env         = true
         change_mode = "noop"
         data        = <<-EOT
-          {{ with nomadVar [[ hcl .GitTokenVariablePath ]] }}
-          CODEHUB_GIT_TOKEN={{ .git_token }}
+          {{ with nomadVar [[ hcl (required "first_start_variable_path" .FirstStartVariablePath) ]] }}
+          {{ .first_start_env }}
           {{ end }}
         EOT
       }
-[[- end ]]
 
       resources {
         cpu    = 100
@@ -208,6 +212,23 @@ job [[ hcl .JobID ]] {
         [[ ident .Name ]] = [[ hcl .Value ]]
 [[- end ]]
       }
+[[- if .UserEnvVariablePath ]]
+
+      # What the user chose (the template's parameters), read at run time
+      # from the job's variable: Nomad would interpolate "${...}" in the
+      # user's text were it in the env block, but leaves a rendered file
+      # as it is.
+      template {
+        destination = "secrets/user.env"
+        env         = true
+        change_mode = "noop"
+        data        = <<-EOT
+          {{ with nomadVar [[ hcl .UserEnvVariablePath ]] }}
+          {{ .user_env }}
+          {{ end }}
+        EOT
+      }
+[[- end ]]
 [[- if .TokenVariablePath ]]
 
       # The secret the program demands of every request but /healthz. It is

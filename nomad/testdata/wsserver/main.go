@@ -1,7 +1,9 @@
 // Command wsserver is the workspace program of the Nomad end-to-end tests:
 // it answers /healthz and serves the files of its home directory, so a test
 // can tell that a restored home holds what was archived. It writes a marker
-// file first, so a home it cannot write to fails the start. With
+// file first, so a home it cannot write to fails the start, and the
+// template parameters it got (CODEHUB_PARAM_*, NUL-separated) next to it,
+// so a test can compare them byte for byte. With
 // HASHED_PASSWORD set it guards everything but /healthz the way code-server
 // with --auth password does: the session cookie must equal that value.
 package main
@@ -13,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // sessionCookie is the cookie code-server reads its session from.
@@ -26,6 +29,15 @@ func main() {
 	flag.Bool("ignore-last-opened", false, "accepted and ignored, like code-server's")
 	flag.Parse()
 	if err := os.WriteFile(filepath.Join(*home, ".wsserver-started"), []byte("ok\n"), 0o600); err != nil {
+		log.Fatal(err)
+	}
+	var params []byte
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "CODEHUB_PARAM_") {
+			params = append(append(params, kv...), 0)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(*home, ".wsserver-params"), params, 0o600); err != nil {
 		log.Fatal(err)
 	}
 
