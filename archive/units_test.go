@@ -164,7 +164,7 @@ func TestParseMeta(t *testing.T) {
 			t.Errorf("parseMeta(%s) accepted", bad)
 		}
 	}
-	// The meta written is exactly the JSON shape DESIGN.md settles.
+	// The meta written is exactly the JSON shape docs/archive.md documents.
 	b, _ := json.Marshal(newMeta(bytes.Repeat([]byte{0xab}, 32), 42, time.Date(2026, 11, 25, 23, 0, 0, 999, time.FixedZone("x", 3600))))
 	want := fmt.Sprintf(`{"sha256":%q,"size":42,"format":"tar+zstd","created_at":"2026-11-25T22:00:00Z"}`, sum)
 	if string(b) != want {

@@ -30,7 +30,7 @@ const NamePrefix = "ws-"
 // volumeSuffix ends the name of a home volume.
 const volumeSuffix = "-home"
 
-// JobName names a workspace's job or process (DESIGN.md §7): ws-{id} for
+// JobName names a workspace's job or process (docs/architecture.md): ws-{id} for
 // the workspace itself, ws-{id}-archive and ws-{id}-restore for its batch
 // jobs.
 func JobName(wsID string, kind JobKind) string {

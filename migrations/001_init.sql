@@ -1,4 +1,4 @@
--- Users, sessions and workspaces. Column ownership (DESIGN.md §5):
+-- Users, sessions and workspaces. Column ownership (docs/architecture.md, "State model"):
 -- the API service layer writes desired_state, deleted_at, the TTL overrides
 -- and last_access_at; the controller writes every other workspace column.
 

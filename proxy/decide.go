@@ -28,7 +28,7 @@ const (
 )
 
 // decide maps a workspace's stored phase, desired state and operation to
-// the proxy's answer (DESIGN.md §8). Only a user opening the workspace
+// the proxy's answer (docs/lifecycle.md). Only a user opening the workspace
 // (navigate) wakes it: a page's background requests (service worker
 // update checks, reconnecting sockets) must not undo a stop or an archive
 // the user just asked for.

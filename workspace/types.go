@@ -57,7 +57,7 @@ const (
 	OpDeleting           Operation = "DELETING"
 )
 
-// Condition names (DESIGN.md §5, §12).
+// Condition names (docs/lifecycle.md).
 const (
 	CondVolumeReady    = "storage.volume_ready"
 	CondArchiveReady   = "storage.archive_ready"
