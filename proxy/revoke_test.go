@@ -247,34 +247,30 @@ func TestProxyConnectionsEndWithHostSession(t *testing.T) {
 	env := apitest.New(t, apitest.Config{SubdomainBase: "ws.test"})
 	alice := env.CreateUser("alice", false)
 	w := runningWorkspace(t, env, alice, "web", startUpstream(t))
-	c := env.Login(alice)
-	res := get(t, c, env.URL+"/w/"+w.ID+"/", "Accept", html)
-	loc, err := url.Parse(res.Header.Get("Location"))
-	if res.StatusCode != http.StatusSeeOther || err != nil || loc.Path != proxy.HandoffPath {
-		t.Fatalf("handoff: %d %q", res.StatusCode, res.Header.Get("Location"))
+	u, _ := url.Parse(env.URL)
+	host := w.ID + ".ws.test:" + u.Port()
+	c := browser(t, env)
+	if res := env.Do(c, "POST", "/api/v1/login", map[string]string{"username": "alice", "password": apitest.Password}); res.StatusCode != http.StatusOK {
+		t.Fatalf("login: %d", res.StatusCode)
 	}
-	req, _ := http.NewRequest(http.MethodGet, env.URL+loc.RequestURI(), nil)
-	req.Host = loc.Host
-	redeemed, err := env.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	redeemed.Body.Close()
-	var hostCookie *http.Cookie
-	for _, ck := range redeemed.Cookies() {
-		if ck.Name == proxy.HostSessionCookie {
-			hostCookie = ck
+	// The browser walks the handoff: the workspace's host gives it a
+	// nonce, the dashboard a ticket bound to it, the host its session.
+	res := open(t, c, "http://"+host+"/")
+	for range 2 {
+		if res.StatusCode != http.StatusFound && res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("handoff: %d %q", res.StatusCode, res.Header.Get("Location"))
 		}
+		res = open(t, c, res.Header.Get("Location"))
 	}
+	hostCookie := cookieNamed(res, proxy.HostSessionCookie)
 	if hostCookie == nil {
-		t.Fatalf("redeem: %d without the host's session cookie", redeemed.StatusCode)
+		t.Fatalf("redeem: %d without the host's session cookie", res.StatusCode)
 	}
-
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	socket, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(env.URL, "http")+"/ws", &websocket.DialOptions{
-		Host:       loc.Host,
-		HTTPHeader: http.Header{"Cookie": {hostCookie.Name + "=" + hostCookie.Value}, "Origin": {"http://" + loc.Host}},
+		Host:       host,
+		HTTPHeader: http.Header{"Cookie": {hostCookie.Name + "=" + hostCookie.Value}, "Origin": {"http://" + host}},
 	})
 	if err != nil {
 		t.Fatalf("dial the workspace's host: %v", err)
