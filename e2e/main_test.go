@@ -3,13 +3,17 @@ package e2e
 import (
 	"os"
 	"testing"
+
+	"github.com/codehub-io/codehub/internal/oidctest"
 )
 
-// TestMain removes the codehub binary the run's tests shared.
+// TestMain removes the codehub binary and the test provider the run's
+// tests shared.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if codehubBuild.dir != "" {
 		_ = os.RemoveAll(codehubBuild.dir)
 	}
+	oidctest.RemoveBuild()
 	os.Exit(code)
 }

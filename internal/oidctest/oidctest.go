@@ -1,31 +1,36 @@
-// Package oidctest runs a real OpenID Provider for tests: zitadel/oidc's
-// op package, with its example in-memory storage, serving on 127.0.0.1 with
-// a plain login form. Tests add users with groups and change them while it
-// runs; each client says where the provider puts preferred_username and
-// groups (the ID token, UserInfo, or both). It never fakes a response of
-// the protocol: everything comes from the op package, and what a test
-// changes, it changes in the provider's storage.
+// Package oidctest runs a real OpenID Provider for tests, as a separate
+// process the test starts: zitadel/oidc's op package, with its example
+// in-memory storage, serving on 127.0.0.1 with a plain login form (the
+// program in ./provider, built once per test binary). Tests add users with
+// groups and change them while it runs; each client says where the
+// provider puts preferred_username and groups (the ID token, UserInfo, or
+// both). It never fakes a response of the protocol: everything comes from
+// the op package, and what a test changes, it changes in the provider's
+// storage, through a control port of the process that answers only the
+// secret the test handed it.
 package oidctest
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
-	"html/template"
-	"net"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/zitadel/oidc/v3/example/server/storage"
-	"github.com/zitadel/oidc/v3/pkg/oidc"
-	"github.com/zitadel/oidc/v3/pkg/op"
 	"golang.org/x/oauth2"
-	"golang.org/x/text/language"
 )
 
 // Client is a client registered at the provider.
@@ -58,18 +63,6 @@ const (
 	GroupsInUserinfo
 )
 
-// registered is a client as the provider's storage hands it to the op
-// package: the example client, with the settings Client chose.
-type registered struct {
-	*storage.Client
-	claims     Claims
-	postLogout []string
-}
-
-func (c *registered) IDTokenUserinfoClaimsAssertion() bool { return c.claims != ClaimsInUserinfo }
-
-func (c *registered) PostLogoutRedirectURIs() []string { return c.postLogout }
-
 // User is a user of the provider. Subject is its id there.
 type User struct {
 	Subject  string
@@ -78,232 +71,169 @@ type User struct {
 	Groups   []string
 }
 
+// Setup is what the provider process reads on stdin: the secret its
+// control port demands and the clients it registers.
+type Setup struct {
+	Secret  string
+	Clients []Client
+}
+
+// The control port's paths; each takes a JSON body.
+const (
+	// ControlUsers adds or replaces a User.
+	ControlUsers = "/users"
+	// ControlGroups applies a GroupsChange.
+	ControlGroups = "/groups"
+	// ControlUserinfoAs applies a UserinfoChange.
+	ControlUserinfoAs = "/userinfo-as"
+)
+
+// GroupsChange sets the groups of the user Subject.
+type GroupsChange struct {
+	Subject string
+	Groups  []string
+}
+
+// UserinfoChange makes UserInfo answer Subject's access tokens with
+// Other's claims; an empty Other undoes it.
+type UserinfoChange struct {
+	Subject string
+	Other   string
+}
+
+// LoginFormPath is where the provider's login form is served.
+const LoginFormPath = "/login/username"
+
 // Provider is a running OpenID Provider.
 type Provider struct {
 	// Issuer is its issuer URL, http://127.0.0.1:port.
-	Issuer string
-	users  *users
-	server *httptest.Server
+	Issuer  string
+	control string
+	secret  string
 }
 
-// Start runs a provider with the clients registered until the test ends.
+// providerBuild is the provider program, built once for every test of
+// the binary; RemoveBuild deletes it.
+var providerBuild struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// RemoveBuild deletes the provider program Start built; a TestMain calls
+// it after the run.
+func RemoveBuild() {
+	if providerBuild.dir != "" {
+		_ = os.RemoveAll(providerBuild.dir)
+	}
+}
+
+func providerBinary(t testing.TB) string {
+	t.Helper()
+	providerBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "codehub-oidctest-")
+		if err != nil {
+			providerBuild.err = err
+			return
+		}
+		providerBuild.dir, providerBuild.path = dir, filepath.Join(dir, "provider")
+		build := exec.Command("go", "build", "-o", providerBuild.path, "github.com/codehub-io/codehub/internal/oidctest/provider")
+		if out, err := build.CombinedOutput(); err != nil {
+			providerBuild.err = fmt.Errorf("%w\n%s", err, out)
+		}
+	})
+	if providerBuild.err != nil {
+		t.Fatalf("build the test provider: %v", providerBuild.err)
+	}
+	return providerBuild.path
+}
+
+// Start runs a provider process with the clients registered until the
+// test ends.
 func Start(t testing.TB, clients ...Client) *Provider {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	bin := providerBinary(t)
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatalf("control secret: %v", err)
+	}
+	setup, err := json.Marshal(Setup{Secret: hex.EncodeToString(key), Clients: clients})
 	if err != nil {
-		t.Fatalf("listen: %v", err)
+		t.Fatalf("encode set-up: %v", err)
 	}
-	issuer := "http://" + ln.Addr().String()
-	us := &users{byID: map[string]*User{}, userinfoAs: map[string]string{}}
-	examples := map[string]*storage.Client{}
-	ours := map[string]*registered{}
-	for _, c := range clients {
-		examples[c.ID] = storage.WebClient(c.ID, c.Secret, c.RedirectURI)
-		r := &registered{Client: examples[c.ID], claims: c.Claims}
-		if c.PostLogoutRedirectURI != "" {
-			r.postLogout = []string{c.PostLogoutRedirectURI}
-		}
-		ours[c.ID] = r
-	}
-	st := &groupStorage{Storage: storage.NewStorageWithClients(us, examples), users: us, clients: ours}
-	provider, err := op.NewProvider(&op.Config{
-		CryptoKey:          [32]byte{1},
-		CodeMethodS256:     true,
-		AuthMethodPost:     true,
-		SupportedUILocales: []language.Tag{language.English},
-	}, st, op.StaticIssuer(issuer), op.WithAllowInsecure())
+	cmd := exec.Command(bin)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatalf("new provider: %v", err)
+		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	login := &loginForm{storage: st.Storage, callback: op.AuthCallbackURL(provider)}
-	mux.Handle("/login/username", op.NewIssuerInterceptor(provider.IssuerFromRequest).Handler(login))
-	mux.Handle("/", provider)
-	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: mux}}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return &Provider{Issuer: issuer, users: us, server: srv}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the test provider: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	// stdin stays open: the process ends when it closes, the test
+	// binary's end included.
+	if _, err := stdin.Write(append(setup, '\n')); err != nil {
+		t.Fatalf("hand the test provider its set-up: %v", err)
+	}
+	lines := bufio.NewReader(stdout)
+	issuer, err := lines.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read the test provider's issuer: %v", err)
+	}
+	control, err := lines.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read the test provider's control URL: %v", err)
+	}
+	return &Provider{Issuer: strings.TrimSpace(issuer), control: strings.TrimSpace(control), secret: hex.EncodeToString(key)}
 }
 
 // AddUser adds or replaces a user.
-func (p *Provider) AddUser(u User) {
-	p.users.mu.Lock()
-	defer p.users.mu.Unlock()
-	p.users.byID[u.Subject] = &u
-}
+func (p *Provider) AddUser(u User) { p.call(ControlUsers, u) }
 
 // SetGroups changes a user's groups; tokens issued afterwards carry them.
 func (p *Provider) SetGroups(subject string, groups []string) {
-	p.users.mu.Lock()
-	defer p.users.mu.Unlock()
-	p.users.byID[subject].Groups = groups
+	p.call(ControlGroups, GroupsChange{Subject: subject, Groups: groups})
 }
 
 // AnswerUserinfoAs makes the provider's storage fill the UserInfo answers
 // to subject's access tokens with other's claims, subject included: a
 // provider that mixes up its users. An empty other undoes it.
 func (p *Provider) AnswerUserinfoAs(subject, other string) {
-	p.users.mu.Lock()
-	defer p.users.mu.Unlock()
-	if other == "" {
-		delete(p.users.userinfoAs, subject)
-		return
-	}
-	p.users.userinfoAs[subject] = other
+	p.call(ControlUserinfoAs, UserinfoChange{Subject: subject, Other: other})
 }
 
-// LoginFormPath is where the provider's login form is served.
-const LoginFormPath = "/login/username"
-
-// users is the provider's user store.
-type users struct {
-	mu   sync.Mutex
-	byID map[string]*User
-	// userinfoAs maps a subject to the one whose claims UserInfo answers
-	// with instead.
-	userinfoAs map[string]string
-}
-
-func (us *users) exampleUser(u *User) *storage.User {
-	return &storage.User{ID: u.Subject, Username: u.Username, Password: u.Password, PreferredLanguage: language.English}
-}
-
-func (us *users) GetUserByID(id string) *storage.User {
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	if u, ok := us.byID[id]; ok {
-		return us.exampleUser(u)
+// call posts body to the control port's path. A refusal is a broken test
+// set-up, not an outcome under test, and tests call these from subtests
+// of the test that started the provider: it panics rather than fail a
+// test from another's goroutine.
+func (p *Provider) call(path string, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		panic(fmt.Sprintf("oidctest: encode %s: %v", path, err))
 	}
-	return nil
-}
-
-func (us *users) GetUserByUsername(name string) *storage.User {
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	for _, u := range us.byID {
-		if u.Username == name {
-			return us.exampleUser(u)
-		}
+	req, err := http.NewRequest(http.MethodPost, p.control+path, bytes.NewReader(b))
+	if err != nil {
+		panic(fmt.Sprintf("oidctest: %s: %v", path, err))
 	}
-	return nil
-}
-
-func (us *users) ExampleClientID() string { return storage.ServiceUserID }
-
-func (us *users) groups(id string) ([]string, bool) {
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	u, ok := us.byID[id]
-	if !ok {
-		return nil, false
+	req.Header.Set("Authorization", "Bearer "+p.secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		panic(fmt.Sprintf("oidctest: %s: %v", path, err))
 	}
-	return append([]string(nil), u.Groups...), true
-}
-
-// answeredAs is the user whose claims UserInfo answers with for subject.
-func (us *users) answeredAs(subject string) (User, bool) {
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	other, ok := us.userinfoAs[subject]
-	if !ok {
-		return User{}, false
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(res.Body)
+		panic(fmt.Sprintf("oidctest: %s: status %d: %s", path, res.StatusCode, strings.TrimSpace(string(msg))))
 	}
-	u, ok := us.byID[other]
-	if !ok {
-		return User{}, false
-	}
-	return *u, true
-}
-
-// groupStorage is the example storage with a groups claim, put where each
-// client's Claims says. The op package itself leaves the profile scope's
-// claims (preferred_username) out of the ID token of a client that does
-// not assert them.
-type groupStorage struct {
-	*storage.Storage
-	users   *users
-	clients map[string]*registered
-}
-
-func (s *groupStorage) GetClientByClientID(_ context.Context, id string) (op.Client, error) {
-	c, ok := s.clients[id]
-	if !ok {
-		return nil, fmt.Errorf("client %s not found", id)
-	}
-	return c, nil
-}
-
-// SetUserinfoFromRequest fills the claims of an ID token.
-func (s *groupStorage) SetUserinfoFromRequest(ctx context.Context, info *oidc.UserInfo, token op.IDTokenRequest, scopes []string) error {
-	if err := s.Storage.SetUserinfoFromRequest(ctx, info, token, scopes); err != nil {
-		return err
-	}
-	if c, ok := s.clients[token.GetClientID()]; ok && c.claims != ClaimsInIDToken {
-		return nil
-	}
-	return s.addGroups(info, token.GetSubject())
-}
-
-// SetUserinfoFromToken fills the UserInfo answer: the profile scope's
-// claims from the example storage, and the groups.
-func (s *groupStorage) SetUserinfoFromToken(ctx context.Context, info *oidc.UserInfo, tokenID, subject, origin string) error {
-	if err := s.Storage.SetUserinfoFromToken(ctx, info, tokenID, subject, origin); err != nil {
-		return err
-	}
-	if other, ok := s.users.answeredAs(subject); ok {
-		info.Subject = other.Subject
-		info.PreferredUsername = other.Username
-		subject = other.Subject
-	}
-	return s.addGroups(info, subject)
-}
-
-func (s *groupStorage) addGroups(info *oidc.UserInfo, subject string) error {
-	groups, ok := s.users.groups(subject)
-	if !ok {
-		return fmt.Errorf("no user %s", subject)
-	}
-	if groups != nil {
-		info.AppendClaims("groups", groups)
-	}
-	return nil
-}
-
-var formPage = template.Must(template.New("login").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>Test provider login</title></head>
-<body><form method="post" action="/login/username">
-<input type="hidden" name="authRequestID" value="{{.ID}}">
-<label>Username <input id="idp-username" name="username"></label>
-<label>Password <input id="idp-password" name="password" type="password"></label>
-<button id="idp-submit" type="submit">Sign in</button>
-{{if .Error}}<p id="idp-error">{{.Error}}</p>{{end}}
-</form></body></html>
-`))
-
-// loginForm is the provider's login UI: a username and password form
-// that completes the auth request.
-type loginForm struct {
-	storage  *storage.Storage
-	callback func(context.Context, string) string
-}
-
-func (l *loginForm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	id := r.Form.Get("authRequestID")
-	if r.Method == http.MethodPost {
-		err := l.storage.CheckUsernamePassword(r.Form.Get("username"), r.Form.Get("password"), id)
-		if err == nil {
-			http.Redirect(w, r, l.callback(r.Context(), id), http.StatusFound)
-			return
-		}
-		w.WriteHeader(http.StatusUnauthorized)
-		_ = formPage.Execute(w, map[string]string{"ID": id, "Error": err.Error()})
-		return
-	}
-	_ = formPage.Execute(w, map[string]string{"ID": id})
 }
 
 // Login signs user in at the provider from start, a URL that redirects
