@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/codehub-io/codehub/api/apitest"
 	"github.com/codehub-io/codehub/internal/oidctest"
 )
@@ -37,37 +39,25 @@ func refusedWithin(t *testing.T, do func(secret string) apitest.Response, secret
 // recorded with that detail, sorted.
 func tokenRevocations(t *testing.T, env *apitest.Env, detail string) []string {
 	t.Helper()
-	rows, err := env.Pool.Query(context.Background(),
-		`SELECT target_id FROM audit_events WHERE action = 'token.revoke' AND outcome = 'success' AND detail = $1 ORDER BY target_id`, detail)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	return ids
+	return queryIDs(t, env, `SELECT target_id FROM audit_events
+		WHERE action = 'token.revoke' AND outcome = 'success' AND detail = $1 ORDER BY target_id`, detail)
 }
 
 func tokenIDs(t *testing.T, env *apitest.Env, userID string) []string {
 	t.Helper()
-	rows, err := env.Pool.Query(context.Background(), `SELECT id FROM api_tokens WHERE user_id = $1 ORDER BY id`, userID)
+	return queryIDs(t, env, `SELECT id FROM api_tokens WHERE user_id = $1 ORDER BY id`, userID)
+}
+
+// queryIDs returns the one text column of query's rows.
+func queryIDs(t *testing.T, env *apitest.Env, query string, args ...any) []string {
+	t.Helper()
+	rows, err := env.Pool.Query(context.Background(), query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ids
 }
