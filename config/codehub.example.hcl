@@ -35,6 +35,8 @@ listen = "127.0.0.1:8080"
 # URL users reach codehub at, scheme and host only; used for links, cookie
 # security (https makes cookies Secure) and Origin checks. Leave out a
 # default port (:443 for https, :80 for http): browsers omit it from Origin.
+# Shown with a localhost name to match proxy.subdomain_base below, so not
+# the default ("http://127.0.0.1:8080").
 public_url = "http://localhost:8080"
 
 # Log level: trace, debug, info, warn, error or off.
@@ -180,7 +182,7 @@ workspace {
   image = "codercom/code-server:4.100.3"
 
   # Other images users may pick. Empty (the default) allows image only;
-  # when set, it must include image.
+  # when set, it must include image. Shown set, so not the default.
   allowed_images = ["codercom/code-server:4.100.3"]
 
   # docker driver: replaces the image's ENTRYPOINT; args follow it. The
@@ -491,6 +493,7 @@ proxy {
   # with wildcard DNS and certificate, e.g. "ws.example.com". Empty (the
   # default) serves workspaces under /w/{id}/ on the dashboard's origin,
   # where their pages can call the API as the user (docs/architecture.md).
+  # Shown set, so not the default.
   subdomain_base = "localhost"
 
   # Domain attribute of the session cookie. Empty (the default) keeps the
