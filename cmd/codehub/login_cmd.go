@@ -153,10 +153,10 @@ func readToken(r io.Reader) (string, error) {
 	return token, nil
 }
 
-// loginCallback is what the browser brought back to the loopback address.
-type loginCallback struct {
-	code   string
-	denied bool
+// loginResult is how the browser's answer ended: a token, or why not.
+type loginResult struct {
+	token string
+	err   error
 }
 
 // browserLogin has the user approve the login in the dashboard, which
@@ -179,8 +179,21 @@ func (u *userCLI) browserLogin(base, name string, noBrowser bool) (string, error
 		ln.Close()
 		return "", err
 	}
-	answers := make(chan loginCallback, 1)
-	srv := &http.Server{Handler: callbackHandler(state, answers), ReadHeaderTimeout: 10 * time.Second}
+	redeem := func(code string) (string, error) {
+		res, err := newClient(credentials{URL: base}).do(u.ctx, http.MethodPost, "/api/v1/token-grants/redeem", map[string]string{"code": code, "code_verifier": verifier})
+		if err != nil {
+			return "", fmt.Errorf("redeem the approval: %w", err)
+		}
+		var created struct {
+			Secret string `json:"secret"`
+		}
+		if err := decodeAnswer(res.body, &created); err != nil {
+			return "", err
+		}
+		return created.Secret, nil
+	}
+	results := make(chan loginResult, 1)
+	srv := &http.Server{Handler: callbackHandler(state, redeem, results), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -204,26 +217,12 @@ func (u *userCLI) browserLogin(base, name string, noBrowser bool) (string, error
 	fmt.Fprintln(u.stderr, "Waiting for the approval...")
 	ctx, cancel := context.WithTimeout(u.ctx, loginWait)
 	defer cancel()
-	var answer loginCallback
 	select {
-	case answer = <-answers:
+	case r := <-results:
+		return r.token, r.err
 	case <-ctx.Done():
 		return "", fmt.Errorf("no approval arrived: %w", ctx.Err())
 	}
-	if answer.denied {
-		return "", errLoginDenied
-	}
-	res, err := newClient(credentials{URL: base}).do(u.ctx, http.MethodPost, "/api/v1/token-grants/redeem", map[string]string{"code": answer.code, "code_verifier": verifier})
-	if err != nil {
-		return "", fmt.Errorf("redeem the approval: %w", err)
-	}
-	var created struct {
-		Secret string `json:"secret"`
-	}
-	if err := decodeAnswer(res.body, &created); err != nil {
-		return "", err
-	}
-	return created.Secret, nil
 }
 
 // newVerifier returns a random verifier, which never leaves this process
@@ -250,9 +249,11 @@ func randomState() (string, error) {
 }
 
 // callbackHandler takes the browser's return to the loopback address.
-// The first answer with the right state is passed on; the page tells the
-// user to go back to the terminal.
-func callbackHandler(state string, answers chan<- loginCallback) http.Handler {
+// The first answer with the right state is redeemed there and then, so
+// the page tells the user how the login really ended; the result goes to
+// results.
+func callbackHandler(state string, redeem func(code string) (string, error), results chan<- loginResult) http.Handler {
+	var answered sync.Once
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /callback", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -260,22 +261,34 @@ func callbackHandler(state string, answers chan<- loginCallback) http.Handler {
 			http.Error(w, "This login was not started by this codehub command; run codehub login again.", http.StatusBadRequest)
 			return
 		}
-		answer := loginCallback{code: q.Get("code"), denied: q.Get("error") != ""}
-		if !answer.denied && answer.code == "" {
+		code, denied := q.Get("code"), q.Get("error") != ""
+		if !denied && code == "" {
 			http.Error(w, "The approval carries no code.", http.StatusBadRequest)
 			return
 		}
-		select {
-		case answers <- answer:
-		default:
+		first := false
+		answered.Do(func() { first = true })
+		if !first {
+			http.Error(w, "This login was already answered. Go back to the terminal.", http.StatusConflict)
+			return
 		}
-		msg := "Login approved. You can close this tab and go back to the terminal."
-		if answer.denied {
+		var res loginResult
+		status, msg := http.StatusOK, "Login approved. You can close this tab and go back to the terminal."
+		switch {
+		case denied:
+			res.err = errLoginDenied
 			msg = "Login refused. You can close this tab."
+		default:
+			res.token, res.err = redeem(code)
+			if res.err != nil {
+				status, msg = http.StatusBadGateway, "The login did not complete: "+res.err.Error()+". Run codehub login again."
+			}
 		}
+		results <- res
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
 		fmt.Fprintf(w, "<!doctype html><title>CodeHub</title><p>%s</p>\n", html.EscapeString(msg))
 	})
 	return mux

@@ -321,7 +321,9 @@ func TestLoginInBrowser(t *testing.T) {
 	alice := c.env.CreateUser("alice", false)
 	session := c.env.Login(alice)
 	var callbacks []int
-	approve := func(deny bool, state func(string) string) func(string) error {
+	// steal redeems the code without the verifier before the browser
+	// brings it back, as someone who read it from a log would.
+	approve := func(deny, steal bool, state func(string) string) func(string) error {
 		return func(address string) error {
 			u, err := url.Parse(address)
 			if err != nil || u.Path != "/cli-login" || !strings.HasPrefix(address, c.env.URL) {
@@ -336,6 +338,9 @@ func TestLoginInBrowser(t *testing.T) {
 				var g struct{ Code string }
 				res.Decode(t, &g)
 				back.Set("code", g.Code)
+				if steal {
+					c.env.Do(c.env.Client(), "POST", "/api/v1/token-grants/redeem", map[string]string{"code": g.Code})
+				}
 			}
 			res, err := http.Get("http://127.0.0.1:" + q.Get("port") + "/callback?" + back.Encode())
 			if err != nil {
@@ -348,7 +353,7 @@ func TestLoginInBrowser(t *testing.T) {
 	}
 	same := func(s string) string { return s }
 
-	c.browse = approve(false, same)
+	c.browse = approve(false, false, same)
 	r := c.must("", "login", "-name", "laptop", c.env.URL)
 	if !strings.Contains(r.stdout, "as alice") || len(callbacks) != 1 || callbacks[0] != 200 {
 		t.Fatalf("browser login: %q, callbacks %v", r.stdout, callbacks)
@@ -361,15 +366,23 @@ func TestLoginInBrowser(t *testing.T) {
 	}
 	c.must("", "ws", "create", "fromcli")
 
-	c.browse = approve(true, same)
+	c.browse = approve(true, false, same)
 	if r := c.expect(exitRefused, "", "login", c.env.URL); !strings.Contains(r.stderr, "refused in the browser") {
 		t.Fatalf("denied login: %s", r.stderr)
+	}
+
+	// A code used up by someone else fails the login, and the browser's
+	// page says so instead of "approved".
+	callbacks = nil
+	c.browse = approve(false, true, same)
+	if r := c.expect(exitRefused, "", "login", c.env.URL); !strings.Contains(r.stderr, "unknown, used or expired") || len(callbacks) != 1 || callbacks[0] != http.StatusBadGateway {
+		t.Fatalf("stolen code: callbacks %v: %s", callbacks, r.stderr)
 	}
 
 	// An answer with another state is turned away, and the command keeps
 	// waiting for its own (until it is stopped here).
 	callbacks = nil
-	c.browse = approve(false, func(string) string { return "forged" })
+	c.browse = approve(false, false, func(string) string { return "forged" })
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	var stdout, stderr nomadtest.LockedBuffer
