@@ -61,8 +61,12 @@ type UserPatch struct {
 // and recorded on its own. revokes, when set, is why it ends every
 // credential of the user.
 type userChange struct {
-	action  string
-	apply   func(ctx context.Context, tx pgx.Tx) error
+	action string
+	// apply makes the change in tx and returns the ids of the tokens it
+	// revoked.
+	apply func(ctx context.Context, tx pgx.Tx) ([]string, error)
+	// revokes is the reason the change ends the user's credentials, if it
+	// does.
 	revokes string
 }
 
@@ -84,17 +88,17 @@ func (s *Service) PatchUser(ctx context.Context, adminID, id string, p UserPatch
 	var rev *Revocation
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, c := range changes {
-			// Revoked first, so their ids are known to the audit log.
-			if c.revokes != "" && rev == nil {
-				ids, err := store.RevokeUserAccess(ctx, tx, u.ID)
-				if err != nil {
-					return err
-				}
-				rev = &Revocation{UserID: u.ID, TokenIDs: ids, Reason: c.revokes}
-			}
-			if err := c.apply(ctx, tx); err != nil {
+			ids, err := c.apply(ctx, tx)
+			if err != nil {
 				return err
 			}
+			if c.revokes == "" {
+				continue
+			}
+			if rev == nil {
+				rev = &Revocation{UserID: u.ID, Reason: c.revokes}
+			}
+			rev.TokenIDs = append(rev.TokenIDs, ids...)
 		}
 		return nil
 	})
@@ -126,7 +130,9 @@ func userChanges(u store.User, adminID string, p UserPatch) ([]userChange, error
 		if disabled {
 			c = userChange{action: audit.ActionUserDisable, revokes: ReasonDisabled}
 		}
-		c.apply = func(ctx context.Context, tx pgx.Tx) error { return store.SetDisabled(ctx, tx, u.ID, disabled) }
+		c.apply = func(ctx context.Context, tx pgx.Tx) ([]string, error) {
+			return store.SetDisabled(ctx, tx, u.ID, disabled)
+		}
 		changes = append(changes, c)
 	}
 	if p.IsAdmin != nil && *p.IsAdmin != u.IsAdmin {
@@ -138,8 +144,8 @@ func userChanges(u store.User, adminID string, p UserPatch) ([]userChange, error
 		if admin {
 			action = audit.ActionUserAdminGrant
 		}
-		changes = append(changes, userChange{action: action, apply: func(ctx context.Context, tx pgx.Tx) error {
-			return store.SetAdmin(ctx, tx, u.ID, admin)
+		changes = append(changes, userChange{action: action, apply: func(ctx context.Context, tx pgx.Tx) ([]string, error) {
+			return nil, store.SetAdmin(ctx, tx, u.ID, admin)
 		}})
 	}
 	if p.Password != nil {
@@ -151,12 +157,16 @@ func userChanges(u store.User, adminID string, p UserPatch) ([]userChange, error
 		}
 		password := *p.Password
 		changes = append(changes, userChange{action: audit.ActionUserPassword, revokes: ReasonPasswordReset,
-			apply: func(ctx context.Context, tx pgx.Tx) error {
+			apply: func(ctx context.Context, tx pgx.Tx) ([]string, error) {
 				hash, err := HashPassword(password)
 				if err != nil {
-					return err
+					return nil, err
 				}
-				return store.SetPassword(ctx, tx, u.Username, hash)
+				// SetPassword ends every session; the tokens go here.
+				if err := store.SetPassword(ctx, tx, u.Username, hash); err != nil {
+					return nil, err
+				}
+				return store.RevokeUserTokens(ctx, tx, u.ID)
 			}})
 	}
 	return changes, nil
@@ -265,7 +275,8 @@ func (s *Service) ResetPassword(ctx context.Context, username, password string) 
 			return err
 		}
 		rev.UserID = u.ID
-		rev.TokenIDs, err = store.RevokeUserAccess(ctx, tx, u.ID)
+		// SetPassword ended the sessions.
+		rev.TokenIDs, err = store.RevokeUserTokens(ctx, tx, u.ID)
 		return err
 	})
 	if err != nil {

@@ -46,21 +46,20 @@ func SetAdmin(ctx context.Context, q Querier, userID string, isAdmin bool) error
 }
 
 // SetDisabled disables or enables a user. Disabling ends every credential
-// of the user (RevokeUserAccess) in the caller's transaction; a caller that
-// records the revoked tokens revokes them first.
-func SetDisabled(ctx context.Context, q Querier, userID string, disabled bool) error {
+// of the user (RevokeUserAccess) in the caller's transaction and returns
+// the ids of the tokens it revoked.
+func SetDisabled(ctx context.Context, q Querier, userID string, disabled bool) ([]string, error) {
 	tag, err := q.Exec(ctx, `UPDATE users SET disabled = $2, updated_at = now() WHERE id = $1`, userID, disabled)
 	if err != nil {
-		return fmt.Errorf("set disabled: %w", err)
+		return nil, fmt.Errorf("set disabled: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return ErrNotFound
+		return nil, ErrNotFound
 	}
-	if disabled {
-		_, err := RevokeUserAccess(ctx, q, userID)
-		return err
+	if !disabled {
+		return nil, nil
 	}
-	return nil
+	return RevokeUserAccess(ctx, q, userID)
 }
 
 // EndUserSessions deletes every session of a user.

@@ -17,7 +17,7 @@ func TestDisabledUserHasNoSession(t *testing.T) {
 	if _, err := store.CreateUser(ctx, pool, id, "alice", "x", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.SetDisabled(ctx, pool, id, true); err != nil {
+	if _, err := store.SetDisabled(ctx, pool, id, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.CreateSession(ctx, pool, []byte("late"), id, time.Hour); err != nil {
@@ -26,7 +26,7 @@ func TestDisabledUserHasNoSession(t *testing.T) {
 	if _, err := store.SessionByTokenHash(ctx, pool, []byte("late"), ""); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("session of a disabled user: %v, want ErrNotFound", err)
 	}
-	if err := store.SetDisabled(ctx, pool, id, false); err != nil {
+	if _, err := store.SetDisabled(ctx, pool, id, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.SessionByTokenHash(ctx, pool, []byte("late"), ""); err != nil {
