@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -418,6 +419,25 @@ type browser struct {
 	srv   *server
 	shots string
 	n     int
+}
+
+// pages records the address of every page the browser requests from now
+// on; the function it returns gives those requested so far.
+func (b *browser) pages() (func() []string, error) {
+	var mu sync.Mutex
+	var visited []string
+	err := chromedp.Listen(b.ctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && e.Type == network.ResourceTypeDocument {
+			mu.Lock()
+			visited = append(visited, e.Request.URL)
+			mu.Unlock()
+		}
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(visited)
+	}, err
 }
 
 func newBrowser(t *testing.T, chromium string, srv *server) *browser {

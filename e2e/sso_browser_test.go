@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/codehub-io/codehub/internal/oidctest"
@@ -90,30 +88,21 @@ func TestBrowserSingleSignOn(t *testing.T) {
 		if err := b.waitJS(ctx, 5*time.Second, `document.getElementById("signout-provider").textContent === "Sign out of CodeHub and Test IdP"`); err != nil {
 			return err
 		}
-		var mu sync.Mutex
-		var visited []string
-		if err := chromedp.Listen(b.ctx, func(ev any) {
-			if e, ok := ev.(*network.EventRequestWillBeSent); ok && e.Type == network.ResourceTypeDocument {
-				mu.Lock()
-				visited = append(visited, e.Request.URL)
-				mu.Unlock()
-			}
-		}); err != nil {
+		visited, err := b.pages()
+		if err != nil {
 			return err
 		}
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("signout-provider")), chromedp.WaitVisible(chromedp.ID("login-view"))); err != nil {
 			return err
 		}
-		mu.Lock()
-		defer mu.Unlock()
 		var end *url.URL
-		for _, v := range visited {
+		for _, v := range visited() {
 			if u, err := url.Parse(v); err == nil && strings.HasPrefix(v, p.Issuer+"/end_session?") {
 				end = u
 			}
 		}
 		if end == nil {
-			return fmt.Errorf("never went to the provider's end_session_endpoint; pages requested: %q", visited)
+			return fmt.Errorf("never went to the provider's end_session_endpoint; pages requested: %q", visited())
 		}
 		if q := end.Query(); q.Get("client_id") != "codehub" || q.Get("post_logout_redirect_uri") != srv.url+"/" || q.Get("id_token_hint") == "" || q.Get("state") == "" {
 			return fmt.Errorf("end-session parameters %v", q)

@@ -8,11 +8,9 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -38,15 +36,8 @@ func TestBrowserSubdomainLogin(t *testing.T) {
 	}
 
 	b := newBrowser(t, chromium, srv)
-	var mu sync.Mutex
-	var visited []string
-	if err := chromedp.Listen(b.ctx, func(ev any) {
-		if e, ok := ev.(*network.EventRequestWillBeSent); ok && e.Type == network.ResourceTypeDocument {
-			mu.Lock()
-			visited = append(visited, e.Request.URL)
-			mu.Unlock()
-		}
-	}); err != nil {
+	visited, err := b.pages()
+	if err != nil {
 		t.Fatal(err)
 	}
 	next := origin + "/?x=1"
@@ -62,25 +53,20 @@ func TestBrowserSubdomainLogin(t *testing.T) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
-			mu.Lock()
-			seen := append([]string(nil), visited...)
-			mu.Unlock()
-			for _, v := range seen {
+			for _, v := range visited() {
 				if v == next {
 					// The workspace's host hands the browser on until its
 					// own session is set; then the workbench loads there.
 					err := b.waitJS(ctx, 2*time.Minute, fmt.Sprintf(`location.origin === %q && !!document.querySelector(".monaco-workbench")`, origin))
 					if err != nil {
-						mu.Lock()
-						defer mu.Unlock()
-						return fmt.Errorf("%w; pages requested: %q", err, visited)
+						return fmt.Errorf("%w; pages requested: %q", err, visited())
 					}
 					return nil
 				}
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		return fmt.Errorf("never went to %s; pages requested: %q", next, visited)
+		return fmt.Errorf("never went to %s; pages requested: %q", next, visited())
 	})
 
 	b.step("only the user's own workspace hosts", func(ctx context.Context) error {
