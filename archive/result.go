@@ -68,24 +68,41 @@ const (
 type Outcome struct {
 	Result string
 	Code   Code
+	// URL is the ARCHIVE_URL the job named (its CODEHUB_JOB line): the
+	// archive it made or read.
+	URL string
 }
 
 // LastResult reads the last RESULT line a job printed. Lines that are not
 // the job's own key/value lines are passed over; maxLine bounds one line.
 func LastResult(r io.Reader, maxLine int) (Outcome, error) {
 	out := Outcome{Code: CodeUnknown}
+	url := ""
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, min(maxLine, 64<<10)), maxLine)
 	for sc.Scan() {
 		fields, err := ParseFields(sc.Text())
-		if err != nil || len(fields) == 0 || fields[0][0] != "RESULT" {
+		if err != nil || len(fields) == 0 {
 			continue
 		}
-		out = Outcome{Result: fields[0][1], Code: CodeUnknown}
+		if fields[0][0] == "CODEHUB_JOB" {
+			for _, f := range fields[1:] {
+				if f[0] == "ARCHIVE_URL" {
+					url = f[1]
+				}
+			}
+			continue
+		}
+		if fields[0][0] != "RESULT" {
+			continue
+		}
+		out = Outcome{Result: fields[0][1], Code: CodeUnknown, URL: url}
 		for _, f := range fields[1:] {
-			if out.Result == ResultFail && f[0] == "CODEHUB_ERROR" && f[1] != "" {
+			switch {
+			case out.Result == ResultFail && f[0] == "CODEHUB_ERROR" && f[1] != "" && out.Code == CodeUnknown:
 				out.Code = Code(f[1])
-				break
+			case f[0] == "ARCHIVE_URL":
+				out.URL = f[1]
 			}
 		}
 	}

@@ -62,14 +62,19 @@ func TestResultCodeIgnoresFieldsInsideValues(t *testing.T) {
 
 // TestLastResult: the last RESULT line decides, whatever came before it.
 func TestLastResult(t *testing.T) {
+	const url = "s3://b/archives/w/01J/home.tar.zst"
 	cases := map[string]Outcome{
-		"":                      {"", CodeUnknown},
-		"CODEHUB_JOB=archive\n": {"", CodeUnknown},
-		"RESULT=OK\n":           {ResultOK, CodeUnknown},
-		"RESULT=SKIPPED\n":      {ResultSkipped, CodeUnknown},
-		"RESULT=FAIL CODEHUB_ERROR=DISK_FULL\nRESULT=OK\n": {ResultOK, CodeUnknown},
-		"RESULT=OK\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL\n": {ResultFail, CodeDiskFull},
-		"RESULT=OK CODEHUB_ERROR=DISK_FULL\n":              {ResultOK, CodeUnknown},
+		"":                      {"", CodeUnknown, ""},
+		"CODEHUB_JOB=archive\n": {"", CodeUnknown, ""},
+		"RESULT=OK\n":           {ResultOK, CodeUnknown, ""},
+		"RESULT=SKIPPED\n":      {ResultSkipped, CodeUnknown, ""},
+		"RESULT=FAIL CODEHUB_ERROR=DISK_FULL\nRESULT=OK\n": {ResultOK, CodeUnknown, ""},
+		"RESULT=OK\nRESULT=FAIL CODEHUB_ERROR=DISK_FULL\n": {ResultFail, CodeDiskFull, ""},
+		"RESULT=OK CODEHUB_ERROR=DISK_FULL\n":              {ResultOK, CodeUnknown, ""},
+		// The archive named by the job's first line, or by its result.
+		"CODEHUB_JOB=archive ARCHIVE_URL=" + url + "\nSTEP=upload\nRESULT=OK\n":  {ResultOK, CodeUnknown, url},
+		"STEP=upload\nRESULT=OK ARCHIVE_URL=" + url + "\n":                       {ResultOK, CodeUnknown, url},
+		"RESULT=FAIL CODEHUB_ERROR=DISK_FULL ARCHIVE_URL=" + url + " DETAIL=x\n": {ResultFail, CodeDiskFull, url},
 	}
 	for in, want := range cases {
 		got, err := LastResult(strings.NewReader(in), 64<<10)

@@ -33,8 +33,10 @@ type Backend interface {
 	// StartWorkspace returns ErrNoVolume when the workspace has no volume.
 	StartWorkspace(ctx context.Context, spec WorkspaceSpec) error
 	// StopWorkspace stops the workspace without forgetting it: the container
-	// counts as gone only once Observe reports no live allocation.
-	StopWorkspace(ctx context.Context, wsID string) error
+	// counts as gone only once Observe reports no live allocation. With
+	// StopSave a backend that can saves the home as the program stops
+	// (Observed.StopArchive reports it).
+	StopWorkspace(ctx context.Context, wsID string, mode StopMode) error
 	// SubmitArchive and SubmitRestore start the attempt unless it was
 	// started already, and return ErrNoVolume when the workspace has no
 	// volume.
@@ -49,6 +51,18 @@ type Backend interface {
 	// may still run (RefusePurge).
 	PurgeJob(ctx context.Context, wsID string, kind JobKind) error
 }
+
+// StopMode says what a stop does with the home the program leaves behind.
+type StopMode int
+
+const (
+	// StopSave archives the home as its program stops, where the backend
+	// can (Nomad's stop archive), so a stopped home is in S3 and a drain
+	// can move it without anything running on the drained node.
+	StopSave StopMode = iota
+	// StopDiscard saves nothing: the home is about to be deleted.
+	StopDiscard
+)
 
 // Notifier is implemented by backends that can tell the controller early
 // that something changed (an event stream). It is only a hint.
@@ -93,7 +107,10 @@ type WorkspaceSpec struct {
 	// from it, and a new run replaces a program of an older one.
 	RunID   string
 	OwnerID string
-	Image   string
+	// ParentArchive is the workspace's archive when the run starts: the
+	// stop archive of the run uploads only what changed since.
+	ParentArchive string
+	Image         string
 	// Name is the workspace's name as its owner gave it, for display.
 	Name string
 
@@ -132,6 +149,9 @@ type JobSpec struct {
 	OpID        string
 	ArchiveKey  string
 	Attempt     int
+	// Parent is the workspace's archive an archive job uploads only the
+	// changes since ("" for a full archive).
+	Parent string
 }
 
 // Snapshot is one consistent observation of every workspace.

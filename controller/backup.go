@@ -71,7 +71,16 @@ func (p *planner) backupDue(phase workspace.Phase) bool {
 	return phase == workspace.PhaseStandby && p.w.DesiredState == workspace.DesiredStandby &&
 		p.home == workspace.HomeInVolume && p.obs.VolumeReady && !p.obs.ContainerLive &&
 		!jobLive(p.obs.Archive) && !jobLive(p.obs.Restore) &&
-		BackupDue(p.w, p.now, p.cfg.BackupInterval)
+		(BackupDue(p.w, p.now, p.cfg.BackupInterval) || stopArchiveFailed(p.w, p.obs))
+}
+
+// stopArchiveFailed reports a home whose archive as its program stopped
+// failed (S3 was down): it is backed up at once instead, whatever the
+// backup interval, so that a stopped home is in S3 by default. A failed
+// backup waits coordinator.backoff_max before the next.
+func stopArchiveFailed(w workspace.Workspace, obs Observed) bool {
+	j := stopArchiveOfRun(w, obs)
+	return j != nil && j.Status == JobFailed
 }
 
 func jobLive(j *JobResult) bool { return j != nil && !terminalJob(j) }

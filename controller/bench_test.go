@@ -29,14 +29,14 @@ func (s *staticBackend) Observe(context.Context) (Snapshot, error) {
 
 func (s *staticBackend) act() error { s.actuators.Add(1); return nil }
 
-func (s *staticBackend) ProvisionVolume(context.Context, VolumeSpec) error   { return s.act() }
-func (s *staticBackend) DeleteVolume(context.Context, string, string) error  { return s.act() }
-func (s *staticBackend) StartWorkspace(context.Context, WorkspaceSpec) error { return s.act() }
-func (s *staticBackend) StopWorkspace(context.Context, string) error         { return s.act() }
-func (s *staticBackend) SubmitArchive(context.Context, JobSpec) error        { return s.act() }
-func (s *staticBackend) SubmitRestore(context.Context, JobSpec) error        { return s.act() }
-func (s *staticBackend) PurgeJob(context.Context, string, JobKind) error     { return s.act() }
-func (s *staticBackend) StopJob(context.Context, string, JobKind) error      { return s.act() }
+func (s *staticBackend) ProvisionVolume(context.Context, VolumeSpec) error     { return s.act() }
+func (s *staticBackend) DeleteVolume(context.Context, string, string) error    { return s.act() }
+func (s *staticBackend) StartWorkspace(context.Context, WorkspaceSpec) error   { return s.act() }
+func (s *staticBackend) StopWorkspace(context.Context, string, StopMode) error { return s.act() }
+func (s *staticBackend) SubmitArchive(context.Context, JobSpec) error          { return s.act() }
+func (s *staticBackend) SubmitRestore(context.Context, JobSpec) error          { return s.act() }
+func (s *staticBackend) PurgeJob(context.Context, string, JobKind) error       { return s.act() }
+func (s *staticBackend) StopJob(context.Context, string, JobKind) error        { return s.act() }
 
 var runningObs = Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, UpstreamReady: true}
 

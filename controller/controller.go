@@ -483,6 +483,7 @@ func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next
 		OpAttempt:       next.OpAttempt,
 		OpBackup:        next.OpBackup,
 		ArchiveKey:      next.ArchiveKey,
+		ArchivedAt:      next.ArchivedAt,
 		RestoreMarker:   next.RestoreMarker,
 		RunID:           next.RunID,
 		ArchiveRunID:    next.ArchiveRunID,
@@ -518,6 +519,15 @@ func (c *WorkspaceController) conflict(ctx context.Context, epoch int64) error {
 
 var errRowChanged = errors.New("workspace changed during the pass")
 
+// parentArchive is the archive of w that a new archive at key builds on:
+// its current one, unless that is the one being made.
+func parentArchive(w workspace.Workspace, key string) string {
+	if w.ArchiveKey == nil || *w.ArchiveKey == key {
+		return ""
+	}
+	return *w.ArchiveKey
+}
+
 // run calls the actuator of step for w.
 // A new volume goes to none of the nodes in avoid.
 func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Workspace, volumeID string, avoid []string) error {
@@ -531,14 +541,17 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 		}
 		return c.backend.StartWorkspace(ctx, spec)
 	case StepStopWorkspace:
-		return c.backend.StopWorkspace(ctx, w.ID)
+		return c.backend.StopWorkspace(ctx, w.ID, StopSave)
+	case StepDiscardWorkspace:
+		return c.backend.StopWorkspace(ctx, w.ID, StopDiscard)
 	case StepStopArchiveJob:
 		return c.backend.StopJob(ctx, w.ID, JobArchive)
 	case StepStopRestoreJob:
 		return c.backend.StopJob(ctx, w.ID, JobRestore)
 	case StepSubmitArchive:
+		key := archive.Key(w.ID, deref(w.OpID))
 		return c.backend.SubmitArchive(ctx, JobSpec{WorkspaceID: w.ID, OpID: deref(w.OpID),
-			ArchiveKey: archive.Key(w.ID, deref(w.OpID)), Attempt: w.OpAttempt})
+			ArchiveKey: key, Attempt: w.OpAttempt, Parent: parentArchive(w, key)})
 	case StepSubmitRestore:
 		return c.backend.SubmitRestore(ctx, JobSpec{WorkspaceID: w.ID, OpID: archive.OpID(deref(w.ArchiveKey)),
 			ArchiveKey: deref(w.ArchiveKey), Attempt: w.OpAttempt})

@@ -34,20 +34,20 @@ func archiveHoldsHome(w workspace.Workspace) bool {
 	return w.ArchiveKey != nil && w.RestoreMarker != nil && *w.RestoreMarker == *w.ArchiveKey && !HomeChanged(w)
 }
 
-// A drain also stops running programs, and a home that ran since its
-// archive would have its only copy on the drained node. The workspace
-// job's poststop task (stop-archive) archives it as the drain stops the
-// program, under a key named after the run; the controller commits that
-// archive as a backup is committed (the volume holds what the archive
-// does), after which the home leaves like any other its archive holds.
+// Every stop archives the home as its program stops: the workspace job's
+// poststop task (stop-archive) uploads what changed under a key named
+// after the run, whether codehub, a crash or a drain stopped it, and the
+// controller commits that archive as a backup is committed (the volume
+// holds what the archive does). A stopped home is therefore in S3, and it
+// leaves a drained node like any other its archive holds, with nothing to
+// run there.
 
 // stopArchiveDone returns the key of the stop archive of w's current run
-// once it is made and waits to be committed: the home is idle on a drained
-// node and has changed since its last archive.
+// once it is made and waits to be committed: the home is idle and has
+// changed since its last archive.
 func stopArchiveDone(w workspace.Workspace, obs Observed) string {
 	j := stopArchiveOfRun(w, obs)
-	if j == nil || j.Status != JobSucceeded || w.Operation != workspace.OpNone || w.DeletedAt != nil ||
-		obs.NodeAway != workspace.ReasonNodeIneligible || obs.ContainerLive {
+	if j == nil || j.Status != JobSucceeded || w.Operation != workspace.OpNone || w.DeletedAt != nil || obs.ContainerLive {
 		return ""
 	}
 	return j.ArchiveKey
@@ -129,10 +129,12 @@ func stopFailure(j *JobResult) string {
 	return j.Message
 }
 
-// leaveDrained gives up the volume of a home DrainMove lets go for its
-// archive. The workspace job is stopped first: one a drain stopped still
-// wants to run, and Nomad would place it on the new volume of the restore.
-func (p *planner) leaveDrained() Action {
+// giveUpVolume gives up the volume of a home its archive holds (a home
+// DrainMove lets go, or one stepping down to ARCHIVED): the archive is the
+// home from this write on. The workspace job is stopped first: one a drain
+// stopped still wants to run, and Nomad would place it on the new volume
+// of the restore.
+func (p *planner) giveUpVolume() Action {
 	p.next.RestoreMarker = nil
 	return p.settle(append(p.purgeStale(), StepStopWorkspace, StepDeleteVolume)...)
 }

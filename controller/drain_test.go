@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/workspace"
@@ -157,7 +158,7 @@ func TestPlanDrainMoveCrash(t *testing.T) {
 // archive (marker set, no longer changed), and the home leaves the node
 // like any its archive holds. An archive of another run, one S3 does not
 // have, or a failed one is never committed: the home waits on its node,
-// saying why.
+// saying why. (TestPlanArchiveOnStop: the same without a drain.)
 func TestPlanStopArchive(t *testing.T) {
 	const run = "01jb3x7k9q2m5n8p4r6s0t1run"
 	key := archive.Key(wsID, run)
@@ -221,10 +222,6 @@ func TestPlanStopArchive(t *testing.T) {
 			o.StopArchive.Status, o.StopArchive.ErrorCode = JobFailed, archive.CodeS3Access
 			return ArchiveCheck{Key: key}
 		}, "archiving it as its program stopped failed"},
-		{"node not drained", func(_ *workspace.Workspace, o *Observed) ArchiveCheck {
-			o.NodeAway = ""
-			return ArchiveCheck{Key: key}
-		}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w, obs := drained(JobSucceeded)
@@ -241,5 +238,70 @@ func TestPlanStopArchive(t *testing.T) {
 				t.Error("a home that stays is shown as moving")
 			}
 		})
+	}
+}
+
+// TestPlanArchiveOnStop: every stop archives the home, not only a drain's.
+// Once S3 shows the stop archive of the current run complete it is
+// committed, with the time its meta gives, whatever the node; the home is
+// then in S3 (a drain moves it without anything running there), and
+// archiving it later gives the volume up without another upload. A stop
+// archive that failed is replaced by a backup at once, backups off or not.
+func TestPlanArchiveOnStop(t *testing.T) {
+	const run = "01jb3x7k9q2m5n8p4r6s0t1run"
+	key := archive.Key(wsID, run)
+	made := t0.Add(-30 * time.Second)
+	stopped := func(status JobStatus) (workspace.Workspace, Observed) {
+		obs := observed(workspace.PhaseStandby)
+		w := stored(workspace.PhaseStandby, workspace.DesiredStandby, obs)
+		w.RunID = run
+		obs.StopArchive = &JobResult{OpID: run, ArchiveKey: key, Status: status}
+		return w, obs
+	}
+
+	w, obs := stopped(JobSucceeded)
+	if got := needsArchiveCheck(w, obs); got != key {
+		t.Fatalf("archive check of %q, want the run's archive %q", got, key)
+	}
+	a := Plan(w, obs, ArchiveCheck{Key: key, Meta: archive.Meta{CreatedAt: made}}, t0, testCfg)
+	if deref(a.Next.ArchiveKey) != key || deref(a.Next.RestoreMarker) != key || HomeChanged(a.Next) || len(a.Steps) != 0 {
+		t.Fatalf("archive %s marker %s changed %v steps %v, want the stop archive committed as the home's",
+			deref(a.Next.ArchiveKey), deref(a.Next.RestoreMarker), HomeChanged(a.Next), a.Steps)
+	}
+	if a.Next.ArchivedAt == nil || !a.Next.ArchivedAt.Equal(made) {
+		t.Errorf("archived at %v, want the archive's own time %v", a.Next.ArchivedAt, made)
+	}
+	if a.Next.Phase != workspace.PhaseStandby || a.Next.Operation != workspace.OpNone {
+		t.Errorf("phase %s op %s, want STANDBY and nothing running", a.Next.Phase, a.Next.Operation)
+	}
+	if !workspace.RecoveryOf(a.Next).Current {
+		t.Error("the recovery point of a home its stop archive holds is not current")
+	}
+
+	// Archived later: the archive is the home from the first write, then
+	// the volume goes; nothing is uploaded again.
+	stored := a.Next
+	stored.DesiredState = workspace.DesiredArchived
+	b := Plan(stored, obs, ArchiveCheck{}, t0, testCfg)
+	if b.Next.RestoreMarker != nil || b.Next.Operation != workspace.OpNone || slices.Contains(b.Steps, StepSubmitArchive) || b.Next.Phase != workspace.PhaseArchived {
+		t.Fatalf("archiving a home its archive holds: marker %s op %s phase %s steps %v, want the archive to be the home",
+			deref(b.Next.RestoreMarker), b.Next.Operation, b.Next.Phase, b.Steps)
+	}
+	c := Plan(b.Next, obs, ArchiveCheck{}, t0, testCfg)
+	if !slices.Contains(c.Steps, StepDeleteVolume) || deref(c.Next.ArchiveKey) != key {
+		t.Fatalf("then: steps %v archive %s, want the volume deleted and the archive kept", c.Steps, deref(c.Next.ArchiveKey))
+	}
+
+	// Its archive failed: a backup, now.
+	w, obs = stopped(JobFailed)
+	d := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+	if d.Next.Operation != workspace.OpArchiving || !d.Next.OpBackup || !slices.Equal(d.Steps, []Step{StepSubmitArchive}) {
+		t.Fatalf("after a failed stop archive: op %s backup %v steps %v, want a backup at once", d.Next.Operation, d.Next.OpBackup, d.Steps)
+	}
+	// Still running: nothing to commit yet.
+	w, obs = stopped(JobRunning)
+	obs.ContainerLive = true
+	if needsArchiveCheck(w, obs) != "" {
+		t.Error("an archive still being made is looked for in S3")
 	}
 }

@@ -276,7 +276,7 @@ func (b *fakeBackend) StartWorkspace(ctx context.Context, spec WorkspaceSpec) er
 	return nil
 }
 
-func (b *fakeBackend) StopWorkspace(ctx context.Context, wsID string) error {
+func (b *fakeBackend) StopWorkspace(ctx context.Context, wsID string, _ StopMode) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.call(ctx, "StopWorkspace"); err != nil {

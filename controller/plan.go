@@ -18,6 +18,7 @@ const (
 	StepProvisionVolume    Step = "provision-volume"
 	StepStartWorkspace     Step = "start-workspace"
 	StepStopWorkspace      Step = "stop-workspace"
+	StepDiscardWorkspace   Step = "discard-workspace"
 	StepSubmitArchive      Step = "submit-archive"
 	StepSubmitRestore      Step = "submit-restore"
 	StepCreateEmptyArchive Step = "create-empty-archive"
@@ -178,8 +179,26 @@ func (p *planner) broken() (reason, message string) {
 // settle derives phase and the derived conditions of next and returns the
 // action that stores it (if it changed) and then runs steps.
 func (p *planner) settle(steps ...Step) Action {
+	p.stampArchive()
 	derive(p.w.Conditions, &p.next, p.now)
 	return Action{Next: p.next, Write: changed(p.w, p.next), Steps: steps}
+}
+
+// stampArchive records when the archive next names was made, once it
+// becomes the workspace's archive: the time its meta in S3 gives when the
+// plan looked, else now (the commit follows the archive by one pass).
+func (p *planner) stampArchive() {
+	n := &p.next
+	switch {
+	case n.ArchiveKey == nil:
+		n.ArchivedAt = nil
+	case p.w.ArchiveKey == nil || *p.w.ArchiveKey != *n.ArchiveKey:
+		at := p.now
+		if p.check.Key == *n.ArchiveKey && p.check.Err == nil && !p.check.Meta.CreatedAt.IsZero() {
+			at = p.check.Meta.CreatedAt
+		}
+		n.ArchivedAt = &at
+	}
 }
 
 // derive sets the phase of n and the conditions that follow from its
@@ -288,7 +307,7 @@ func (p *planner) idle() Action {
 		return p.commitStopArchive(key)
 	}
 	if p.home == workspace.HomeInVolume && p.obs.Move && DrainMove(p.w, p.obs) {
-		return p.leaveDrained()
+		return p.giveUpVolume()
 	}
 	if p.home == workspace.HomeInVolume && p.obs.NodeAway != "" && !p.obs.ContainerLive {
 		// The home's node takes no new allocation: neither the workspace
@@ -314,7 +333,7 @@ func (p *planner) idle() Action {
 		// A volume left by a restore that failed or was given up: it never
 		// held the home (the archive is the only copy), and nobody will
 		// finish it now that the workspace is to stay archived. Or a
-		// volume given up on a drained node (leaveDrained), whose job a
+		// volume given up on a drained node (giveUpVolume), whose job a
 		// drain may have left wanting to run.
 		return p.settle(append(p.purgeStale(), StepStopWorkspace, StepDeleteVolume)...)
 	case p.backupDue(phase):
@@ -350,6 +369,13 @@ func (p *planner) stepUp(phase workspace.Phase) Action {
 func (p *planner) stepDown(phase workspace.Phase) Action {
 	if phase == workspace.PhaseRunning {
 		return p.claim(workspace.OpStopping, StepStopWorkspace)
+	}
+	if p.home == workspace.HomeInVolume && p.obs.VolumeReady && !p.obs.ContainerLive && archiveHoldsHome(p.w) {
+		// Its archive (the stop archive, as a rule) holds the home: the
+		// archive becomes the home in this write, instead of an upload of
+		// the same bytes, and the next pass deletes the volume it left.
+		p.next.RestoreMarker = nil
+		return p.settle(p.purgeStale()...)
 	}
 	var steps []Step
 	if p.obs.VolumeReady && !p.obs.ContainerLive {
@@ -425,7 +451,7 @@ func (p *planner) nodeAway() (Action, bool) {
 		}
 		// The volume holds nothing the archive lacks: delete it, so the
 		// restore starts over on a node that can take it. A workspace job
-		// a drain left wanting to run is stopped first (leaveDrained).
+		// a drain left wanting to run is stopped first (giveUpVolume).
 		return p.settle(append(stopUnplaced(p.obs.Restore, StepStopRestoreJob), StepStopWorkspace, StepDeleteVolume)...), true
 	}
 	return Action{}, false
@@ -624,7 +650,7 @@ func (p *planner) creatingEmptyArchive() Action {
 // refused while it lives), and the volume waits for it: the job holds it.
 func (p *planner) deletingSteps() []Step {
 	if p.obs.ContainerLive {
-		return []Step{StepStopWorkspace}
+		return []Step{StepDiscardWorkspace}
 	}
 	var steps []Step
 	running := false

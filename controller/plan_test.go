@@ -387,7 +387,7 @@ func TestPlanInFlight(t *testing.T) {
 			check:  ArchiveCheck{Key: keyOld},
 			wantOp: workspace.OpNone, phase: workspace.PhaseArchived, write: true},
 		{name: "deleting stops the container first", op: workspace.OpDeleting, obs: running,
-			wantOp: workspace.OpDeleting, phase: workspace.PhaseDeleting, steps: []Step{StepStopWorkspace}, write: true},
+			wantOp: workspace.OpDeleting, phase: workspace.PhaseDeleting, steps: []Step{StepDiscardWorkspace}, write: true},
 		{name: "deleting then the jobs and the volume", op: workspace.OpDeleting, obs: archiveJob(JobSucceeded, ""),
 			wantOp: workspace.OpDeleting, phase: workspace.PhaseDeleting, steps: []Step{StepPurgeArchiveJob, StepDeleteVolume}},
 		{name: "deleting finishes", op: workspace.OpDeleting, obs: Observed{},
@@ -533,7 +533,8 @@ func TestPlanRules(t *testing.T) {
 		if a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg); deref(a.Next.OpID) != opOld {
 			t.Errorf("op id %s, want reused %s", deref(a.Next.OpID), opOld)
 		}
-		w.ArchiveKey, w.RestoreMarker = ptr(keyOld), ptr(keyOld)
+		// A home restored from its archive that ran since.
+		w.ArchiveKey, w.RestoreMarker, w.RunID = ptr(keyOld), ptr(keyOld), "01jb3x7k9q2m5n8p4r6s0t1ran"
 		if a := Plan(w, observed(workspace.PhaseStandby), ArchiveCheck{}, t0, testCfg); deref(a.Next.OpID) != opNew {
 			t.Errorf("op id %s, want a new one after a committed archive", deref(a.Next.OpID))
 		}

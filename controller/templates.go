@@ -35,7 +35,8 @@ func (cfg Config) templateVersion(name string) string {
 // admin recovers the workspace once it is back.
 func (c *WorkspaceController) workspaceSpec(ctx context.Context, w workspace.Workspace) (WorkspaceSpec, error) {
 	if c.cfg.Templates == nil {
-		return WorkspaceSpec{WorkspaceID: w.ID, RunID: w.RunID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name}, nil
+		return WorkspaceSpec{WorkspaceID: w.ID, RunID: w.RunID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name,
+			ParentArchive: deref(w.ArchiveKey)}, nil
 	}
 	t, ok := c.cfg.Templates.Template(w.Template)
 	if !ok {
@@ -43,6 +44,7 @@ func (c *WorkspaceController) workspaceSpec(ctx context.Context, w workspace.Wor
 			Message: fmt.Sprintf("template %q is not configured any more", w.Template)}
 	}
 	spec := SpecFromTemplate(w, t, c.cfg.UpstreamAuth)
+	spec.ParentArchive = deref(w.ArchiveKey)
 	owner, err := store.GetFirstStartSettings(ctx, c.pool, w.OwnerID)
 	if err != nil {
 		return WorkspaceSpec{}, fmt.Errorf("read first-start settings of %s: %w", w.OwnerID, err)

@@ -166,10 +166,13 @@ type Values struct {
 	CheckInterval string
 
 	// Batch jobs.
-	OpID             string
-	ArchiveKey       string
-	Attempt          int
-	ArchiveURL       string
+	OpID       string
+	ArchiveKey string
+	Attempt    int
+	ArchiveURL string
+	// ArchiveParent is the archive an archive (the batch job's, or the
+	// stop archive) uploads only the changes since; "" for a full one.
+	ArchiveParent    string
 	JobImage         string
 	CodehubPath      string
 	ArtifactURL      string

@@ -124,7 +124,15 @@ func TestRenderGolden(t *testing.T) {
 		{"workspace-raw_exec-no-stop-archive", KindWorkspace, "raw_exec", func(v *Values) {
 			v.StopArchiveURL, v.StopVariablePath = "", ""
 		}},
+		// A run that started from an archive: its stop archive uploads
+		// only what changed since.
+		{"workspace-docker-parent", KindWorkspace, "docker", func(v *Values) {
+			v.ArchiveParent = "archives/" + testWorkspaceID + "/01jb3x9zzq2m5n8p4r6s0t1v2w/home.tar.zst"
+		}},
 		{"archive-docker", KindArchive, "docker", nil},
+		{"archive-raw_exec-parent", KindArchive, "raw_exec", func(v *Values) {
+			v.ArchiveParent = "archives/" + testWorkspaceID + "/01jb3x7k9q2m5n8p4r6s0t1v2w/home.tar.zst"
+		}},
 		{"archive-raw_exec", KindArchive, "raw_exec", nil},
 		{"archive-exec-artifact", KindArchive, "exec", func(v *Values) {
 			v.ArtifactURL = "https://codehub.example.com/dl/codehub"

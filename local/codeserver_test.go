@@ -191,7 +191,7 @@ func BenchmarkCodeServerWake(b *testing.B) {
 		}
 		samples = append(samples, untilReady(b, be, start))
 		b.StopTimer()
-		if err := be.StopWorkspace(ctx, testID); err != nil {
+		if err := be.StopWorkspace(ctx, testID, controller.StopSave); err != nil {
 			b.Fatalf("StopWorkspace: %v", err)
 		}
 		for {

@@ -57,7 +57,7 @@ func TestTornStateFilesDoNotBlindObserve(t *testing.T) {
 		t.Fatalf("StartWorkspace over a torn state file: %v", err)
 	}
 	waitFor(t, b, "ready", func(o controller.Observed) bool { return o.UpstreamReady })
-	if err := b.StopWorkspace(ctx, testID); err != nil {
+	if err := b.StopWorkspace(ctx, testID, controller.StopSave); err != nil {
 		t.Fatalf("StopWorkspace: %v", err)
 	}
 	waitFor(t, b, "stopped", func(o controller.Observed) bool { return !o.ContainerLive })
@@ -85,7 +85,7 @@ func TestStopKillsProcessesThatLeftTheTree(t *testing.T) {
 	if st, err := readStat(daemon); err != nil || st.ppid == readState(t, b).Process.PID {
 		t.Fatalf("daemon %d is not detached from the workspace: %+v, %v", daemon, st, err)
 	}
-	if err := b.StopWorkspace(ctx, testID); err != nil {
+	if err := b.StopWorkspace(ctx, testID, controller.StopSave); err != nil {
 		t.Fatalf("StopWorkspace: %v", err)
 	}
 	waitGone(t, daemon, "detached process of the workspace survived the stop")
@@ -129,7 +129,7 @@ func TestStopLeavesAReusedProcessGroupAlone(t *testing.T) {
 	if err := writeJSON(filepath.Join(b.workspaceDir(testID), stateFile), gone); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.StopWorkspace(ctx, testID); err != nil {
+	if err := b.StopWorkspace(ctx, testID, controller.StopSave); err != nil {
 		t.Fatalf("StopWorkspace: %v", err)
 	}
 	if err := b.PurgeJob(ctx, testID, controller.JobWorkspace); err != nil {

@@ -111,7 +111,7 @@ func TestWorkspaceSeesItsHomeUnderItsName(t *testing.T) {
 		if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: id, RunID: "run1", Name: name}); err != nil {
 			t.Fatalf("StartWorkspace: %v", err)
 		}
-		t.Cleanup(func() { _ = b.StopWorkspace(ctx, id) })
+		t.Cleanup(func() { _ = b.StopWorkspace(ctx, id, controller.StopSave) })
 	}
 	for id := range workspaces {
 		addr := resolveReady(t, b, id)

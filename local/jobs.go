@@ -82,7 +82,7 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 	if err := resetDir(dir); err != nil {
 		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}
-	l := b.jobLaunch(kind, dir, home, job.ArchiveKey)
+	l := b.jobLaunch(kind, dir, home, job)
 	if l.tag, err = newLaunchTag(); err != nil {
 		return err
 	}
@@ -122,24 +122,29 @@ func started(dir string, rec jobRecord) bool {
 
 // jobLaunch is the command line and environment of an archive or restore
 // job, the same contract as the Nomad batch jobs.
-func (b *Backend) jobLaunch(kind controller.JobKind, dir, home, key string) launch {
+func (b *Backend) jobLaunch(kind controller.JobKind, dir, home string, job controller.JobSpec) launch {
 	s3 := b.opts.S3
 	flag := "--src"
 	if kind == controller.JobRestore {
 		flag = "--dst"
 	}
+	env := []string{
+		"HOME=" + dir,
+		"ARCHIVE_URL=" + archive.URL(s3.Bucket, job.ArchiveKey),
+		"S3_ENDPOINT=" + s3.Endpoint,
+		"S3_REGION=" + s3.Region,
+		"S3_USE_SSL=" + strconv.FormatBool(s3.UseSSL),
+		"S3_ACCESS_KEY=" + s3.AccessKey.Reveal(),
+		"S3_SECRET_KEY=" + s3.SecretKey.Reveal(),
+	}
+	if kind == controller.JobArchive && job.Parent != "" {
+		// Only what changed since this archive is uploaded.
+		env = append(env, "CODEHUB_ARCHIVE_PARENT="+job.Parent)
+	}
 	return launch{
-		program: b.opts.CodehubBinary,
-		args:    []string{"job", string(kind), flag, home},
-		env: childEnv(
-			"HOME="+dir,
-			"ARCHIVE_URL="+archive.URL(s3.Bucket, key),
-			"S3_ENDPOINT="+s3.Endpoint,
-			"S3_REGION="+s3.Region,
-			"S3_USE_SSL="+strconv.FormatBool(s3.UseSSL),
-			"S3_ACCESS_KEY="+s3.AccessKey.Reveal(),
-			"S3_SECRET_KEY="+s3.SecretKey.Reveal(),
-		),
+		program:  b.opts.CodehubBinary,
+		args:     []string{"job", string(kind), flag, home},
+		env:      childEnv(env...),
 		dir:      dir,
 		logPath:  filepath.Join(dir, logFile),
 		exitPath: filepath.Join(dir, exitFile),

@@ -93,7 +93,7 @@ func waitFor(t *testing.T, b *Backend, what string, cond func(controller.Observe
 
 func stopOnCleanup(t *testing.T, b *Backend) {
 	t.Cleanup(func() {
-		if err := b.StopWorkspace(context.Background(), testID); err != nil {
+		if err := b.StopWorkspace(context.Background(), testID, controller.StopSave); err != nil {
 			t.Errorf("cleanup stop: %v", err)
 		}
 	})
@@ -166,7 +166,7 @@ func TestWorkspaceLifecycleSurvivesRestart(t *testing.T) {
 	waitFor(t, restarted, "ready after restart", func(o controller.Observed) bool { return o.UpstreamReady && o.ContainerLive })
 
 	child := readChildPID(t, b)
-	if err := restarted.StopWorkspace(ctx, testID); err != nil {
+	if err := restarted.StopWorkspace(ctx, testID, controller.StopSave); err != nil {
 		t.Fatalf("StopWorkspace: %v", err)
 	}
 	o = waitFor(t, restarted, "stopped", func(o controller.Observed) bool { return !o.ContainerLive })

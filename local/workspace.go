@@ -306,8 +306,10 @@ func resetDir(dir string) error {
 
 // StopWorkspace kills the workspace process and everything it started at
 // once, including processes that left its process tree. Its state stays
-// until PurgeJob, so Observe keeps reporting it until it is gone.
-func (b *Backend) StopWorkspace(_ context.Context, wsID string) error {
+// until PurgeJob, so Observe keeps reporting it until it is gone. Homes
+// stay on this machine's disk, which no drain takes away: a stop saves
+// nothing to S3 whatever the mode (backups do, docs/local.md).
+func (b *Backend) StopWorkspace(_ context.Context, wsID string, _ controller.StopMode) error {
 	if err := checkID(wsID); err != nil {
 		return err
 	}
@@ -405,7 +407,7 @@ func (b *Backend) StopAll(ctx context.Context) error {
 	var errs []error
 	for _, name := range runs {
 		if wsID, kind, ok := controller.ParseJobName(name); ok && kind == controller.JobWorkspace {
-			errs = append(errs, b.StopWorkspace(ctx, wsID))
+			errs = append(errs, b.StopWorkspace(ctx, wsID, controller.StopDiscard))
 		}
 	}
 	jobs, err := readNames(jobsDir(b.opts.DataDir))

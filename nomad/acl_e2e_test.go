@@ -199,7 +199,7 @@ func TestE2EACLPolicy(t *testing.T) {
 	if _, _, err := a.Client.Variables().Read(stopVariablePath(wsID), nil); err != nil {
 		t.Fatalf("read %s after the start: %v", stopVariablePath(wsID), err)
 	}
-	if err := b.StopWorkspace(ctx, wsID); err != nil {
+	if err := b.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := a.Client.Variables().Read(stopVariablePath(wsID), nil); !errors.Is(err, api.ErrVariablePathNotFound) {

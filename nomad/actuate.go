@@ -265,13 +265,16 @@ func (b *Backend) workspaceItems(spec controller.WorkspaceSpec) (api.VariableIte
 }
 
 // StopWorkspace deregisters ws-{id} without purging it, so its allocations
-// stay visible until the client reports them terminal. It first removes
-// the variable of the job's stop-archive task, which then archives
-// nothing: a stop codehub asks for keeps the home where it is. A job that
+// stay visible until the client reports them terminal. With StopSave the
+// variable of the job's stop-archive task stays, and the task archives the
+// home once the program has stopped; with StopDiscard (a home about to be
+// deleted) it is removed first, and the task archives nothing. A job that
 // is stopped already is left as it is.
-func (b *Backend) StopWorkspace(ctx context.Context, wsID string) error {
-	if err := b.deleteVariable(ctx, stopVariablePath(wsID)); err != nil {
-		return err
+func (b *Backend) StopWorkspace(ctx context.Context, wsID string, mode controller.StopMode) error {
+	if mode == controller.StopDiscard {
+		if err := b.deleteVariable(ctx, stopVariablePath(wsID)); err != nil {
+			return err
+		}
 	}
 	id := jobID(wsID)
 	job, _, err := b.client.Jobs().Info(id, b.query(ctx))
@@ -619,6 +622,7 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 		// The archive is named after the run whose writes it holds
 		// (stopArchiveVariable).
 		v.StopArchiveURL = archive.URL(b.opts.S3.Bucket, archive.Key(spec.WorkspaceID, spec.RunID))
+		v.ArchiveParent = spec.ParentArchive
 		v.StopVariablePath = stopVariablePath(spec.WorkspaceID)
 		b.moverValues(&v)
 	}
@@ -660,6 +664,9 @@ func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, h
 	v.ArchiveKey = job.ArchiveKey
 	v.Attempt = job.Attempt
 	v.ArchiveURL = archive.URL(b.opts.S3.Bucket, job.ArchiveKey)
+	if kind == controller.JobArchive {
+		v.ArchiveParent = job.Parent
+	}
 	v.NetworkMode = b.opts.Workspace.NetworkMode
 	v.UID, v.GID = b.opts.Workspace.UID, b.opts.Workspace.GID
 	b.moverValues(&v)

@@ -370,7 +370,7 @@ func TestStopWorkspaceDoesNotPurge(t *testing.T) {
 	f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
 	f.json("DELETE /v1/var/"+stopVariablePath(testWS), nil)
 	b := newTestBackend(t, f, testOptions())
-	if err := b.StopWorkspace(t.Context(), testWS); err != nil {
+	if err := b.StopWorkspace(t.Context(), testWS, controller.StopSave); err != nil {
 		t.Fatal(err)
 	}
 	calls := f.calls("DELETE /v1/job/" + id)
@@ -384,7 +384,7 @@ func TestStopWorkspaceDoesNotPurge(t *testing.T) {
 	}
 	// A job stopped already is not stopped again.
 	f.json("GET /v1/job/"+id, &api.Job{ID: &id, Stop: &stopped})
-	if err := b.StopWorkspace(t.Context(), testWS); err != nil {
+	if err := b.StopWorkspace(t.Context(), testWS, controller.StopSave); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(f.calls("DELETE /v1/job/" + id)); n != 1 {
@@ -393,7 +393,7 @@ func TestStopWorkspaceDoesNotPurge(t *testing.T) {
 
 	// Stopping a job that does not exist is done.
 	f2 := newFakeNomad(t)
-	if err := newTestBackend(t, f2, testOptions()).StopWorkspace(t.Context(), testWS); err != nil {
+	if err := newTestBackend(t, f2, testOptions()).StopWorkspace(t.Context(), testWS, controller.StopSave); err != nil {
 		t.Fatalf("stop of a missing job: %v", err)
 	}
 }

@@ -95,7 +95,7 @@ func TestE2ECodeServerUpstreamAuth(t *testing.T) {
 		t.Errorf("job source must set HASHED_PASSWORD from the variable and never hold the token:\n%s", src)
 	}
 
-	if err := b.StopWorkspace(ctx, wsID); err != nil {
+	if err := b.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "container gone", func(o controller.Observed) bool { return !o.ContainerLive })

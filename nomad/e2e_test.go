@@ -257,7 +257,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	}
 
 	// STOPPING: deregistered without purge; done when no allocation is live.
-	if err := b.StopWorkspace(ctx, wsID); err != nil {
+	if err := b.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "container gone", func(o controller.Observed) bool { return !o.ContainerLive })
@@ -341,7 +341,7 @@ func TestE2EBackendLifecycle(t *testing.T) {
 	}
 
 	// DELETING: container first, then the volume.
-	if err := b.StopWorkspace(ctx, wsID); err != nil {
+	if err := b.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "container gone before delete", func(o controller.Observed) bool { return !o.ContainerLive })

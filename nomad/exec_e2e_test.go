@@ -310,7 +310,7 @@ func startExecWorkspace(t *testing.T, a *nomadtest.Agent, b *Backend, spec contr
 // it is live.
 func stopExecWorkspace(t *testing.T, b *Backend, wsID string) {
 	t.Helper()
-	if err := b.StopWorkspace(t.Context(), wsID); err != nil {
+	if err := b.StopWorkspace(t.Context(), wsID, controller.StopSave); err != nil {
 		t.Fatal(err)
 	}
 	observeUntil(t, b, wsID, "workspace stopped", func(o controller.Observed) bool { return !o.ContainerLive })

@@ -250,17 +250,37 @@ func managedJobs(jobs []*api.JobListStub) map[string]*api.JobListStub {
 // which looks at all of them.
 func currentAllocs(jobs map[string]*api.JobListStub, allocs []*api.AllocationListStub) map[string][]*api.AllocationListStub {
 	out := make(map[string][]*api.AllocationListStub)
+	stopped := make(map[string]*api.AllocationListStub)
 	for _, a := range allocs {
 		j, ok := jobs[a.JobID]
-		if !ok || !isCurrent(j, a) {
-			continue
+		switch {
+		case !ok:
+		case isCurrent(j, a):
+			out[a.JobID] = append(out[a.JobID], a)
+		case lastOfStopped(j, a, stopped[a.JobID]):
+			stopped[a.JobID] = a
 		}
-		out[a.JobID] = append(out[a.JobID], a)
+	}
+	for id, a := range stopped {
+		if len(out[id]) == 0 {
+			out[id] = []*api.AllocationListStub{a}
+		}
 	}
 	for _, list := range out {
 		sort.Slice(list, func(i, k int) bool { return list[i].CreateIndex > list[k].CreateIndex })
 	}
 	return out
+}
+
+// lastOfStopped reports whether a is the newest allocation so far (than
+// newest) of a workspace job codehub stopped. Stopping the job makes its
+// allocations older than the job's registration, but the newest one is the
+// run that stopped, whose stop-archive task saves the home.
+func lastOfStopped(j *api.JobListStub, a, newest *api.AllocationListStub) bool {
+	if _, kind, _ := controller.ParseJobName(j.ID); kind != controller.JobWorkspace || !j.Stop {
+		return false
+	}
+	return newest == nil || a.CreateIndex > newest.CreateIndex
 }
 
 // isCurrent reports whether a belongs to j's latest registration. An
@@ -296,9 +316,9 @@ func allocsNeedingChecks(jobs map[string]*api.JobListStub, current map[string][]
 
 // allocsNeedingEvents are the allocations whose task events explain their
 // state: workspace allocations still pending (an image pull may be failing)
-// or failed, the newest one of a workspace job something other than codehub
-// stopped (its stop-archive task), and the failed allocation of a batch job
-// (exit code, message).
+// or failed, the newest one of a workspace job once it is stopped (its
+// stop-archive task), and the failed allocation of a batch job (exit code,
+// message).
 func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
 	var out []*api.AllocationListStub
 	for id, list := range current {
@@ -313,11 +333,14 @@ func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]
 			continue
 		}
 		if jobs[id].Stop {
+			if allocStopped(list[0]) {
+				out = append(out, list[0])
+			}
 			continue
 		}
 		for i, a := range list {
 			if a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusFailed ||
-				i == 0 && stoppedElsewhere(a) {
+				i == 0 && allocStopped(a) {
 				out = append(out, a)
 			}
 		}
@@ -377,22 +400,22 @@ func failedBatchAllocs(jobs map[string]*api.JobListStub, current map[string][]*a
 	return out
 }
 
-// stoppedElsewhere reports a workspace allocation stopped while its job
-// still wants to run: a node drain (or an operator) stopped it, not codehub,
-// which stops the job.
-func stoppedElsewhere(a *api.AllocationListStub) bool {
+// allocStopped reports a workspace allocation Nomad was told to stop: its
+// job was stopped (by codehub), or a node drain or an operator stopped it
+// while its job still wants to run.
+func allocStopped(a *api.AllocationListStub) bool {
 	return a.DesiredStatus != api.AllocDesiredStatusRun
 }
 
-// stoppedWorkspaceAllocs are the newest allocations of running workspace
-// jobs that were stopped elsewhere: their stop-archive task saves the home.
+// stoppedWorkspaceAllocs are the newest allocations of workspace jobs once
+// they are stopped: their stop-archive task saves the home.
 func stoppedWorkspaceAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.AllocationListStub {
 	var out []*api.AllocationListStub
 	for id, list := range current {
-		if _, kind, _ := controller.ParseJobName(id); kind != controller.JobWorkspace || jobs[id].Stop || len(list) == 0 {
+		if _, kind, _ := controller.ParseJobName(id); kind != controller.JobWorkspace || len(list) == 0 {
 			continue
 		}
-		if stoppedElsewhere(list[0]) {
+		if allocStopped(list[0]) {
 			out = append(out, list[0])
 		}
 	}
@@ -538,8 +561,8 @@ func assemble(l listing) controller.Snapshot {
 			if !j.Stop {
 				o.UpstreamReady = upstreamReady(current[id], l.checks, l.ownRegistration, l.services == nil || l.services[serviceName(wsID)])
 				o.Failure = workspaceFailure(current[id], l.placement[id], l.outputs)
-				o.StopArchive = stopArchive(wsID, j, current[id], l.stops)
 			}
+			o.StopArchive = stopArchive(wsID, j, current[id], l.stops)
 		case controller.JobArchive:
 			o.Archive = jobResult(j, current[id], l.errorCodes, l.placement[id])
 		case controller.JobRestore:
@@ -551,11 +574,11 @@ func assemble(l listing) controller.Snapshot {
 }
 
 // stopArchive reports the stop-archive task of the newest allocation of a
-// workspace job that was stopped elsewhere: running while the allocation
-// is, then its result. A task that archived nothing (not asked, never
-// started) reports nothing.
+// workspace job once that allocation is stopped (by codehub, a drain or an
+// operator): running while the allocation is, then its result. A task
+// that archived nothing (not asked, never started) reports nothing.
 func stopArchive(wsID string, j *api.JobListStub, allocs []*api.AllocationListStub, outcomes map[string]archive.Outcome) *controller.JobResult {
-	if len(allocs) == 0 || !stoppedElsewhere(allocs[0]) || allocs[0].TaskStates[stopArchiveTask] == nil {
+	if len(allocs) == 0 || !allocStopped(allocs[0]) || allocs[0].TaskStates[stopArchiveTask] == nil {
 		return nil
 	}
 	a := allocs[0]
@@ -565,6 +588,11 @@ func stopArchive(wsID string, j *api.JobListStub, allocs []*api.AllocationListSt
 		return res
 	}
 	out, ok := outcomes[a.ID]
+	if _, key, err := archive.ParseURL(out.URL); ok && err == nil {
+		// The archive the task made: the job's run names the newest
+		// registration, which may never have had an allocation.
+		res.ArchiveKey, res.OpID = key, archive.OpID(key)
+	}
 	switch {
 	case !ok, out.Result == archive.ResultSkipped, out.Result == "" && a.TaskStates[stopArchiveTask].StartedAt.IsZero():
 		return nil

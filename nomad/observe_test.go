@@ -187,6 +187,9 @@ func TestObserve(t *testing.T) {
 		"GET /v1/allocation/a-archive",
 		"GET /v1/allocation/a-pull",
 		"GET /v1/allocation/a-stopped",
+		// The workspace being stopped: is its stop-archive task saving
+		// the home?
+		"GET /v1/allocation/a-stopping",
 		"GET /v1/allocations",
 		"GET /v1/client/allocation/a-starting/checks",
 		"GET /v1/client/fs/logs/a-archive",

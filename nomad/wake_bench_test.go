@@ -40,7 +40,7 @@ func BenchmarkWakeToReady(b *testing.B) {
 		samples = append(samples, time.Since(start))
 
 		b.StopTimer()
-		if err := backend.StopWorkspace(ctx, wsID); err != nil {
+		if err := backend.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 			b.Fatal(err)
 		}
 		waitObserved(b, backend, wsID, func(o controller.Observed) bool { return !o.ContainerLive })

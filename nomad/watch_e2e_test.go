@@ -62,7 +62,7 @@ func TestE2EWatch(t *testing.T) {
 	t.Logf("no wake during %d events of %s", seen.events.Load(), otherID)
 
 	// (c) Stopping the workspace wakes it again.
-	if err := b.StopWorkspace(ctx, wsID); err != nil {
+	if err := b.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 		t.Fatal(err)
 	}
 	nomadtest.Eventually(t, 30*time.Second, "a wake after stopping the workspace job", func() bool { return wakes.Load() > before })

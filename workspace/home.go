@@ -1,6 +1,10 @@
 package workspace
 
-import "github.com/codehub-io/codehub/archive"
+import (
+	"time"
+
+	"github.com/codehub-io/codehub/archive"
+)
 
 // Where a workspace's home is, derived once from the row and the volume the
 // backend reports. The phase and every controller rule that may delete,
@@ -117,4 +121,30 @@ func restored(w Workspace) bool {
 // archive_key: the archiving (or empty archive) that op id names finished.
 func ArchiveCommitted(w Workspace) bool {
 	return w.OpID != nil && w.ArchiveKey != nil && *w.ArchiveKey == archive.Key(w.ID, *w.OpID)
+}
+
+// Recovery is the recovery point of a home: what losing the node that
+// holds it would cost. Everything written since ArchivedAt, unless Current.
+type Recovery struct {
+	// ArchivedAt is when the newest archive of the home was made; nil
+	// when it was never archived, and the node holds its only copy.
+	ArchivedAt *time.Time `json:"archived_at"`
+	// Current: that archive holds all of the home, which has not run
+	// since (stopped and saved, or archived).
+	Current bool `json:"current"`
+}
+
+// RecoveryOf reports the recovery point of w's home.
+func RecoveryOf(w Workspace) Recovery {
+	if w.ArchiveKey == nil {
+		return Recovery{}
+	}
+	at := w.ArchivedAt
+	if at == nil {
+		if t := archiveTime(*w.ArchiveKey); !t.IsZero() {
+			at = &t
+		}
+	}
+	changed := w.RunID != "" && w.RunID != w.ArchiveRunID
+	return Recovery{ArchivedAt: at, Current: !changed}
 }

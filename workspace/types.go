@@ -122,21 +122,24 @@ const MaxErrorCount = 3
 
 // Workspace is one row of the workspaces table.
 type Workspace struct {
-	ID            string       `db:"id"`
-	OwnerID       string       `db:"owner_id"`
-	Name          string       `db:"name"`
-	Description   string       `db:"description"`
-	Image         string       `db:"image"`
-	DesiredState  DesiredState `db:"desired_state"`
-	Phase         Phase        `db:"phase"`
-	Operation     Operation    `db:"operation"`
-	OpID          *string      `db:"op_id"`
-	OpStartedAt   *time.Time   `db:"op_started_at"`
-	OpAttempt     int          `db:"op_attempt"`
-	OpBackup      bool         `db:"op_backup"` // an ARCHIVING that is a backup keeps the volume
-	Conditions    Conditions   `db:"conditions"`
-	ArchiveKey    *string      `db:"archive_key"`
-	RestoreMarker *string      `db:"restore_marker"`
+	ID           string       `db:"id"`
+	OwnerID      string       `db:"owner_id"`
+	Name         string       `db:"name"`
+	Description  string       `db:"description"`
+	Image        string       `db:"image"`
+	DesiredState DesiredState `db:"desired_state"`
+	Phase        Phase        `db:"phase"`
+	Operation    Operation    `db:"operation"`
+	OpID         *string      `db:"op_id"`
+	OpStartedAt  *time.Time   `db:"op_started_at"`
+	OpAttempt    int          `db:"op_attempt"`
+	OpBackup     bool         `db:"op_backup"` // an ARCHIVING that is a backup keeps the volume
+	Conditions   Conditions   `db:"conditions"`
+	ArchiveKey   *string      `db:"archive_key"`
+	// ArchivedAt is when the archive at ArchiveKey was made (nil when
+	// unknown: see ArchiveTime).
+	ArchivedAt    *time.Time `db:"archived_at"`
+	RestoreMarker *string    `db:"restore_marker"`
 	// RunID names the current run of the workspace's program; every
 	// start is a new run (see UpstreamTokens).
 	RunID          string         `db:"run_id"`

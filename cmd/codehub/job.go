@@ -108,7 +108,7 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 	if err := moveArchive(ctx, logger, env, kind, *dir, stdout); err != nil {
 		return jobFailed(stdout, err)
 	}
-	archive.WriteFields(stdout, "RESULT", "OK")
+	archive.WriteFields(stdout, "RESULT", "OK", "ARCHIVE_URL", env.url)
 	return 0
 }
 

@@ -46,17 +46,17 @@ func TestJobArchiveAndRestore(t *testing.T) {
 	}
 
 	code, lines := runJobLines(t, "archive", "--src", src)
-	if code != 0 || lines[0] != "CODEHUB_JOB=archive ARCHIVE_URL="+url || lastLine(lines) != "RESULT=OK" {
+	if code != 0 || lines[0] != "CODEHUB_JOB=archive ARCHIVE_URL="+url || lastLine(lines) != "RESULT=OK ARCHIVE_URL="+url {
 		t.Fatalf("archive: exit %d, lines %q", code, lines)
 	}
 	code, lines = runJobLines(t, "archive", "--src", src)
-	if code != 0 || lines[1] != "STEP=check RESULT=EXISTS" || lastLine(lines) != "RESULT=OK" {
+	if code != 0 || lines[1] != "STEP=check RESULT=EXISTS" || lastLine(lines) != "RESULT=OK ARCHIVE_URL="+url {
 		t.Fatalf("second archive: exit %d, lines %q", code, lines)
 	}
 
 	dst := t.TempDir()
 	code, lines = runJobLines(t, "restore", "--dst", dst)
-	if code != 0 || lines[0] != "CODEHUB_JOB=restore ARCHIVE_URL="+url || lastLine(lines) != "RESULT=OK" {
+	if code != 0 || lines[0] != "CODEHUB_JOB=restore ARCHIVE_URL="+url || lastLine(lines) != "RESULT=OK ARCHIVE_URL="+url {
 		t.Fatalf("restore: exit %d, lines %q", code, lines)
 	}
 	got, err := os.ReadFile(filepath.Join(dst, "project", "main.go"))

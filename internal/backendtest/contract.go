@@ -77,7 +77,7 @@ func testWorkspace(t *testing.T, s Subject) {
 	steady(t, s, wsID, "running", running)
 
 	stop(t, s, wsID, stopped)
-	if err := s.Backend.StopWorkspace(ctx, wsID); err != nil {
+	if err := s.Backend.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 		t.Fatalf("StopWorkspace again: %v", err)
 	}
 	steady(t, s, wsID, "stopped", stopped)
@@ -110,7 +110,7 @@ func start(t *testing.T, s Subject, spec controller.WorkspaceSpec, running func(
 
 func stop(t *testing.T, s Subject, wsID string, stopped func(controller.Observed) bool) {
 	t.Helper()
-	if err := s.Backend.StopWorkspace(t.Context(), wsID); err != nil {
+	if err := s.Backend.StopWorkspace(t.Context(), wsID, controller.StopSave); err != nil {
 		t.Fatalf("StopWorkspace: %v", err)
 	}
 	until(t, s, wsID, "the workspace stopped", stopped)
@@ -314,7 +314,7 @@ func testGone(t *testing.T, s Subject) {
 	ctx := t.Context()
 	wsID := newID()
 	assertGone(t, s, wsID)
-	if err := s.Backend.StopWorkspace(ctx, wsID); err != nil {
+	if err := s.Backend.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 		t.Errorf("StopWorkspace of nothing: %v", err)
 	}
 	for _, kind := range []controller.JobKind{controller.JobArchive, controller.JobRestore} {

@@ -112,6 +112,10 @@ job [[ hcl .JobID ]] {
         S3_ENDPOINT = [[ hcl (required "s3_endpoint" .S3Endpoint) ]]
         S3_REGION   = [[ hcl .S3Region ]]
         S3_USE_SSL  = "[[ .S3UseSSL ]]"
+[[- if .ArchiveParent ]]
+        # Only what changed since this archive is uploaded.
+        CODEHUB_ARCHIVE_PARENT = [[ hcl .ArchiveParent ]]
+[[- end ]]
       }
 
       template {

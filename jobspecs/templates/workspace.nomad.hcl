@@ -256,11 +256,11 @@ job [[ hcl .JobID ]] {
     }
 [[- if .StopArchiveURL ]]
 
-    # Archives the home once the program has stopped, when a stop codehub
-    # did not ask for (a node drain) ends the allocation: nothing else can
-    # run on a drained node to save a home that changed. codehub removes
-    # the variable before it stops a workspace itself, and the task then
-    # archives nothing; it runs as the archive job does.
+    # Archives the home once the program has stopped, whoever stopped it
+    # (codehub, a crash, a node drain), so a stopped home is in S3: nothing
+    # else can run on a drained node to save it. codehub removes the
+    # variable before it stops a workspace it is deleting, and the task
+    # then archives nothing; it runs as the archive job does.
     task "stop-archive" {
       driver = [[ hcl .Driver ]]
 
@@ -319,6 +319,11 @@ job [[ hcl .JobID ]] {
         S3_ENDPOINT    = [[ hcl (required "s3_endpoint" .S3Endpoint) ]]
         S3_REGION      = [[ hcl .S3Region ]]
         S3_USE_SSL     = "[[ .S3UseSSL ]]"
+[[- if .ArchiveParent ]]
+        # Only what changed since the archive the run started from is
+        # uploaded.
+        CODEHUB_ARCHIVE_PARENT = [[ hcl .ArchiveParent ]]
+[[- end ]]
       }
 
       # Only this task can read its variable: the credentials, and the run
