@@ -92,6 +92,9 @@ type workspaceView struct {
 	TemplateVersion  string         `json:"template_version"`
 	TemplateOutdated bool           `json:"template_outdated"`
 	Parameters       map[string]any `json:"parameters"`
+	// RecoveryPoint says what losing the home's node would cost: what the
+	// home gained since recovery_point.archived_at, unless current.
+	RecoveryPoint workspace.Recovery `json:"recovery_point"`
 }
 
 func (s *Server) view(w workspace.Workspace) workspaceView {
@@ -107,7 +110,10 @@ func (s *Server) view(w workspace.Workspace) workspaceView {
 		StandbyTTLSeconds: int64(t.StandbyTTL / time.Second), ArchiveTTLSeconds: int64(t.ArchiveTTL / time.Second),
 		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(), Version: w.Version,
 		Template: w.Template, TemplateVersion: w.TemplateVersion, TemplateOutdated: s.templateOutdated(w),
-		Parameters: w.Parameters,
+		Parameters: w.Parameters, RecoveryPoint: workspace.RecoveryOf(w),
+	}
+	if v.RecoveryPoint.ArchivedAt != nil {
+		v.RecoveryPoint.ArchivedAt = utc(v.RecoveryPoint.ArchivedAt)
 	}
 	if v.Parameters == nil {
 		v.Parameters = map[string]any{}

@@ -149,6 +149,8 @@ async function loadAllWorkspaces(more) {
     const volume = ws.conditions && ws.conditions["storage.volume_ready"];
     const moving = ws.conditions && ws.conditions["storage.moving"];
     cell(row, (volume && volume.node) || "—", [volume && volume.message, moving && moving.message].filter(Boolean).join("\n"));
+    const saved = recoveryText(ws, volume && volume.node);
+    cell(row, saved.text, saved.title).classList.add("recovery");
     cell(row, relTime(ws.last_access_at), exactTime(ws.last_access_at));
     cell(row, relTime(ws.created_at), exactTime(ws.created_at));
     row.dataset.id = ws.id;
@@ -163,6 +165,17 @@ async function loadAllWorkspaces(more) {
   }
   adminState.wsNext = page.next;
   $("all-ws-more").hidden = !page.next;
+}
+
+// recoveryText says how much of a home losing its node would cost (its
+// recovery point): nothing once its archive holds all of it, else what it
+// gained since that archive was made, or all of it if there is none.
+function recoveryText(ws, node) {
+  const rp = ws.recovery_point || {};
+  const where = node ? `node ${node}` : "its node";
+  if (!rp.archived_at) return { text: "never", title: `Never archived: ${where} holds the only copy.` };
+  if (rp.current) return { text: "all of it", title: `The archive made ${exactTime(rp.archived_at)} holds the whole home.` };
+  return { text: relTime(rp.archived_at), title: `Archived ${exactTime(rp.archived_at)}; what changed since is only on ${where}.` };
 }
 
 // adminSetDesired stops or archives another user's workspace, after asking:
