@@ -19,12 +19,13 @@ import (
 
 // DrainMove reports whether the home of w, idle on a volume whose node is
 // up but takes no new allocation, leaves that node without anything
-// running there: it was restored from its archive (or backed up, which
-// leaves the same mark) and has not run since.
+// running there: it was restored from its archive (or archived as it
+// stopped, which leaves the same mark) and has not run since, or it never
+// ran at all (a new workspace's empty volume, made again elsewhere).
 func DrainMove(w workspace.Workspace, obs Observed) bool {
 	return w.DeletedAt == nil && w.Operation == workspace.OpNone && w.Phase != workspace.PhaseError &&
 		obs.NodeAway == workspace.ReasonNodeIneligible && obs.VolumeReady && !obs.ContainerLive &&
-		archiveHoldsHome(w)
+		(archiveHoldsHome(w) || workspace.NeverRan(w))
 }
 
 // archiveHoldsHome reports whether the archive of w holds everything its

@@ -305,3 +305,29 @@ func TestPlanArchiveOnStop(t *testing.T) {
 		t.Error("an archive still being made is looked for in S3")
 	}
 }
+
+// TestPlanDrainNeverRan: a new workspace's volume made on a node that is
+// then drained, before any program ran on it, is empty: it is given up and
+// made again on another node, rather than waiting for a node that takes
+// nothing.
+func TestPlanDrainNeverRan(t *testing.T) {
+	obs := observed(workspace.PhaseStandby)
+	obs.NodeID, obs.Node, obs.NodeAway, obs.Move = "n1", "node-a", workspace.ReasonNodeIneligible, true
+	w := stored(workspace.PhaseStandby, workspace.DesiredRunning, obs)
+	if !DrainMove(w, obs) {
+		t.Fatal("an empty home does not leave the drained node")
+	}
+	a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+	if !slices.Equal(a.Steps, []Step{StepStopWorkspace, StepDeleteVolume}) {
+		t.Fatalf("steps %v, want the job stopped and the volume deleted", a.Steps)
+	}
+	b := Plan(a.Next, Observed{}, ArchiveCheck{}, t0.Add(time.Second), testCfg)
+	if b.Next.Phase == workspace.PhaseError || b.Next.Operation != workspace.OpProvisioning || !slices.Equal(b.Steps, []Step{StepProvisionVolume}) {
+		t.Fatalf("once gone: phase %s op %s steps %v, want a new volume", b.Next.Phase, b.Next.Operation, b.Steps)
+	}
+	// One a program ran on holds its only copy there: it stays.
+	w.RunID = "01jb3x7k9q2m5n8p4r6s0t1ran"
+	if DrainMove(w, obs) {
+		t.Fatal("a home that ran and was never archived leaves the drained node")
+	}
+}

@@ -510,6 +510,7 @@ func TestPlanRules(t *testing.T) {
 		// Before, a never-archived home lost this way was provisioned
 		// again, empty, without a word.
 		fresh := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+		fresh.RunID = "01jb3x7k9q2m5n8p4r6s0t1ran"
 		for name, w := range map[string]workspace.Workspace{"restored": restored, "never archived": fresh} {
 			// The node goes down: the pass records the volume as not ready.
 			a := Plan(w, Observed{VolumeExists: true}, ArchiveCheck{}, t0, testCfg)
@@ -522,9 +523,18 @@ func TestPlanRules(t *testing.T) {
 	})
 	t.Run("home volume vanished", func(t *testing.T) {
 		w := stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby))
+		w.RunID = "01jb3x7k9q2m5n8p4r6s0t1ran"
 		a := Plan(w, Observed{}, ArchiveCheck{}, t0, testCfg)
 		if a.Next.Phase != workspace.PhaseError || deref(a.Next.ErrorReason) != workspace.ReasonDataLost {
 			t.Fatalf("phase %s reason %s", a.Next.Phase, deref(a.Next.ErrorReason))
+		}
+	})
+	t.Run("a volume no program ran on vanished", func(t *testing.T) {
+		// Empty: it is made again, wherever the volume goes.
+		w := stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby))
+		a := Plan(w, Observed{}, ArchiveCheck{}, t0, testCfg)
+		if a.Next.Phase != workspace.PhasePending || a.Next.Operation != workspace.OpProvisioning || !slices.Equal(a.Steps, []Step{StepProvisionVolume}) {
+			t.Fatalf("phase %s op %s steps %v, want a new volume", a.Next.Phase, a.Next.Operation, a.Steps)
 		}
 	})
 	t.Run("archive retry reuses an uncommitted op id", func(t *testing.T) {

@@ -170,3 +170,79 @@ func drainFixture(b *testing.B, homes int) (*fleetHarness, []string) {
 	setEligible(b, f, other, true)
 	return f, ids
 }
+
+// BenchmarkFleetDrainMixed measures a plain drain with the default
+// configuration (no backups) of a node whose homes are in mixed states:
+// every other workspace runs, the others ran and were stopped (each saved
+// by its stop archive). Each home holds 100 MiB of random bytes and a
+// source tree with a node_modules folder of small files. The time runs
+// from the drain request until the last home is back in its desired phase
+// on node-b. Run it with -benchtime 1x.
+func BenchmarkFleetDrainMixed(b *testing.B) {
+	benchmarkMoves(b, []int{1, 10, 50}, mixedFixture, "drain-s", drainNode)
+}
+
+// mixedFixture makes homes workspaces on node-a, every other one RUNNING
+// and the rest STANDBY after a run, each filled while it ran.
+func mixedFixture(b *testing.B, homes int) (*fleetHarness, []string) {
+	f := newFleetHarness(b, true, controller.DefaultConfig())
+	other := f.cluster.Node(b, "node-b")
+	setEligible(b, f, other, false)
+	var ids, stopped []string
+	for i := range homes {
+		id := f.create(b, fmt.Sprintf("home-%d", i))
+		ids = append(ids, id)
+		if i%2 == 1 {
+			stopped = append(stopped, id)
+		}
+	}
+	f.tickAllUntil(b, "every workspace RUNNING", ids, settled(workspace.PhaseRunning))
+	fillHomes(b, f, ids)
+	for _, id := range ids {
+		home, err := f.backend.HomeDir(b.Context(), id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		writeSourceTree(b, home)
+	}
+	for _, id := range stopped {
+		f.desire(b, id, workspace.DesiredStandby)
+	}
+	f.tickAllUntil(b, "the stopped homes saved", stopped, func(w workspace.Workspace) bool {
+		return settled(workspace.PhaseStandby)(w) && workspace.RecoveryOf(w).Current
+	})
+	setEligible(b, f, other, true)
+	return f, ids
+}
+
+// writeSourceTree writes a source checkout's shape into home: a few source
+// files and a node_modules folder of 300 packages of six small text files
+// each, the same bytes every time.
+func writeSourceTree(b *testing.B, home string) {
+	b.Helper()
+	write := func(path string, n int) {
+		full := filepath.Join(home, path)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		line := fmt.Sprintf("// %s\nexport function f(x) { return x + %d; }\n", path, n)
+		content := make([]byte, 0, n*len(line))
+		for range n {
+			content = append(content, line...)
+		}
+		if err := os.WriteFile(full, content, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		write(fmt.Sprintf("src/module%02d.js", i), 80)
+	}
+	for p := range 300 {
+		dir := fmt.Sprintf("node_modules/pkg-%03d", p)
+		write(dir+"/package.json", 2)
+		write(dir+"/index.js", 20)
+		for k := range 4 {
+			write(fmt.Sprintf("%s/lib/part%d.js", dir, k), 10+p%30)
+		}
+	}
+}

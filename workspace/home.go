@@ -80,7 +80,7 @@ func LocateHome(w Workspace, volume VolumeState) Home {
 	if volume != VolumeAbsent {
 		return withVolume(w, volume)
 	}
-	if stored := ObservedVolume(w.Conditions); stored != VolumeAbsent {
+	if stored := ObservedVolume(w.Conditions); stored != VolumeAbsent && !NeverRan(w) {
 		if h := withVolume(w, stored); h == HomeInVolume || h == HomeUnknown {
 			return HomeLost
 		}
@@ -109,6 +109,14 @@ func withVolume(w Workspace, volume VolumeState) Home {
 		return HomeInBoth
 	}
 	return HomeInArchive
+}
+
+// NeverRan reports a home no program ever ran on and no archive filled:
+// its volume is empty, so losing it (or giving it up on a drained node)
+// loses nothing. Every start is a new run id, taken before the program
+// or its first-start clone runs.
+func NeverRan(w Workspace) bool {
+	return w.ArchiveKey == nil && w.RunID == ""
 }
 
 // restored reports whether a restore from w's current archive completed on

@@ -32,10 +32,11 @@ func TestLocateHome(t *testing.T) {
 	const id = "01jb3x7k9q2m5n8p4r6s0t1v2w"
 	opOld, opNew := "01jb3x7k9q2m5n8p4r6s0t1v20", "01jb3x7k9q2m5n8p4r6s0t1v21"
 	keyOld, keyNew := archive.Key(id, opOld), archive.Key(id, opNew)
+	const ran = "01jb3x7k9q2m5n8p4r6s0t1ran"
 	type row struct {
-		key, marker, opID string
-		op                Operation
-		stored            VolumeState
+		key, marker, opID, run string
+		op                     Operation
+		stored                 VolumeState
 	}
 	cases := []struct {
 		name string
@@ -50,8 +51,11 @@ func TestLocateHome(t *testing.T) {
 		{"never archived", row{stored: VolumeReady}, VolumeReady, HomeInVolume},
 		{"never archived, node goes away", row{stored: VolumeReady}, VolumeUnready, HomeUnknown},
 		{"never archived, node still away", row{stored: VolumeUnready}, VolumeUnready, HomeUnknown},
-		{"never archived, volume gone", row{stored: VolumeReady}, VolumeAbsent, HomeLost},
-		{"never archived, gone while away", row{stored: VolumeUnready}, VolumeAbsent, HomeLost},
+		{"never archived, volume gone", row{run: ran, stored: VolumeReady}, VolumeAbsent, HomeLost},
+		{"never archived, gone while away", row{run: ran, stored: VolumeUnready}, VolumeAbsent, HomeLost},
+		// No program ever ran on it: an empty volume, given up on a
+		// drained node, loses nothing.
+		{"never ran, volume gone", row{stored: VolumeReady}, VolumeAbsent, HomeNowhere},
 		{"archiving a never-archived home", row{opID: opNew, op: OpArchiving, stored: VolumeReady}, VolumeReady, HomeInVolume},
 		{"empty archive made", row{key: keyOld, opID: opOld}, VolumeAbsent, HomeInArchive},
 		{"archived", row{key: keyOld}, VolumeAbsent, HomeInArchive},
@@ -88,7 +92,7 @@ func TestLocateHome(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := Workspace{ID: id, Operation: OpNone, ArchiveKey: opt(c.row.key), RestoreMarker: opt(c.row.marker),
-				OpID: opt(c.row.opID), Conditions: volumeConds(c.row.stored)}
+				OpID: opt(c.row.opID), RunID: c.row.run, Conditions: volumeConds(c.row.stored)}
 			if c.row.op != "" {
 				w.Operation = c.row.op
 			}

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"bytes"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/internal/nomadtest"
+)
+
+// TestNomadFleetDrain drains, with `nomad node drain` as an operator types
+// it, a client holding homes in every state, under a server started from
+// a configuration file with the defaults (no backups): running, stopped
+// (saved as it stopped), stopped a second time after more work, archived,
+// and three caught half-way when the drain begins: one stopping, one being
+// restored and one being created. Every home ends on the other client with
+// its files, in its desired state; the archived one stays only in S3;
+// nothing stays on the drained client, and the drain command returns.
+func TestNomadFleetDrain(t *testing.T) {
+	drainFleet(t, "-deadline", "10m")
+}
+
+// TestNomadFleetDrainShortDeadline is TestNomadFleetDrain with a one-minute
+// deadline, after which Nomad stops whatever still runs on the node.
+func TestNomadFleetDrainShortDeadline(t *testing.T) {
+	drainFleet(t, "-deadline", "1m")
+}
+
+// TestNomadFleetDrainForce is TestNomadFleetDrain with -force: Nomad stops
+// everything on the node at once.
+func TestNomadFleetDrainForce(t *testing.T) {
+	drainFleet(t, "-force")
+}
+
+func drainFleet(t *testing.T, drainArgs ...string) {
+	nomadBin, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	cluster := nomadtest.StartCluster(t, "node-a", "node-b")
+	agent := &nomadtest.Agent{Addr: cluster.Addr, Client: cluster.Client}
+	cfg := nomadConfig(t, agent)
+	cfg.maxRunning = 4
+	srv := startServer(t, cfg)
+	c := login(t, srv)
+	a, b := cluster.Node(t, "node-a"), cluster.Node(t, "node-b")
+	// Every home starts on node-a: node-b takes none meanwhile.
+	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string) string {
+		var ws apiWorkspace
+		if code := c.do("POST", "/api/v1/workspaces", map[string]string{"name": name}, &ws); code != http.StatusCreated {
+			t.Fatalf("create %s: %d", name, code)
+		}
+		return ws.ID
+	}
+	files := map[string]map[string][]byte{}
+	run := func(ids ...string) {
+		for _, id := range ids {
+			c.settle(id, "RUNNING", time.Now())
+			files[id] = writeHomeFiles(t, volumePath(t, agent, id))
+		}
+	}
+	stop := func(ids ...string) {
+		for _, id := range ids {
+			c.setDesired(id, "STANDBY")
+		}
+		for _, id := range ids {
+			c.settle(id, "STANDBY", time.Now())
+			nomadtest.Eventually(t, time.Minute, "the stop archive of "+id+" committed", func() bool {
+				rp := recoveryPoint(t, c, id)
+				return rp.Current && rp.ArchivedAt != nil
+			})
+		}
+	}
+	archive := func(ids ...string) {
+		for _, id := range ids {
+			c.setDesired(id, "ARCHIVED")
+		}
+		for _, id := range ids {
+			c.settle(id, "ARCHIVED", time.Now())
+		}
+	}
+	running, stopped, again, archived := create("running"), create("stopped"), create("again"), create("archived")
+	run(running, stopped, again, archived)
+	stop(stopped, again, archived)
+	// More work on one, then stopped again: its second stop archive.
+	c.setDesired(again, "RUNNING")
+	run(again)
+	if rp := recoveryPoint(t, c, again); rp.Current {
+		t.Fatalf("a running home's recovery point is current: %+v", rp)
+	}
+	stop(again)
+	archive(archived)
+	stopping, restoring := create("stopping"), create("restoring")
+	run(stopping, restoring)
+	stop(restoring)
+	archive(restoring)
+
+	// Half-way when the drain begins.
+	c.setDesired(stopping, "STANDBY")
+	c.setDesired(restoring, "STANDBY")
+	creating := create("creating")
+	waitFor(t, 2*time.Minute, "the restore and the new home on node-a", func() bool {
+		return onNode(t, agent, restoring, a.NodeID) && onNode(t, agent, creating, a.NodeID)
+	})
+	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"node", "drain", "-address", cluster.Addr, "-enable", "-yes"}, drainArgs...)
+	drain := exec.CommandContext(t.Context(), nomadBin, append(args, a.NodeID)...)
+	var out bytes.Buffer
+	drain.Stdout, drain.Stderr = &out, &out
+	if err := drain.Start(); err != nil {
+		t.Fatal(err)
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- drain.Wait() }()
+	t.Logf("%s %s", nomadBin, strings.Join(args, " "))
+
+	want := map[string]string{running: "RUNNING", stopped: "STANDBY", again: "STANDBY", archived: "ARCHIVED",
+		stopping: "STANDBY", restoring: "STANDBY", creating: "RUNNING"}
+	nomadtest.Eventually(t, 8*time.Minute, "every home off node-a in its desired state", func() bool {
+		for id, phase := range want {
+			var ws apiWorkspace
+			if code := c.do("GET", "/api/v1/workspaces/"+id, nil, &ws); code != http.StatusOK {
+				t.Fatalf("get %s: %d", id, code)
+			}
+			if ws.Phase == "ERROR" {
+				t.Fatalf("workspace %s in ERROR: %+v", id, ws)
+			}
+			if ws.Phase != phase || ws.Operation != "NONE" || onNode(t, agent, id, a.NodeID) {
+				return false
+			}
+		}
+		return homesOn(t, c, "node-a") == 0
+	})
+	select {
+	case err := <-drained:
+		if err != nil {
+			t.Fatalf("nomad node drain: %v\n%s", err, out.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the drain command did not return:\n%s", out.String())
+	}
+	for id, content := range files {
+		if want[id] == "ARCHIVED" {
+			if vols := volumes(t, agent, id); len(vols) != 0 {
+				t.Errorf("the archived workspace %s has volumes %+v", id, vols)
+			}
+			continue
+		}
+		vols := volumes(t, agent, id)
+		if len(vols) != 1 || vols[0].NodeID != b.NodeID {
+			t.Errorf("workspace %s volumes %+v, want one on node-b", id, vols)
+			continue
+		}
+		checkHomeFiles(t, id, volumePath(t, agent, id), content)
+	}
+	// The archived home, opened, comes back with its files.
+	c.setDesired(archived, "STANDBY")
+	c.settle(archived, "STANDBY", time.Now())
+	checkHomeFiles(t, archived, volumePath(t, agent, archived), files[archived])
+	for _, v := range homeVolumes(t, agent) {
+		if v.NodeID == a.NodeID {
+			t.Errorf("the drained node still holds %s", v.Name)
+		}
+	}
+}
+
+// recovery is a workspace's recovery_point as the API shows it.
+type recovery struct {
+	ArchivedAt *time.Time `json:"archived_at"`
+	Current    bool       `json:"current"`
+}
+
+func recoveryPoint(t *testing.T, c *apiClient, id string) recovery {
+	t.Helper()
+	var ws struct {
+		RecoveryPoint recovery `json:"recovery_point"`
+	}
+	if code := c.do("GET", "/api/v1/workspaces/"+id, nil, &ws); code != http.StatusOK {
+		t.Fatalf("get %s: %d", id, code)
+	}
+	return ws.RecoveryPoint
+}
+
+// onNode reports a home volume of the workspace on the node.
+func onNode(t *testing.T, agent *nomadtest.Agent, id, nodeID string) bool {
+	t.Helper()
+	return slices.ContainsFunc(volumes(t, agent, id), func(v *api.HostVolumeStub) bool { return v.NodeID == nodeID })
+}
