@@ -64,6 +64,12 @@ func stopArchiveOfRun(w workspace.Workspace, obs Observed) *JobResult {
 	return j
 }
 
+// savingStop reports a home whose stop archive is being made.
+func savingStop(w workspace.Workspace, obs Observed) bool {
+	j := stopArchiveOfRun(w, obs)
+	return j != nil && j.Status == JobRunning
+}
+
 // savingOnStop reports a home on a drained node whose stop archive is
 // being made or waits to be committed.
 func savingOnStop(w workspace.Workspace, obs Observed) bool {

@@ -331,3 +331,30 @@ func TestPlanDrainNeverRan(t *testing.T) {
 		t.Fatal("a home that ran and was never archived leaves the drained node")
 	}
 }
+
+// TestPlanStoppingWhileSaving: STOPPING lasts until the allocation ends,
+// which includes the stop archive's upload. That upload is bounded by the
+// archive timeout, not the stop timeout: a large first archive is no
+// failed stop.
+func TestPlanStoppingWhileSaving(t *testing.T) {
+	const run = "01jb3x7k9q2m5n8p4r6s0t1run"
+	obs := observed(workspace.PhaseRunning)
+	obs.UpstreamReady = false
+	w := stored(workspace.PhaseRunning, workspace.DesiredStandby, obs)
+	w.RunID, w.Operation = run, workspace.OpStopping
+	obs.StopArchive = &JobResult{OpID: run, ArchiveKey: archive.Key(wsID, run), Status: JobRunning}
+	for _, c := range []struct {
+		after time.Duration
+		fail  bool
+	}{
+		{testCfg.Timeouts[workspace.OpStopping] + time.Minute, false},
+		{testCfg.Timeouts[workspace.OpArchiving] + time.Minute, true},
+	} {
+		started := t0.Add(-c.after)
+		w.OpStartedAt = &started
+		a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+		if failed := deref(a.Next.ErrorReason) == workspace.ReasonTimeout; failed != c.fail || (!c.fail && a.Next.Operation != workspace.OpStopping) {
+			t.Errorf("after %s: op %s error %s, want failed %v", c.after, a.Next.Operation, deref(a.Next.ErrorReason), c.fail)
+		}
+	}
+}

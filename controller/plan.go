@@ -410,6 +410,11 @@ func (p *planner) inFlight() Action {
 	a := p.operation()
 	w := p.w
 	limit := p.cfg.Timeouts[w.Operation]
+	if w.Operation == workspace.OpStopping && savingStop(w, p.obs) {
+		// The program has stopped; its home is being archived, which
+		// may take as long as any archive.
+		limit = max(limit, p.cfg.Timeouts[workspace.OpArchiving])
+	}
 	if a.Next.Operation == workspace.OpNone || limit <= 0 || w.OpStartedAt == nil || p.now.Sub(*w.OpStartedAt) <= limit {
 		return a
 	}

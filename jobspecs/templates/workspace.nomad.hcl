@@ -270,6 +270,16 @@ job [[ hcl .JobID ]] {
 
       kill_signal  = "SIGTERM"
       kill_timeout = "30s"
+
+      # An upload that fails (S3, or the codehub server serving the
+      # artifact, briefly away) is tried again for a few minutes rather
+      # than leaving the home unsaved.
+      restart {
+        attempts = 8
+        interval = "10m"
+        delay    = "15s"
+        mode     = "fail"
+      }
 [[- if eq .Driver "docker" ]]
 
       user = "[[ .UID ]]:[[ .GID ]]"
