@@ -198,6 +198,9 @@ type Observed struct {
 	NodeID   string
 	Node     string
 	NodeAway string
+	// NodeDraining: that node was drained or made ineligible, whatever
+	// its status (it may also be down): its operator means to empty it.
+	NodeDraining bool
 	// Evacuating is set by the controller when the volume's node is being
 	// evacuated (an admin asked for every home to leave it); Move when
 	// this home's move is under way (a bounded number at a time).

@@ -24,8 +24,21 @@ import (
 // ran at all (a new workspace's empty volume, made again elsewhere).
 func DrainMove(w workspace.Workspace, obs Observed) bool {
 	return w.DeletedAt == nil && w.Operation == workspace.OpNone && w.Phase != workspace.PhaseError &&
-		obs.NodeAway == workspace.ReasonNodeIneligible && obs.VolumeReady && !obs.ContainerLive &&
-		(archiveHoldsHome(w) || workspace.NeverRan(w))
+		drainedNode(obs) && !obs.ContainerLive && (archiveHoldsHome(w) || workspace.NeverRan(w))
+}
+
+// drainedNode reports a volume on a node being emptied: drained (up, so
+// the volume is ready and its deletion runs there), or drained and then
+// lost (its client killed, say): the volume is only forgotten, and the
+// home, which its archive holds, is restored elsewhere all the same.
+func drainedNode(obs Observed) bool {
+	switch obs.NodeAway {
+	case workspace.ReasonNodeIneligible:
+		return obs.VolumeReady
+	case workspace.ReasonNodeDown:
+		return obs.NodeDraining && obs.VolumeExists
+	}
+	return false
 }
 
 // archiveHoldsHome reports whether the archive of w holds everything its

@@ -358,3 +358,29 @@ func TestPlanStoppingWhileSaving(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanDrainedNodeLost: a drained node whose client is then lost (killed,
+// its disk gone) can run nothing, not even a volume deletion; a home its
+// archive holds leaves all the same (the volume is only forgotten), while
+// one that changed waits for the node, and a node that is down without a
+// drain keeps its homes.
+func TestPlanDrainedNodeLost(t *testing.T) {
+	down := func(draining bool) Observed {
+		obs := Observed{VolumeExists: true, VolumeID: "v1", NodeID: "n1", Node: "node-a",
+			NodeAway: workspace.ReasonNodeDown, NodeDraining: draining, Move: true}
+		return obs
+	}
+	w := stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby))
+	w.ArchiveKey, w.RestoreMarker = ptr(keyOld), ptr(keyOld)
+	a := Plan(w, down(true), ArchiveCheck{}, t0, testCfg)
+	if !slices.Equal(a.Steps, []Step{StepStopWorkspace, StepDeleteVolume}) || a.Next.RestoreMarker != nil {
+		t.Fatalf("saved home on a drained node that went down: steps %v marker %s, want it given up for its archive", a.Steps, deref(a.Next.RestoreMarker))
+	}
+	if b := Plan(w, down(false), ArchiveCheck{}, t0, testCfg); len(b.Steps) != 0 || b.Next.RestoreMarker == nil {
+		t.Errorf("a node down without a drain: steps %v, want to wait for it", b.Steps)
+	}
+	w.RunID = "01jb3x7k9q2m5n8p4r6s0t1ran"
+	if c := Plan(w, down(true), ArchiveCheck{}, t0, testCfg); slices.Contains(c.Steps, StepDeleteVolume) {
+		t.Errorf("a home that ran since its archive: steps %v, want it kept", c.Steps)
+	}
+}

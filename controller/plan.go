@@ -296,6 +296,11 @@ func (p *planner) idle() Action {
 	if w.DeletedAt != nil {
 		return p.claim(workspace.OpDeleting, p.deletingSteps()...)
 	}
+	if (p.home == workspace.HomeInVolume || p.home == workspace.HomeUnknown) && p.obs.Move && DrainMove(p.w, p.obs) {
+		// Its archive holds the home (or it never ran), even where the
+		// drained node went down since and its volume reads as unknown.
+		return p.giveUpVolume()
+	}
 	if p.home == workspace.HomeUnknown {
 		// The volume holds, or may hold, a home no archive has: a
 		// restore would overwrite it, the cleanup of a failed restore
@@ -305,9 +310,6 @@ func (p *planner) idle() Action {
 	}
 	if key := stopArchiveDone(p.w, p.obs); key != "" && p.home == workspace.HomeInVolume {
 		return p.commitStopArchive(key)
-	}
-	if p.home == workspace.HomeInVolume && p.obs.Move && DrainMove(p.w, p.obs) {
-		return p.giveUpVolume()
 	}
 	if p.home == workspace.HomeInVolume && p.obs.NodeAway != "" && !p.obs.ContainerLive {
 		// The home's node takes no new allocation: neither the workspace

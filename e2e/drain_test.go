@@ -23,22 +23,49 @@ import (
 // its files, in its desired state; the archived one stays only in S3;
 // nothing stays on the drained client, and the drain command returns.
 func TestNomadFleetDrain(t *testing.T) {
-	drainFleet(t, "-deadline", "10m")
+	drainFleet(t, drainNothingKilled, "-deadline", "10m")
 }
+
+// TestNomadFleetDrainServerKilled is TestNomadFleetDrain with the codehub
+// server killed with SIGKILL as the drain begins and started again from
+// the same configuration file 30 s later: the stop archives that fetch
+// codehub from it meanwhile try again, and the new server finishes every
+// move.
+func TestNomadFleetDrainServerKilled(t *testing.T) {
+	drainFleet(t, drainServerKilled, "-deadline", "10m")
+}
+
+// TestNomadFleetDrainClientKilled is TestNomadFleetDrain with the drained
+// client killed with SIGKILL, never to return, once the homes that were
+// running are saved: nothing can run there any more, not even a volume
+// deletion, and every home, which its archive holds, is restored on the
+// other client all the same.
+func TestNomadFleetDrainClientKilled(t *testing.T) {
+	drainFleet(t, drainClientKilled, "-deadline", "10m")
+}
+
+// drainKill is what a drain test kills on the way.
+type drainKill int
+
+const (
+	drainNothingKilled drainKill = iota
+	drainServerKilled
+	drainClientKilled
+)
 
 // TestNomadFleetDrainShortDeadline is TestNomadFleetDrain with a one-minute
 // deadline, after which Nomad stops whatever still runs on the node.
 func TestNomadFleetDrainShortDeadline(t *testing.T) {
-	drainFleet(t, "-deadline", "1m")
+	drainFleet(t, drainNothingKilled, "-deadline", "1m")
 }
 
 // TestNomadFleetDrainForce is TestNomadFleetDrain with -force: Nomad stops
 // everything on the node at once.
 func TestNomadFleetDrainForce(t *testing.T) {
-	drainFleet(t, "-force")
+	drainFleet(t, drainNothingKilled, "-force")
 }
 
-func drainFleet(t *testing.T, drainArgs ...string) {
+func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 	nomadBin, err := exec.LookPath("nomad")
 	if err != nil {
 		t.Skip("no nomad binary on PATH")
@@ -121,9 +148,22 @@ func drainFleet(t *testing.T, drainArgs ...string) {
 	if err := drain.Start(); err != nil {
 		t.Fatal(err)
 	}
-	drained := make(chan error, 1)
+	drained := make(chan error, 2)
 	go func() { drained <- drain.Wait() }()
 	t.Logf("%s %s", nomadBin, strings.Join(args, " "))
+	switch kill {
+	case drainServerKilled:
+		srv.kill(t)
+		time.Sleep(30 * time.Second)
+		srv.start(t)
+		c = login(t, srv)
+	case drainClientKilled:
+		nomadtest.Eventually(t, 3*time.Minute, "the running homes saved", func() bool {
+			return recoveryPoint(t, c, running).Current && recoveryPoint(t, c, stopping).Current
+		})
+		a.Kill(t)
+		a.WaitStatus(t, 2*time.Minute, api.NodeStatusDown)
+	}
 
 	want := map[string]string{running: "RUNNING", stopped: "STANDBY", again: "STANDBY", archived: "ARCHIVED",
 		stopping: "STANDBY", restoring: "STANDBY", creating: "RUNNING"}
@@ -142,6 +182,11 @@ func drainFleet(t *testing.T, drainArgs ...string) {
 		}
 		return homesOn(t, c, "node-a") == 0
 	})
+	if kill == drainClientKilled {
+		// A drain of a lost node never completes: Nomad has no client to
+		// hear it.
+		drained <- nil
+	}
 	select {
 	case err := <-drained:
 		if err != nil {

@@ -533,6 +533,9 @@ func assemble(l listing) controller.Snapshot {
 		o.VolumeID = v.ID
 		o.NodeID = v.NodeID
 		o.Node, o.NodeAway = nodeOf(l.nodes, v.NodeID)
+		if n, ok := l.nodes[v.NodeID]; ok {
+			o.NodeDraining = n.Drain || n.SchedulingEligibility != api.NodeSchedulingEligible
+		}
 		// Nomad keeps calling the volumes of a node that is down ready.
 		o.VolumeReady = v.State == api.HostVolumeStateReady &&
 			o.NodeAway != workspace.ReasonNodeDown && o.NodeAway != workspace.ReasonNodeGone

@@ -149,7 +149,7 @@ func TestObserve(t *testing.T) {
 		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, UpstreamReady: true},
 		wsStopping: {VolumeExists: true, VolumeID: "v3", NodeID: "n-up", Node: "node-up", ContainerLive: true},
 		wsDown:     {VolumeExists: true, VolumeID: "v5", NodeID: "n-down", Node: "node-down", NodeAway: workspace.ReasonNodeDown},
-		wsDrained:  {VolumeExists: true, VolumeReady: true, VolumeID: "v6", NodeID: "n-drained", Node: "node-drained", NodeAway: workspace.ReasonNodeIneligible},
+		wsDrained:  {VolumeExists: true, VolumeReady: true, VolumeID: "v6", NodeID: "n-drained", Node: "node-drained", NodeAway: workspace.ReasonNodeIneligible, NodeDraining: true},
 		wsGhost:    {VolumeExists: true, VolumeID: "v7", NodeID: "n-removed", Node: "n-removed", NodeAway: workspace.ReasonNodeGone},
 		wsArchive: {Archive: &controller.JobResult{
 			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/k", Attempt: 2,
