@@ -222,12 +222,13 @@ const (
 // needs reading. A file is unchanged without reading it only on the volume
 // the parent was read from, when inode, ctime, mtime, size and mode all
 // match: every write and every chmod moves the ctime, which no user call
-// can set back. Otherwise a path the parent held as a regular file is
-// hashed, so that a home restored on another node (new inodes, new
-// ctimes) is read again but not uploaded again.
+// can set back. A file whose size changed is stored without hashing it
+// first (its content cannot be the same). Otherwise a path the parent held
+// as a regular file is hashed, so that a home restored on another node
+// (new inodes, new ctimes) is read again but not uploaded again.
 func decide(prev *Entry, cur Entry, sameVolume bool) fileAction {
 	switch {
-	case prev == nil || prev.Type != TypeFile:
+	case prev == nil || prev.Type != TypeFile || prev.Size != cur.Size:
 		return actionStore
 	case sameVolume && prev.Inode == cur.Inode && prev.CTime == cur.CTime &&
 		prev.MTime == cur.MTime && prev.Size == cur.Size && prev.Mode == cur.Mode:

@@ -39,7 +39,8 @@ func TestDecide(t *testing.T) {
 		{"written (ctime)", &prev, with(func(e *Entry) { e.CTime++ }), true, actionHash},
 		{"mtime set back, ctime moved", &prev, with(func(e *Entry) { e.CTime++; e.MTime = 100 }), true, actionHash},
 		{"touched", &prev, with(func(e *Entry) { e.MTime++ }), true, actionHash},
-		{"grown", &prev, with(func(e *Entry) { e.Size++ }), true, actionHash},
+		{"grown", &prev, with(func(e *Entry) { e.Size++ }), true, actionStore},
+		{"grown, other volume", &prev, with(func(e *Entry) { e.Size++ }), false, actionStore},
 		{"chmod", &prev, with(func(e *Entry) { e.Mode = 0o600 }), true, actionHash},
 		{"replaced (inode)", &prev, with(func(e *Entry) { e.Inode++ }), true, actionHash},
 	}
