@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/klauspost/compress/zstd"
@@ -134,7 +133,7 @@ func (s *Store) writeChain(ctx context.Context, c *chain, w io.Writer, in *atomi
 }
 
 func entryHeader(e *Entry, typ byte) *tar.Header {
-	h := &tar.Header{Typeflag: typ, Name: e.Path, Mode: e.Mode, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX}
+	h := &tar.Header{Typeflag: typ, Name: e.Path, Mode: e.Mode, ModTime: e.modTime(), Format: tar.FormatPAX}
 	switch typ {
 	case tar.TypeDir:
 		h.Name += "/"

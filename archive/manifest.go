@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -49,10 +52,14 @@ type Entry struct {
 	Mode int64 `json:"mode"`
 	// UID and GID are recorded, not restored: a restore writes as whoever
 	// runs it.
-	UID   uint32 `json:"uid"`
-	GID   uint32 `json:"gid"`
-	Size  int64  `json:"size,omitempty"`
-	MTime int64  `json:"mtime"` // nanoseconds since the epoch
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	Size int64  `json:"size,omitempty"`
+	// MTime and MTimeNS are the modification time: seconds since the
+	// epoch and nanoseconds within the second (one count of nanoseconds
+	// would not reach before 1678 or after 2262).
+	MTime   int64 `json:"mtime"`
+	MTimeNS int64 `json:"mtime_ns,omitempty"`
 	// SHA256 is the content hash of a regular file.
 	SHA256 string `json:"sha256,omitempty"`
 	// Link is a symlink's target or a hard link's first name.
@@ -64,6 +71,52 @@ type Entry struct {
 	// the same volume know a file unchanged without reading it.
 	Inode uint64 `json:"inode,omitempty"`
 	CTime int64  `json:"ctime,omitempty"`
+}
+
+func (e *Entry) modTime() time.Time { return time.Unix(e.MTime, e.MTimeNS) }
+
+func (e *Entry) sameMTime(ts syscall.Timespec) bool {
+	return ts.Sec == e.MTime && ts.Nsec == e.MTimeNS
+}
+
+// MarshalJSON writes a path or link that is not valid UTF-8 (Linux names
+// are any bytes but NUL and slash) as base64 in path_bytes or link_bytes:
+// as a JSON string it would come back with its bad bytes replaced.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	w := entryJSON{plainEntry: plainEntry(e)}
+	if !utf8.ValidString(e.Path) {
+		w.Path, w.PathBytes = "", []byte(e.Path)
+	}
+	if !utf8.ValidString(e.Link) {
+		w.Link, w.LinkBytes = "", []byte(e.Link)
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (e *Entry) UnmarshalJSON(b []byte) error {
+	var w entryJSON
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&w); err != nil {
+		return err
+	}
+	*e = Entry(w.plainEntry)
+	if w.PathBytes != nil {
+		e.Path = string(w.PathBytes)
+	}
+	if w.LinkBytes != nil {
+		e.Link = string(w.LinkBytes)
+	}
+	return nil
+}
+
+type plainEntry Entry
+
+type entryJSON struct {
+	plainEntry
+	PathBytes []byte `json:"path_bytes,omitempty"`
+	LinkBytes []byte `json:"link_bytes,omitempty"`
 }
 
 // manifestHeader is the first line of a manifest.
@@ -120,7 +173,9 @@ func decodeManifest(data []byte, key string, chain map[string]bool) (*manifest, 
 	}
 	defer zr.Close()
 	sc := bufio.NewScanner(io.LimitReader(zr, maxManifestBytes))
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	// A line holds at most a path and a link target of PATH_MAX bytes each,
+	// six times longer once escaped.
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	m := &manifest{}
 	line := 0
 	for sc.Scan() {
@@ -231,7 +286,7 @@ func decide(prev *Entry, cur Entry, sameVolume bool) fileAction {
 	case prev == nil || prev.Type != TypeFile || prev.Size != cur.Size:
 		return actionStore
 	case sameVolume && prev.Inode == cur.Inode && prev.CTime == cur.CTime &&
-		prev.MTime == cur.MTime && prev.Size == cur.Size && prev.Mode == cur.Mode:
+		prev.MTime == cur.MTime && prev.MTimeNS == cur.MTimeNS && prev.Size == cur.Size && prev.Mode == cur.Mode:
 		return actionKeep
 	default:
 		return actionHash

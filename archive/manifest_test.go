@@ -202,3 +202,26 @@ func TestDecodeManifestRefusesWhatCannotBeAHome(t *testing.T) {
 		}
 	}
 }
+
+// Names are bytes, not text, and mtimes reach beyond what one count of
+// nanoseconds holds: both come back from a manifest exactly.
+func TestManifestKeepsAnyNameAndTime(t *testing.T) {
+	key := Key("w", "1")
+	entries := []Entry{
+		{Path: "latin1-\xe9t\xe9.txt", Type: TypeFile, Mode: 0o644, Size: 1, MTime: -11676096000, MTimeNS: 999999999,
+			SHA256: strings.Repeat("ab", 32), Layer: key},
+		{Path: "link-\xff", Type: TypeSymlink, Link: "latin1-\xe9t\xe9.txt", MTime: 1 << 40},
+		{Path: "plain", Type: TypeDir, Mode: 0o755},
+	}
+	data, err := encodeManifest(&manifest{header: manifestHeader{Version: 1, Archive: key}, entries: entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeManifest(data, key, map[string]bool{key: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.entries, entries) {
+		t.Fatalf("decoded %+v, want %+v", m.entries, entries)
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -135,7 +134,8 @@ func statEntry(logger hclog.Logger, file, name string, links map[fileID]string) 
 	if err != nil {
 		return Entry{}, false, err
 	}
-	e := Entry{Path: name, Mode: tarMode(info.Mode()), MTime: info.ModTime().UnixNano()}
+	e := Entry{Path: name, Mode: tarMode(info.Mode())}
+	e.MTime, e.MTimeNS = info.ModTime().Unix(), int64(info.ModTime().Nanosecond())
 	st, _ := info.Sys().(*syscall.Stat_t)
 	if st != nil {
 		e.UID, e.GID = st.Uid, st.Gid
@@ -161,11 +161,12 @@ func statEntry(logger hclog.Logger, file, name string, links map[fileID]string) 
 	}
 	e.Type, e.Size = TypeFile, info.Size()
 	if st != nil {
-		e.Inode, e.CTime = st.Ino, time.Unix(st.Ctim.Unix()).UnixNano()
+		// Compared for equality only: wrapping past 2262 is harmless.
+		e.Inode, e.CTime = st.Ino, st.Ctim.Sec*1e9+st.Ctim.Nsec
 		if st.Nlink > 1 {
 			id := fileID{dev: uint64(st.Dev), ino: st.Ino}
 			if first, seen := links[id]; seen {
-				return Entry{Path: name, Type: TypeHardlink, Link: first, Mode: e.Mode, UID: e.UID, GID: e.GID, MTime: e.MTime}, true, nil
+				return Entry{Path: name, Type: TypeHardlink, Link: first, Mode: e.Mode, UID: e.UID, GID: e.GID, MTime: e.MTime, MTimeNS: e.MTimeNS}, true, nil
 			}
 			links[id] = name
 		}
@@ -216,7 +217,7 @@ func writeLayer(ctx context.Context, root string, m *manifest, key string, full 
 		hdr := &tar.Header{
 			Name:    e.Path,
 			Mode:    e.Mode,
-			ModTime: time.Unix(0, e.MTime),
+			ModTime: e.modTime(),
 			// PAX keeps nanosecond mtimes and long or non-ASCII names.
 			Format: tar.FormatPAX,
 		}
@@ -259,7 +260,7 @@ func (lw *layerWriter) addFile(e *Entry, hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	if st.Ino != e.Inode || st.Size != e.Size || time.Unix(st.Mtim.Unix()).UnixNano() != e.MTime {
+	if st.Ino != e.Inode || st.Size != e.Size || !e.sameMTime(st.Mtim) {
 		return fmt.Errorf("copy %s: %w (replaced or written since the walk)", file, errChangedWhileArchiving)
 	}
 	if err := lw.tw.WriteHeader(hdr); err != nil {
@@ -279,7 +280,7 @@ func (lw *layerWriter) addFile(e *Entry, hdr *tar.Header) error {
 	if st, err = f.stat(); err != nil {
 		return err
 	}
-	if st.Size != e.Size || time.Unix(st.Mtim.Unix()).UnixNano() != e.MTime {
+	if st.Size != e.Size || !e.sameMTime(st.Mtim) {
 		return fmt.Errorf("copy %s: %w", file, errChangedWhileArchiving)
 	}
 	got := hex.EncodeToString(sum.Sum(nil))
