@@ -108,8 +108,11 @@ func TestAncestors(t *testing.T) {
 	}
 	broken := errors.New("s3 is down")
 	stat := func(_ context.Context, key string) (Meta, error) {
-		if key == k("down") {
+		switch key {
+		case k("down"):
 			return Meta{}, withCode(CodeS3Access, broken)
+		case k("damaged"):
+			return Meta{}, withCode(CodeChecksumMismatch, errors.New("sizes differ"))
 		}
 		m, ok := metas[key]
 		if !ok {
@@ -117,7 +120,7 @@ func TestAncestors(t *testing.T) {
 		}
 		return m, nil
 	}
-	got, err := Ancestors(context.Background(), []string{k("5"), k("4"), k("2"), k("gone")}, stat)
+	got, err := Ancestors(context.Background(), []string{k("5"), k("4"), k("2"), k("gone"), k("damaged")}, stat)
 	if err != nil {
 		t.Fatal(err)
 	}
