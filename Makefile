@@ -42,6 +42,7 @@ golden:
 # Benchmarks (results and machine notes in docs/benchmarks.md).
 bench-archive: deps
 	scripts/with-services.sh go test -v -run '^$$' -bench BenchmarkDataMover -benchtime 2x -timeout 40m ./archive/
+	scripts/with-services.sh go test -v -run '^$$' -bench BenchmarkIncremental -benchtime 2x -timeout 20m ./archive/
 
 bench-engine: deps
 	scripts/with-services.sh go test -run '^$$' -bench 'ConvergedTick|FailoverTakeover|TickWithChanges' -benchmem -benchtime 10x ./controller/

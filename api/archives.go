@@ -14,7 +14,10 @@ import (
 // (home.tar.zst) from S3, announcing its size. The bytes are checked
 // against the archive's sha256 while they pass; a mismatch withholds the
 // last of them and aborts the connection, so the client sees a download cut
-// short, never a complete damaged archive.
+// short, never a complete damaged archive. An incremental archive is sent
+// as the complete home.tar.zst of its chain, made as it is sent: its size
+// is not known, so it goes chunked, and a failure cuts the connection
+// before the final chunk.
 func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {
 	ws, ok := s.userWorkspace(w, r)
 	if !ok {
@@ -33,7 +36,9 @@ func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {
 	defer body.Close()
 	h := w.Header()
 	h.Set("Content-Type", "application/zstd")
-	h.Set("Content-Length", strconv.FormatInt(a.Size, 10))
+	if a.Parent == "" {
+		h.Set("Content-Length", strconv.FormatInt(a.Size, 10))
+	}
 	h.Set("Content-Disposition", `attachment; filename="home.tar.zst"`)
 	h.Set("Cache-Control", "private, no-store")
 	w.WriteHeader(http.StatusOK)

@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 
 	"github.com/codehub-io/codehub/api/apitest"
@@ -266,4 +269,91 @@ func readObject(t *testing.T, s3 testenv.S3, key string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestIncrementalArchiveDownload downloads an archive that holds only what
+// changed since its parent: the client gets the complete home.tar.zst of
+// its chain, and, when an archive of the chain is damaged, a connection cut
+// short instead of a complete-looking download.
+func TestIncrementalArchiveDownload(t *testing.T) {
+	f := newArchiveFixture(t)
+	s3, store, env, alice, w, c := f.s3, f.store, f.env, f.alice, f.w, f.c
+	ctx := context.Background()
+
+	home := t.TempDir()
+	files := map[string][]byte{"old.bin": make([]byte, 2<<20), "new.txt": []byte("written after the first archive\n")}
+	if _, err := rand.Read(files["old.bin"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "old.bin"), files["old.bin"], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parent := archive.Key(w.ID, workspace.NewID())
+	if _, err := store.Archive(ctx, home, parent, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "new.txt"), files["new.txt"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	op := workspace.NewID()
+	meta, err := store.ArchiveFrom(ctx, home, archive.Key(w.ID, op), parent, nil)
+	if err != nil || meta.Parent != parent {
+		t.Fatalf("incremental archive: %+v, %v", meta, err)
+	}
+
+	path := "/api/v1/workspaces/" + w.ID + "/archives/" + op + "/home.tar.zst"
+	res := env.Do(c, "GET", path, nil)
+	if res.StatusCode != 200 || res.Header.Get("Content-Length") != "" {
+		t.Fatalf("download: %d, Content-Length %q", res.StatusCode, res.Header.Get("Content-Length"))
+	}
+	got := untarZstd(t, res.Body)
+	if len(got) != len(files) {
+		t.Errorf("downloaded home holds %d files, want %d", len(got), len(files))
+	}
+	for name, want := range files {
+		if !bytes.Equal(got[name], want) {
+			t.Errorf("downloaded %s: %d bytes, want %d", name, len(got[name]), len(want))
+		}
+	}
+
+	// The parent damaged in the bucket: the download breaks off.
+	stored := readObject(t, s3, parent)
+	stored[len(stored)/2] ^= 0xff
+	if _, err := s3.Client.PutObject(ctx, s3.Bucket, parent, bytes.NewReader(stored), int64(len(stored)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := env.Login(alice).Get(env.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadAll(resp.Body); resp.StatusCode != 200 || err == nil {
+		t.Fatalf("download of a damaged chain: status %d, read to the end (error %v)", resp.StatusCode, err)
+	}
+}
+
+// untarZstd returns the regular files of a home.tar.zst by name.
+func untarZstd(t *testing.T, data []byte) map[string][]byte {
+	t.Helper()
+	zr, err := zstd.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	out := map[string][]byte{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("downloaded archive: %v", err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if out[h.Name], err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }

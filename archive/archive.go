@@ -8,6 +8,7 @@ package archive
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -46,13 +47,37 @@ func MetaKey(key string) string {
 }
 
 // Meta is the JSON document stored at MetaKey(key). It is written only after
-// the archive object is complete, so its presence marks a finished archive.
+// the archive object (and its manifest) is complete, so its presence marks a
+// finished archive.
 type Meta struct {
 	SHA256    string    `json:"sha256"`
 	Size      int64     `json:"size"`
 	Format    string    `json:"format"`
 	CreatedAt time.Time `json:"created_at"`
+	// Manifest describes the manifest object (ManifestKey), nil for an
+	// archive made without one (before incremental archives, or empty).
+	Manifest *ManifestRef `json:"manifest,omitempty"`
+	// Parent is the archive an incremental archive builds on: its object
+	// holds only the files that changed since, and its manifest names the
+	// archive of the chain holding each other file. Empty for an archive
+	// complete on its own.
+	Parent string `json:"parent,omitempty"`
+	// Chain lists every archive an incremental archive needs besides
+	// itself, Parent first, then Parent's parent, and so on.
+	Chain []string `json:"chain,omitempty"`
+	// ChainBytes is the file bytes the objects of the chain hold together,
+	// this one included (before compression).
+	ChainBytes int64 `json:"chain_bytes,omitempty"`
 }
+
+// ManifestRef is the sha256 and size of a manifest object as stored.
+type ManifestRef struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Incremental reports whether the archive needs others (Chain) to restore.
+func (m Meta) Incremental() bool { return m.Parent != "" }
 
 func newMeta(sum []byte, size int64, now time.Time) Meta {
 	return Meta{
@@ -79,7 +104,42 @@ func parseMeta(b []byte) (Meta, error) {
 	if m.Size < 0 {
 		return Meta{}, fmt.Errorf("meta size %d is negative", m.Size)
 	}
+	if m.Manifest != nil {
+		if sum, err := hex.DecodeString(m.Manifest.SHA256); err != nil || len(sum) != 32 || m.Manifest.Size < 0 {
+			return Meta{}, fmt.Errorf("meta manifest %+v is not a sha256 and a size", *m.Manifest)
+		}
+	}
+	if err := checkChain(m); err != nil {
+		return Meta{}, fmt.Errorf("meta chain: %w", err)
+	}
 	return m, nil
+}
+
+// checkChain accepts a chain only with a manifest to read it by, its parent
+// first, no archive twice, and no longer than any archive writes.
+func checkChain(m Meta) error {
+	if m.Parent == "" {
+		if len(m.Chain) != 0 {
+			return errors.New("a chain without a parent")
+		}
+		return nil
+	}
+	switch {
+	case m.Manifest == nil:
+		return errors.New("an incremental archive without a manifest")
+	case len(m.Chain) == 0 || m.Chain[0] != m.Parent:
+		return fmt.Errorf("chain %q does not start with the parent %q", m.Chain, m.Parent)
+	case len(m.Chain) > maxChainDepth:
+		return fmt.Errorf("%d archives deep, at most %d", len(m.Chain), maxChainDepth)
+	}
+	seen := map[string]bool{}
+	for _, k := range m.Chain {
+		if OpID(k) == "" || seen[k] {
+			return fmt.Errorf("chain %q: %q is not an archive key, or twice", m.Chain, k)
+		}
+		seen[k] = true
+	}
+	return nil
 }
 
 // URL is the ARCHIVE_URL a job gets for the object at key in bucket,

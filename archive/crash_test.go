@@ -27,7 +27,8 @@ const (
 	envHelper    = "CODEHUB_ARCHIVE_TEST_HELPER" // archive | restore
 	envHelperDir = "CODEHUB_ARCHIVE_TEST_DIR"
 	envBucket    = "CODEHUB_ARCHIVE_TEST_BUCKET"
-	envStopAt    = "CODEHUB_ARCHIVE_TEST_STOP_AT" // part2 | meta | body
+	envStopAt    = "CODEHUB_ARCHIVE_TEST_STOP_AT" // part2 | manifest | meta | body
+	envParent    = "CODEHUB_ARCHIVE_TEST_PARENT"
 	blockedLine  = "HELPER-BLOCKED"
 )
 
@@ -55,7 +56,7 @@ func runHelper(op string) int {
 	store := NewStore(logger, client, os.Getenv(envBucket))
 	dir := os.Getenv(envHelperDir)
 	if op == "archive" {
-		_, err = store.Archive(context.Background(), dir, testKey, os.Stdout)
+		_, err = store.ArchiveFrom(context.Background(), dir, testKey, os.Getenv(envParent), os.Stdout)
 	} else {
 		_, err = store.Restore(context.Background(), testKey, dir, os.Stdout)
 	}
@@ -67,8 +68,8 @@ func runHelper(op string) int {
 }
 
 // stopTransport announces blockedLine and hangs forever at its stop point:
-// before sending part 2, before writing the meta, or after 20 MiB of the
-// archive body.
+// before sending part 2, before writing the manifest or the meta, or after
+// 20 MiB of the archive body.
 type stopTransport struct {
 	next http.RoundTripper
 	at   string
@@ -78,6 +79,7 @@ func (s *stopTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	q := r.URL.Query()
 	switch {
 	case s.at == "part2" && r.Method == http.MethodPut && q.Get("partNumber") == "2",
+		s.at == "manifest" && r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, manifestSuffix),
 		s.at == "meta" && r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, metaSuffix):
 		hang()
 	}
@@ -108,17 +110,18 @@ func hang() {
 }
 
 // helperCmd returns the command that runs the helper; stopAt "" runs it
-// to the end.
-func helperCmd(s3 testenv.S3, op, dir, stopAt string) *exec.Cmd {
+// to the end. env adds variables (an archive's parent).
+func helperCmd(s3 testenv.S3, op, dir, stopAt string, env ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envHelper+"="+op, envHelperDir+"="+dir, envBucket+"="+s3.Bucket, envStopAt+"="+stopAt)
+	cmd.Env = append(cmd.Env, env...)
 	return cmd
 }
 
 // killHelperAt runs the helper until it blocks at stopAt, then SIGKILLs it.
-func killHelperAt(t *testing.T, s3 testenv.S3, op, dir, stopAt string) {
+func killHelperAt(t *testing.T, s3 testenv.S3, op, dir, stopAt string, env ...string) {
 	t.Helper()
-	cmd := helperCmd(s3, op, dir, stopAt)
+	cmd := helperCmd(s3, op, dir, stopAt, env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -186,6 +189,41 @@ func TestArchiveKilledThenRerun(t *testing.T) {
 				t.Fatal(err)
 			}
 			compareTrees(t, want, snapshot(t, dst))
+		})
+	}
+}
+
+// An incremental archive killed before it commits leaves its parent's
+// chain as it was and nothing that reads as an archive; the rerun stores
+// the changes on the same parent.
+func TestIncrementalArchiveKilledThenRerun(t *testing.T) {
+	for _, stopAt := range []string{"manifest", "meta"} {
+		t.Run(stopAt, func(t *testing.T) {
+			store, s3 := newTestStore(t)
+			ctx := context.Background()
+			src := t.TempDir()
+			makeTree(t, src, 4<<20)
+			parent := chainKey(0)
+			archiveFrom(t, store, src, parent, "")
+			before := expectedSnapshot(t, src)
+			changeTree(t, src)
+			after := expectedSnapshot(t, src)
+
+			killHelperAt(t, s3, "archive", src, stopAt, envParent+"="+parent)
+			_, err := store.Stat(ctx, testKey)
+			wantCode(t, err, CodeMetaNotFound)
+			l, err := store.List(ctx, testWorkspace)
+			if err != nil || len(l.Complete) != 1 || l.Complete[0] != parent {
+				t.Fatalf("List = %+v, %v; want only the parent complete", l, err)
+			}
+			restoreEquals(t, store, parent, before)
+
+			meta, log := archiveFrom(t, store, src, testKey, parent)
+			if meta.Parent != parent || !strings.Contains(log, "RESULT=INCREMENTAL") {
+				t.Fatalf("rerun: %+v, want an incremental archive on %s", meta, parent)
+			}
+			restoreEquals(t, store, testKey, after)
+			restoreEquals(t, store, parent, before)
 		})
 	}
 }

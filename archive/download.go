@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"sync/atomic"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -19,10 +21,24 @@ import (
 // on what it reads, announcing meta.Size bytes, never passes on a
 // complete-looking damaged archive: the receiver gets fewer bytes than
 // announced. Failures of Open are those of Stat.
+//
+// An incremental archive is not one object: Open makes the complete
+// home.tar.zst of its chain as it is read (see openChain and writeChain),
+// checking every archive of the chain against its meta and every file
+// against the manifest; its length is not known in advance (meta.Size is
+// that of the incremental archive's own object). Any failure is the
+// reader's error before its end, so the output never looks complete.
 func (s *Store) Open(ctx context.Context, key string) (io.ReadCloser, Meta, error) {
 	meta, err := s.Stat(ctx, key)
 	if err != nil {
 		return nil, Meta{}, err
+	}
+	if meta.Incremental() {
+		c, err := s.openChain(ctx, key, meta)
+		if err != nil {
+			return nil, Meta{}, err
+		}
+		return s.combined(ctx, c), meta, nil
 	}
 	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
@@ -79,3 +95,37 @@ func (c *checkedReader) Read(p []byte) (int, error) {
 }
 
 func (c *checkedReader) Close() error { return c.obj.Close() }
+
+// combined compresses the chain's complete tar stream into a pipe, in a
+// goroutine that Close stops and waits for.
+func (s *Store) combined(ctx context.Context, c *chain) io.ReadCloser {
+	ctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var read atomic.Int64
+		enc, err := zstd.NewWriter(pw, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+		if err == nil {
+			err = compressStream(enc, func(w io.Writer) error { return s.writeChain(ctx, c, w, &read) })
+			if closeErr := enc.Close(); err == nil {
+				err = closeErr
+			}
+		}
+		pw.CloseWithError(err)
+	}()
+	return &pipeReader{PipeReader: pr, cancel: cancel, done: done}
+}
+
+type pipeReader struct {
+	*io.PipeReader
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (p *pipeReader) Close() error {
+	p.cancel()
+	p.PipeReader.Close()
+	<-p.done
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -89,18 +90,17 @@ func TestPackFailsOnFileChangedWhileRead(t *testing.T) {
 	}
 	for what, change := range changes {
 		t.Run(what, func(t *testing.T) {
-			name := filepath.Join(t.TempDir(), "log")
+			dir := t.TempDir()
+			name := filepath.Join(dir, "log")
 			mustWrite(t, name, strings.Repeat("x", 4096), 0o644)
-			info, err := os.Lstat(name)
+			root, m, err := scanTree(context.Background(), hclog.NewNullLogger(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			hdr := &tar.Header{Name: "log", Typeflag: tar.TypeReg, Mode: 0o644, Size: info.Size(), ModTime: info.ModTime(), Format: tar.FormatPAX}
 			change(t, name)
 			var read atomic.Int64
-			p := &packer{logger: hclog.NewNullLogger(), tw: tar.NewWriter(io.Discard), read: &read, buf: make([]byte, 1<<20)}
-			if err := p.addFile(name, hdr); err == nil {
-				t.Fatal("a file changed while archived was accepted")
+			if err := writeLayer(context.Background(), root, m, "", true, io.Discard, &read); !errors.Is(err, errChangedWhileArchiving) {
+				t.Fatalf("a file changed while archived: %v, want %v", err, errChangedWhileArchiving)
 			} else {
 				t.Logf("refused: %v", err)
 			}

@@ -3,6 +3,7 @@ package archive
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -45,4 +46,20 @@ func packThenExtract(t *testing.T, src string) (dst string, read, written int64)
 		t.Fatal(err)
 	}
 	return dst, r.Load(), w.Load()
+}
+
+// writeTree writes the contents of root (not root itself) to w as one
+// complete tar, as a complete archive holds it.
+func writeTree(ctx context.Context, logger hclog.Logger, root string, w io.Writer, read *atomic.Int64) error {
+	root, m, err := scanTree(ctx, logger, root)
+	if err != nil {
+		return err
+	}
+	const key = "" // a tree of its own: every file is its layer's
+	return writeLayer(ctx, root, m, key, true, w, read)
+}
+
+// compressTree writes the tar stream of root to enc as an archive does.
+func compressTree(ctx context.Context, logger hclog.Logger, root string, enc io.Writer, read *atomic.Int64) error {
+	return compressStream(enc, func(w io.Writer) error { return writeTree(ctx, logger, root, w, read) })
 }

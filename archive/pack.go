@@ -3,6 +3,9 @@ package archive
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,7 +15,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -74,29 +76,22 @@ func linkEscapes(name, target string) bool {
 
 type fileID struct{ dev, ino uint64 }
 
-// packer writes a directory tree as a tar stream.
-type packer struct {
-	logger hclog.Logger
-	tw     *tar.Writer
-	root   string
-	read   *atomic.Int64
-	links  map[fileID]string // first name of each multiply linked file
-	buf    []byte
-}
-
-// writeTree writes the contents of root (not root itself) to w as tar, in
-// lexical order so the same tree always gives the same bytes.
-func writeTree(ctx context.Context, logger hclog.Logger, root string, w io.Writer, read *atomic.Int64) error {
-	// The walk follows no symlink, not even the home's own path, which
-	// would leave nothing to archive.
+// scanTree lists the contents of root (not root itself) as manifest
+// entries in walk order, which is lexical per directory, without reading
+// any file: stat only. Regular files get no hash and no layer yet. The
+// walk follows no symlink, not even the home's own path, which would leave
+// nothing to archive, so root is resolved first.
+func scanTree(ctx context.Context, logger hclog.Logger, root string) (string, *manifest, error) {
 	root, err := filepath.EvalSymlinks(root)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	p := &packer{
-		logger: logger, tw: tar.NewWriter(w), root: root, read: read,
-		links: make(map[fileID]string), buf: make([]byte, 1<<20),
+	volume, err := volumeID(root)
+	if err != nil {
+		return "", nil, err
 	}
+	m := &manifest{header: manifestHeader{Version: manifestVersion, Volume: volume}}
+	links := make(map[fileID]string) // first name of each multiply linked file
 	err = filepath.WalkDir(root, func(file string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -120,148 +115,220 @@ func writeTree(ctx context.Context, logger hclog.Logger, root string, w io.Write
 			}
 			return nil
 		}
-		return p.add(file, filepath.ToSlash(rel))
+		e, ok, err := statEntry(logger, file, filepath.ToSlash(rel), links)
+		if ok {
+			m.entries = append(m.entries, e)
+		}
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("walk %s: %w", root, err)
+		return "", nil, fmt.Errorf("walk %s: %w", root, err)
 	}
-	return p.tw.Close()
+	return root, m, nil
 }
 
-func (p *packer) add(file, name string) error {
+// statEntry describes one file system object; ok is false for what the
+// archive leaves out.
+func statEntry(logger hclog.Logger, file, name string, links map[fileID]string) (Entry, bool, error) {
 	info, err := os.Lstat(file)
 	if err != nil {
-		return err
+		return Entry{}, false, err
 	}
-	hdr := &tar.Header{
-		Name:    name,
-		Mode:    tarMode(info.Mode()),
-		ModTime: info.ModTime(),
-		// PAX keeps nanosecond mtimes and long or non-ASCII names.
-		Format: tar.FormatPAX,
+	e := Entry{Path: name, Mode: tarMode(info.Mode())}
+	e.MTime, e.MTimeNS = info.ModTime().Unix(), int64(info.ModTime().Nanosecond())
+	st, _ := info.Sys().(*syscall.Stat_t)
+	if st != nil {
+		e.UID, e.GID = st.Uid, st.Gid
 	}
 	switch kindOf(info.Mode()) {
 	case kindSkip:
-		p.logger.Info("skipping special file", "path", file, "type", info.Mode().Type().String())
-		return nil
+		logger.Info("skipping special file", "path", file, "type", info.Mode().Type().String())
+		return Entry{}, false, nil
 	case kindDir:
-		hdr.Typeflag = tar.TypeDir
-		hdr.Name += "/"
-		return p.tw.WriteHeader(hdr)
+		e.Type = TypeDir
+		return e, true, nil
 	case kindSymlink:
 		target, err := os.Readlink(file)
 		if err != nil {
-			return err
+			return Entry{}, false, err
 		}
 		if linkEscapes(name, target) {
-			p.logger.Warn("skipping symlink that points outside the home", "path", file, "target", target)
-			return nil
+			logger.Warn("skipping symlink that points outside the home", "path", file, "target", target)
+			return Entry{}, false, nil
 		}
-		hdr.Typeflag = tar.TypeSymlink
-		hdr.Linkname = target
-		return p.tw.WriteHeader(hdr)
+		e.Type, e.Link = TypeSymlink, target
+		return e, true, nil
 	}
-	if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-		id := fileID{dev: uint64(st.Dev), ino: st.Ino}
-		if first, seen := p.links[id]; seen {
-			hdr.Typeflag = tar.TypeLink
-			hdr.Linkname = first
-			return p.tw.WriteHeader(hdr)
+	e.Type, e.Size = TypeFile, info.Size()
+	if st != nil {
+		// Compared for equality only: wrapping past 2262 is harmless.
+		e.Inode, e.CTime = st.Ino, st.Ctim.Sec*1e9+st.Ctim.Nsec
+		if st.Nlink > 1 {
+			id := fileID{dev: uint64(st.Dev), ino: st.Ino}
+			if first, seen := links[id]; seen {
+				return Entry{Path: name, Type: TypeHardlink, Link: first, Mode: e.Mode, UID: e.UID, GID: e.GID, MTime: e.MTime, MTimeNS: e.MTimeNS}, true, nil
+			}
+			links[id] = name
 		}
-		p.links[id] = name
 	}
-	hdr.Typeflag = tar.TypeReg
-	hdr.Size = info.Size()
-	return p.addFile(file, hdr)
+	return e, true, nil
 }
 
-func (p *packer) addFile(file string, hdr *tar.Header) error {
+// volumeID names the file system holding root: inode numbers and ctimes
+// recorded by an archive are compared only on the same one. The device
+// number alone could be reused by another volume mounted later, hence the
+// file system id and the home directory's own inode too (not its ctime,
+// which every file created in the home's top level moves). Should another
+// home still match, its files' ctimes (the time they were written there,
+// which no user call can set) will not.
+func volumeID(root string) (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(root, &st); err != nil {
+		return "", &fs.PathError{Op: "stat", Path: root, Err: err}
+	}
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(root, &sfs); err != nil {
+		return "", &fs.PathError{Op: "statfs", Path: root, Err: err}
+	}
+	return fmt.Sprintf("dev=%x fsid=%x.%x ino=%d", st.Dev, sfs.Fsid.X__val[0], sfs.Fsid.X__val[1], st.Ino), nil
+}
+
+// layerWriter writes one archive's tar stream from its manifest.
+type layerWriter struct {
+	tw   *tar.Writer
+	root string
+	read *atomic.Int64
+	buf  []byte
+}
+
+// writeLayer writes, as tar, the entries of m that the archive at key
+// stores: with full, every entry, exactly as a complete home archive;
+// otherwise only the regular files m assigns to key. Files are read again
+// here: one whose inode, size or mtime moved since the scan, or whose
+// bytes no longer hash as the scan found, fails the archive. The hash of
+// every file written is recorded in m.
+func writeLayer(ctx context.Context, root string, m *manifest, key string, full bool, w io.Writer, read *atomic.Int64) error {
+	lw := &layerWriter{tw: tar.NewWriter(w), root: root, read: read, buf: make([]byte, 1<<20)}
+	for i := range m.entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e := &m.entries[i]
+		hdr := &tar.Header{
+			Name:    e.Path,
+			Mode:    e.Mode,
+			ModTime: e.modTime(),
+			// PAX keeps nanosecond mtimes and long or non-ASCII names.
+			Format: tar.FormatPAX,
+		}
+		var err error
+		switch {
+		case e.Type == TypeFile && e.Layer == key:
+			hdr.Typeflag, hdr.Size = tar.TypeReg, e.Size
+			err = lw.addFile(e, hdr)
+		case !full || e.Type == TypeFile:
+			continue
+		case e.Type == TypeDir:
+			hdr.Typeflag = tar.TypeDir
+			hdr.Name += "/"
+			err = lw.tw.WriteHeader(hdr)
+		case e.Type == TypeSymlink:
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, e.Link
+			err = lw.tw.WriteHeader(hdr)
+		case e.Type == TypeHardlink:
+			hdr.Typeflag, hdr.Linkname = tar.TypeLink, e.Link
+			err = lw.tw.WriteHeader(hdr)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return lw.tw.Close()
+}
+
+// errChangedWhileArchiving: the home was written to while it was archived.
+var errChangedWhileArchiving = errors.New("file changed while archiving")
+
+func (lw *layerWriter) addFile(e *Entry, hdr *tar.Header) error {
+	file := filepath.Join(lw.root, filepath.FromSlash(e.Path))
 	f, err := openRegular(file)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := p.tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	n, err := io.CopyBuffer(p.tw, io.LimitReader(f, hdr.Size), p.buf)
-	p.read.Add(n)
-	if err != nil {
-		return fmt.Errorf("copy %s: %w", file, err)
-	}
-	if n != hdr.Size {
-		return fmt.Errorf("copy %s: file shrank from %d to %d bytes while archiving", file, hdr.Size, n)
-	}
-	// Growth or a rewrite in place goes unseen by the copy, which stops at
-	// the size the header announced.
 	st, err := f.stat()
 	if err != nil {
 		return err
 	}
-	if st.Size != hdr.Size || !time.Unix(st.Mtim.Unix()).Equal(hdr.ModTime) {
-		return fmt.Errorf("copy %s: file changed while archiving", file)
+	if st.Ino != e.Inode || st.Size != e.Size || !e.sameMTime(st.Mtim) {
+		return fmt.Errorf("copy %s: %w (replaced or written since the walk)", file, errChangedWhileArchiving)
 	}
+	if err := lw.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	sum := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(lw.tw, sum), io.LimitReader(f, e.Size), lw.buf)
+	lw.read.Add(n)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", file, err)
+	}
+	if n != e.Size {
+		return fmt.Errorf("copy %s: file shrank from %d to %d bytes: %w", file, e.Size, n, errChangedWhileArchiving)
+	}
+	// Growth or a rewrite in place goes unseen by the copy, which stops at
+	// the size the header announced.
+	if st, err = f.stat(); err != nil {
+		return err
+	}
+	if st.Size != e.Size || !e.sameMTime(st.Mtim) {
+		return fmt.Errorf("copy %s: %w", file, errChangedWhileArchiving)
+	}
+	got := hex.EncodeToString(sum.Sum(nil))
+	if e.SHA256 != "" && got != e.SHA256 {
+		return fmt.Errorf("copy %s: %w (content differs from its hash a moment before)", file, errChangedWhileArchiving)
+	}
+	e.SHA256 = got
 	return nil
 }
 
-// compressTree writes the tar stream of root to enc, walking the tree in a
-// goroutine of its own so that reading files and building headers overlap
-// with compression.
-func compressTree(ctx context.Context, logger hclog.Logger, root string, enc io.Writer, read *atomic.Int64) error {
+// hashFile returns the sha256 of the file at e.Path below root, counting
+// the bytes read.
+func hashFile(root string, e *Entry, buf []byte, read *atomic.Int64) (string, error) {
+	file := filepath.Join(root, filepath.FromSlash(e.Path))
+	f, err := openRegular(file)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sum := sha256.New()
+	n, err := io.CopyBuffer(sum, f, buf)
+	read.Add(n)
+	if err != nil {
+		return "", fmt.Errorf("hash %s: %w", file, err)
+	}
+	if n != e.Size {
+		return "", fmt.Errorf("hash %s: %d bytes, %d at the walk: %w", file, n, e.Size, errChangedWhileArchiving)
+	}
+	return hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// compressStream runs write in a goroutine of its own, feeding enc through
+// an in-memory pipe, so that producing the tar stream overlaps with
+// compressing it.
+func compressStream(enc io.Writer, write func(w io.Writer) error) error {
 	pipe := newChunkPipe()
 	walked := make(chan error, 1)
 	go func() {
-		err := writeTree(ctx, logger, root, pipe, read)
+		err := write(pipe)
 		pipe.closeWrite(err)
 		walked <- err
 	}()
 	_, encErr := pipe.WriteTo(enc)
 	pipe.closeRead(encErr)
 	walkErr := <-walked
-	// A failed encoder also fails the walker, with the encoder's error.
+	// A failed encoder also fails the writer, with the encoder's error.
 	if encErr != nil {
 		return encErr
 	}
 	return walkErr
-}
-
-// homeBytes is the number of file bytes writeTree reads from root: regular
-// files, each multiply linked one once, the staging directory left out.
-// Files that change or vanish meanwhile only make it approximate.
-func homeBytes(ctx context.Context, root string) (int64, error) {
-	root, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	seen := make(map[fileID]bool)
-	err = filepath.WalkDir(root, func(file string, d fs.DirEntry, err error) error {
-		if err != nil {
-			// What writeTree fails on, it reports; the estimate goes on.
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if d.IsDir() && filepath.Dir(file) == root && d.Name() == stagingName {
-			return fs.SkipDir
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-			id := fileID{dev: uint64(st.Dev), ino: st.Ino}
-			if seen[id] {
-				return nil
-			}
-			seen[id] = true
-		}
-		total += info.Size()
-		return nil
-	})
-	return total, err
 }

@@ -2,7 +2,6 @@ package archive
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -84,28 +83,6 @@ func startProgress(out *lineWriter, step string) *progress {
 	p.report("")
 	go p.run()
 	return p
-}
-
-// sizeHome learns the total of an archive's step, the bytes of the home's
-// files, beside the upload rather than before it: a walk of metadata is
-// cheap next to reading the files, and the upload need not wait for it.
-// The returned function waits for the walk, cancelling it first if asked.
-func (p *progress) sizeHome(ctx context.Context, root string) func(cancel bool) {
-	ctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if n, err := homeBytes(ctx, root); err == nil {
-			p.total.Store(n)
-		}
-	}()
-	return func(cancel bool) {
-		if cancel {
-			stop()
-		}
-		<-done
-		stop()
-	}
 }
 
 func (p *progress) run() {

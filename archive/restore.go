@@ -22,7 +22,9 @@ import (
 // 8 MiB, so anything far larger is not ours and would only cost memory.
 const maxWindow = 32 << 20
 
-// Restore replaces the contents of dstDir with the archive at key. It is
+// Restore replaces the contents of dstDir with the archive at key; for an
+// incremental archive, with the tree its manifest describes, read from the
+// archives of its chain (every one checked to be complete first). It is
 // crash-only: the archive is extracted into a staging directory inside
 // dstDir, verified against the meta's sha256, and only then swapped in; a
 // rerun after a crash at any point discards the staging directory and ends
@@ -35,12 +37,25 @@ func (s *Store) Restore(ctx context.Context, key, dstDir string, progress io.Wri
 	if err != nil {
 		return Meta{}, err
 	}
-	out.fields("STEP", "check", "RESULT", "OK", "SIZE", fmt.Sprint(meta.Size))
+	var c *chain
+	if meta.Incremental() {
+		if c, err = s.openChain(ctx, key, meta); err != nil {
+			return Meta{}, err
+		}
+		out.fields("STEP", "check", "RESULT", "OK", "SIZE", fmt.Sprint(c.size()), "ARCHIVES", fmt.Sprint(len(c.layers)))
+	} else {
+		out.fields("STEP", "check", "RESULT", "OK", "SIZE", fmt.Sprint(meta.Size))
+	}
 	staging := filepath.Join(dstDir, stagingName)
 	if err := prepareStaging(dstDir, staging); err != nil {
 		return Meta{}, classifyLocal(err)
 	}
-	if err := s.fetch(ctx, log, out, key, meta, staging); err != nil {
+	if c != nil {
+		err = s.fetchChain(ctx, log, out, c, staging)
+	} else {
+		err = s.fetch(ctx, log, out, key, meta, staging)
+	}
+	if err != nil {
 		if rmErr := removeTree(staging); rmErr != nil {
 			log.Warn("remove staging directory", "path", staging, "error", rmErr)
 		}

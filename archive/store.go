@@ -118,11 +118,23 @@ func needsUpload(err error) (bool, error) {
 	}
 }
 
-// Archive streams the contents of srcDir to key as tar+zstd and writes its
-// meta afterwards. It is idempotent: an archive whose object and meta both
-// exist is left alone; an object without meta is an unfinished attempt and
-// is overwritten. Job log lines go to progress (nil for none).
+// Archive streams the contents of srcDir to key as one complete tar+zstd
+// archive (ArchiveFrom without a parent).
 func (s *Store) Archive(ctx context.Context, srcDir, key string, progress io.Writer) (Meta, error) {
+	return s.ArchiveFrom(ctx, srcDir, key, "", progress)
+}
+
+// ArchiveFrom streams the contents of srcDir to key as tar+zstd, writes its
+// manifest and then its meta. With a parent (the key of an earlier
+// complete archive of the same home, "" for none), the object holds only
+// the regular files that are new or changed since the parent, and the
+// manifest names the archive of the chain that holds each other one; a
+// parent that is missing, unreadable or made without a manifest, or a chain
+// grown too long, gives a complete archive instead (never a failure). It
+// is idempotent: an archive whose object and meta both exist is left alone;
+// an object without meta is an unfinished attempt and is overwritten. Job
+// log lines go to progress (nil for none).
+func (s *Store) ArchiveFrom(ctx context.Context, srcDir, key, parent string, progress io.Writer) (Meta, error) {
 	log := s.logger.With("key", key)
 	out := &lineWriter{w: progress}
 	existing, err := s.Stat(ctx, key)
@@ -148,36 +160,61 @@ func (s *Store) Archive(ctx context.Context, srcDir, key string, progress io.Wri
 	if err := s.client.RemoveObject(ctx, s.bucket, MetaKey(key), minio.RemoveObjectOptions{}); err != nil {
 		return Meta{}, s3Error(fmt.Errorf("remove stale meta: %w", err), CodeS3Access)
 	}
-	meta, err := s.upload(ctx, log, out, srcDir, key)
+	root, m, err := scanTree(ctx, log, srcDir)
+	if err != nil {
+		return Meta{}, classifyLocal(err)
+	}
+	m.header.Archive = key
+	base := s.loadParent(ctx, log, out, key, parent)
+	p, err := planLayer(ctx, root, m, key, base)
+	if err != nil {
+		return Meta{}, classifyLocal(err)
+	}
+	p.report(out)
+	meta, err := s.upload(ctx, log, out, root, m, key, p)
 	if err != nil {
 		return Meta{}, err
+	}
+	ref, err := s.putManifest(ctx, key, m)
+	if err != nil {
+		return Meta{}, err
+	}
+	meta.Manifest = &ref
+	meta.ChainBytes = p.layerBytes
+	if !p.full {
+		meta.Parent = base.key
+		meta.Chain = append([]string{base.key}, base.meta.Chain...)
+		meta.ChainBytes += base.meta.ChainBytes
 	}
 	if err := s.putMeta(ctx, key, meta); err != nil {
 		return Meta{}, err
 	}
-	out.fields("STEP", "meta", "RESULT", "OK", "SHA256", meta.SHA256, "SIZE", fmt.Sprint(meta.Size))
+	out.fields("STEP", "meta", "RESULT", "OK", "SHA256", meta.SHA256, "SIZE", fmt.Sprint(meta.Size),
+		"PARENT", meta.Parent, "DEPTH", fmt.Sprint(len(meta.Chain)))
 	s.abortStaleUploads(ctx, log, key)
-	log.Info("archive complete", "bytes", meta.Size, "sha256", meta.SHA256)
+	log.Info("archive complete", "bytes", meta.Size, "sha256", meta.SHA256, "parent", meta.Parent, "depth", len(meta.Chain))
 	return meta, nil
 }
 
-// upload runs walk -> tar -> zstd -> sha256 -> multipart upload and checks
-// the stored object's size.
-func (s *Store) upload(ctx context.Context, log hclog.Logger, out *lineWriter, srcDir, key string) (Meta, error) {
+// upload runs tar of the layer -> zstd -> sha256 -> multipart upload and
+// checks the stored object's size.
+func (s *Store) upload(ctx context.Context, log hclog.Logger, out *lineWriter, root string, m *manifest, key string, p layerPlan) (Meta, error) {
 	up, err := startUpload(ctx, log, s.core, s.bucket, key)
 	if err != nil {
 		return Meta{}, err
 	}
 	defer up.close()
 	prog := startProgress(out, "upload")
-	sized := prog.sizeHome(ctx, srcDir)
+	prog.total.Store(p.layerBytes)
 	// One encoder goroutine: an asynchronous encoder spends about a fifth
 	// more CPU for the same output, and the cores are better spent on
 	// walking the tree, hashing and uploading alongside.
 	enc, err := zstd.NewWriter(countingWriter{w: up, n: &prog.wrote},
 		zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
 	if err == nil {
-		err = compressTree(ctx, log, srcDir, enc, &prog.in)
+		err = compressStream(enc, func(w io.Writer) error {
+			return writeLayer(ctx, root, m, key, p.full, w, &prog.in)
+		})
 		if closeErr := enc.Close(); err == nil {
 			err = closeErr
 		}
@@ -185,9 +222,6 @@ func (s *Store) upload(ctx context.Context, log hclog.Logger, out *lineWriter, s
 	if err == nil {
 		err = up.complete()
 	}
-	// The walk for the size reads less than the upload did, so waiting for
-	// it costs little, and the final report then carries the total.
-	sized(err != nil)
 	if err != nil {
 		prog.stop("FAIL")
 		up.abort()
@@ -369,10 +403,11 @@ func listing(objects []Object) Listing {
 }
 
 // Delete removes the archive at key: meta first, so a crash in between
-// leaves an unfinished archive, never a meta without its object. Parts of
+// leaves an unfinished archive, never a meta without its object; the object
+// last, so that List still sees what is left. Its manifest and the parts of
 // unfinished uploads go too.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	for _, k := range []string{MetaKey(key), key} {
+	for _, k := range []string{MetaKey(key), ManifestKey(key), key} {
 		if err := s.client.RemoveObject(ctx, s.bucket, k, minio.RemoveObjectOptions{}); err != nil {
 			return s3Error(fmt.Errorf("remove %s: %w", k, err), CodeS3Access)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -73,7 +74,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("archive progress %+v (%v, %v)", p, ok, err)
 	}
 	stat, err := store.Stat(ctx, testKey)
-	if err != nil || stat != meta {
+	if err != nil || !reflect.DeepEqual(stat, meta) {
 		t.Fatalf("stat = %+v, %v; want %+v", stat, err, meta)
 	}
 	if n := pendingUploads(t, store, testKey); n != 0 {
@@ -96,7 +97,7 @@ func TestRoundTrip(t *testing.T) {
 	// A second archive of the same key finds it complete and uploads nothing.
 	log.Reset()
 	again, err := store.Archive(ctx, src, testKey, &log)
-	if err != nil || again != meta {
+	if err != nil || !reflect.DeepEqual(again, meta) {
 		t.Fatalf("second archive = %+v, %v", again, err)
 	}
 	if !strings.Contains(log.String(), "RESULT=EXISTS") || strings.Contains(log.String(), "STEP=upload") {
@@ -263,7 +264,7 @@ func TestCreateEmptyRestoresToEmptyHome(t *testing.T) {
 	if err := store.CreateEmpty(ctx, key); err != nil {
 		t.Fatalf("second CreateEmpty: %v", err)
 	}
-	if again, err := store.Stat(ctx, key); err != nil || again != first {
+	if again, err := store.Stat(ctx, key); err != nil || !reflect.DeepEqual(again, first) {
 		t.Fatalf("CreateEmpty is not idempotent: %+v, %v vs %+v", again, err, first)
 	}
 	// Same format as an archive of an empty directory.

@@ -472,6 +472,8 @@ type fakeArchives struct {
 	listed func()
 	// puts counts writes per key: more than one is a duplicate upload.
 	puts map[string]int
+	// chains are the chains (archive.Meta.Chain) of incremental archives.
+	chains map[string][]string
 	// uploads are unfinished multipart uploads by id.
 	uploads map[string]archive.Upload
 	fail    map[string]error
@@ -483,7 +485,7 @@ type fakeArchives struct {
 }
 
 func newFakeArchives() *fakeArchives {
-	return &fakeArchives{objects: map[string]string{}, incomplete: map[string]time.Time{}, puts: map[string]int{},
+	return &fakeArchives{objects: map[string]string{}, incomplete: map[string]time.Time{}, puts: map[string]int{}, chains: map[string][]string{},
 		uploads: map[string]archive.Upload{}, fail: map[string]error{}, calls: map[string]int{}}
 }
 
@@ -545,7 +547,11 @@ func (s *fakeArchives) Stat(ctx context.Context, key string) (archive.Meta, erro
 	if !ok {
 		return archive.Meta{}, fmt.Errorf("stat %s: %w", key, archive.ErrArchiveNotFound)
 	}
-	return archive.Meta{Size: int64(len(d)), Format: archive.Format, CreatedAt: time.Unix(0, 0)}, nil
+	meta := archive.Meta{Size: int64(len(d)), Format: archive.Format, CreatedAt: time.Unix(0, 0)}
+	if chain := s.chains[key]; len(chain) > 0 {
+		meta.Parent, meta.Chain = chain[0], chain
+	}
+	return meta, nil
 }
 
 func (s *fakeArchives) List(ctx context.Context, workspaceID string) (archive.Listing, error) {

@@ -27,7 +27,8 @@ type GCConfig struct {
 
 // GCRunner deletes archives nobody needs: all archives of workspaces
 // deleted longer than the grace ago, and all but the newest KeepArchives of
-// a live workspace. It never deletes a workspace's current archive_key, nor
+// a live workspace, except those a kept incremental archive builds on. It
+// never deletes a workspace's current archive_key, nor
 // the archive of its op id (an archive being made, or the one an ERROR
 // workspace may need when recovered). It also removes what killed attempts
 // and deletions left behind: multipart uploads, whose parts S3 keeps until
@@ -106,7 +107,10 @@ func (g *GCRunner) collect(ctx context.Context, w workspace.Workspace) ([]string
 	now := g.now()
 	stale := StaleUploads(w, uploads, now, abandonedUploadAge)
 	abandoned := Abandoned(w, l.Incomplete, now, abandonedUploadAge)
-	garbage := Garbage(w, l.Complete, g.cfg.KeepArchives)
+	garbage, err := g.withoutAncestors(ctx, w, l.Complete, Garbage(w, l.Complete, g.cfg.KeepArchives))
+	if err != nil {
+		return nil, err
+	}
 	log := g.logger.With("workspace_id", w.ID)
 	if g.cfg.DryRun {
 		for _, u := range stale {
@@ -161,6 +165,29 @@ func (g *GCRunner) collect(ctx context.Context, w workspace.Workspace) ([]string
 		}
 	}
 	return deleted, nil
+}
+
+// withoutAncestors leaves out of garbage every archive that a kept one (or
+// a protected one) builds on: an incremental archive cannot be restored
+// without its chain.
+func (g *GCRunner) withoutAncestors(ctx context.Context, w workspace.Workspace, complete, garbage []string) ([]string, error) {
+	if len(garbage) == 0 {
+		return garbage, nil
+	}
+	var kept []string
+	for _, key := range complete {
+		if !slices.Contains(garbage, key) {
+			kept = append(kept, key)
+		}
+	}
+	for key := range protected(w) {
+		kept = append(kept, key)
+	}
+	needed, err := archive.Ancestors(ctx, kept, g.archives.Stat)
+	if err != nil {
+		return nil, fmt.Errorf("chains of the archives of %s: %w", w.ID, err)
+	}
+	return slices.DeleteFunc(garbage, func(key string) bool { return needed[key] }), nil
 }
 
 // remove runs del unless the workspace, read again right now, needs key:

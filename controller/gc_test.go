@@ -210,3 +210,36 @@ func TestGCIncompleteArchivesAndRecheck(t *testing.T) {
 		t.Errorf("second pass listed %d workspaces, want only the live one", n)
 	}
 }
+
+// An incremental archive needs every archive of its chain: the GC keeps
+// them as long as it keeps the archive, however old they are.
+func TestGCKeepsAncestorsOfKeptArchives(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	ws := h.create("chained")
+	var keys []string // oldest first
+	for range 6 {
+		key := archive.Key(ws.ID, workspace.NewID())
+		h.backend.store.put(key, "x")
+		keys = append(keys, key)
+	}
+	// keys[5] builds on keys[4], which builds on keys[3], which builds on
+	// the complete keys[0]; keys[1] and keys[2] are complete and unused.
+	h.backend.store.chains[keys[5]] = []string{keys[4], keys[3], keys[0]}
+	h.backend.store.chains[keys[4]] = []string{keys[3], keys[0]}
+	h.backend.store.chains[keys[3]] = []string{keys[0]}
+	h.exec(`UPDATE workspaces SET archive_key = $2 WHERE id = $1`, ws.ID, keys[5])
+
+	cfg := GCConfig{KeepArchives: 2, DeletedGrace: time.Hour}
+	deleted, err := NewGCRunner(hclog.NewNullLogger(), h.svc, h.backend.store, cfg).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{keys[2], keys[1]}; !slices.Equal(deleted, want) {
+		t.Errorf("deleted %v, want %v (neither kept nor in a kept chain)", deleted, want)
+	}
+	want := []string{keys[0], keys[3], keys[4], keys[5]}
+	if got := h.backend.store.keys(ws.ID); !slices.Equal(got, want) {
+		t.Errorf("archives left %v, want %v", got, want)
+	}
+}

@@ -26,8 +26,12 @@ type Archive struct {
 	ID        string
 	Key       string
 	CreatedAt time.Time
-	// Size is the compressed size in bytes.
+	// Size is the compressed size in bytes of the archive's own object.
 	Size int64
+	// Parent is the archive an incremental archive builds on ("" for one
+	// complete on its own); its download is made from its whole chain, so
+	// its length is not known in advance.
+	Parent string
 	// Current marks the archive a restore reads (the workspace's
 	// archive_key); the others are older ones the GC has not removed yet.
 	Current bool
@@ -61,7 +65,7 @@ func (s *Service) Archives(ctx context.Context, id string) ([]Archive, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read archive %s: %w", key, err)
 		}
-		out = append(out, Archive{ID: archive.OpID(key), Key: key, CreatedAt: meta.CreatedAt, Size: meta.Size,
+		out = append(out, Archive{ID: archive.OpID(key), Key: key, CreatedAt: meta.CreatedAt, Size: meta.Size, Parent: meta.Parent,
 			Current: w.ArchiveKey != nil && *w.ArchiveKey == key})
 	}
 	return out, nil
@@ -94,7 +98,7 @@ func (s *Service) OpenArchive(ctx context.Context, id, archiveID string) (io.Rea
 	if err != nil {
 		return nil, Archive{}, fmt.Errorf("open archive %s: %w", key, err)
 	}
-	return body, Archive{ID: archiveID, Key: key, CreatedAt: meta.CreatedAt, Size: meta.Size,
+	return body, Archive{ID: archiveID, Key: key, CreatedAt: meta.CreatedAt, Size: meta.Size, Parent: meta.Parent,
 		Current: w.ArchiveKey != nil && *w.ArchiveKey == key}, nil
 }
 

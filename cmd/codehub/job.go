@@ -23,11 +23,15 @@ import (
 type jobEnv struct {
 	url    string
 	client archive.ClientConfig
+	// parent is the key of the archive an archive builds on
+	// (CODEHUB_ARCHIVE_PARENT; the --parent flag wins).
+	parent string
 }
 
 func readJobEnv(getenv func(string) string) (jobEnv, error) {
 	env := jobEnv{
-		url: getenv("ARCHIVE_URL"),
+		url:    getenv("ARCHIVE_URL"),
+		parent: getenv("CODEHUB_ARCHIVE_PARENT"),
 		client: archive.ClientConfig{
 			Endpoint:  getenv("S3_ENDPOINT"),
 			AccessKey: getenv("S3_ACCESS_KEY"),
@@ -57,7 +61,7 @@ func stopArchiveAsked(getenv func(string) string) bool {
 	return run != "" && getenv("CODEHUB_STOP_ARCHIVE_RUN") == run
 }
 
-// runJob implements `codehub job archive [--on-stop] --src DIR` and
+// runJob implements `codehub job archive [--on-stop] [--parent KEY] --src DIR` and
 // `codehub job restore --dst DIR`. Stdout carries the key=value lines the
 // controller reads (the last one is RESULT=OK or RESULT=FAIL with
 // CODEHUB_ERROR, or RESULT=SKIPPED for a stop archive not asked for);
@@ -65,7 +69,7 @@ func stopArchiveAsked(getenv func(string) string) bool {
 // any failure.
 func runJob(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "archive" && args[0] != "restore") {
-		fmt.Fprintln(stderr, "usage: codehub job archive [--on-stop] --src DIR | codehub job restore --dst DIR")
+		fmt.Fprintln(stderr, "usage: codehub job archive [--on-stop] [--parent KEY] --src DIR | codehub job restore --dst DIR")
 		return 1
 	}
 	kind := args[0]
@@ -82,9 +86,10 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 		dirFlag, dirHelp = "dst", "directory whose contents the archive replaces"
 	}
 	dir := flags.String(dirFlag, "", dirHelp)
-	onStop := false
+	onStop, parent := false, ""
 	if kind == "archive" {
 		flags.BoolVar(&onStop, "on-stop", false, "archive only if this run's stop is to be archived (a workspace's stop-archive task)")
+		flags.StringVar(&parent, "parent", "", "key of an earlier archive of this home to store only the changes since (default $CODEHUB_ARCHIVE_PARENT)")
 	}
 	if err := flags.Parse(args[1:]); err != nil {
 		return 1
@@ -97,6 +102,9 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 	env, err := readJobEnv(os.Getenv)
 	if err == nil && *dir == "" {
 		err = fmt.Errorf("--%s is required", dirFlag)
+	}
+	if parent != "" {
+		env.parent = parent
 	}
 	archive.WriteFields(stdout, "CODEHUB_JOB", kind, "ARCHIVE_URL", env.url)
 	if err != nil {
@@ -123,7 +131,7 @@ func moveArchive(ctx context.Context, logger hclog.Logger, env jobEnv, kind, dir
 	}
 	store := archive.NewStore(logger, client, bucket)
 	if kind == "archive" {
-		_, err = store.Archive(ctx, dir, key, stdout)
+		_, err = store.ArchiveFrom(ctx, dir, key, env.parent, stdout)
 	} else {
 		_, err = store.Restore(ctx, key, dir, stdout)
 	}

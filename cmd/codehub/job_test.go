@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,6 +63,51 @@ func TestJobArchiveAndRestore(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(dst, "project", "main.go"))
 	if err != nil || string(got) != "package main\n" {
 		t.Fatalf("restored main.go = %q, %v", got, err)
+	}
+}
+
+// An archive names its parent by flag or, for a jobspec's variable, by
+// CODEHUB_ARCHIVE_PARENT; the restore needs neither, the meta names the
+// chain.
+func TestJobArchiveWithParent(t *testing.T) {
+	s3 := testenv.NewS3(t)
+	ws := "01jb3x7k9q2m5n8p4r6s0t1v2w"
+	keys := []string{archive.Key(ws, "01jb3x8a0000000000000000a1"), archive.Key(ws, "01jb3x8a0000000000000000a2"), archive.Key(ws, "01jb3x8a0000000000000000a3")}
+	src := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("big.txt", strings.Repeat("unchanged ", 10000))
+	setJobEnv(t, s3, "s3://"+s3.Bucket+"/"+keys[0])
+	if code, lines := runJobLines(t, "archive", "--src", src); code != 0 {
+		t.Fatalf("first archive: exit %d, lines %q", code, lines)
+	}
+
+	write("a.txt", "by flag\n")
+	setJobEnv(t, s3, "s3://"+s3.Bucket+"/"+keys[1])
+	code, lines := runJobLines(t, "archive", "--parent", keys[0], "--src", src)
+	if code != 0 || !slices.Contains(lines, "STEP=parent PARENT="+keys[0]+" RESULT=OK DEPTH=1") {
+		t.Fatalf("archive with --parent: exit %d, lines %q", code, lines)
+	}
+
+	write("b.txt", "by variable\n")
+	setJobEnv(t, s3, "s3://"+s3.Bucket+"/"+keys[2])
+	t.Setenv("CODEHUB_ARCHIVE_PARENT", keys[1])
+	code, lines = runJobLines(t, "archive", "--src", src)
+	if code != 0 || !slices.Contains(lines, "STEP=parent PARENT="+keys[1]+" RESULT=OK DEPTH=2") {
+		t.Fatalf("archive with CODEHUB_ARCHIVE_PARENT: exit %d, lines %q", code, lines)
+	}
+
+	dst := t.TempDir()
+	if code, lines := runJobLines(t, "restore", "--dst", dst); code != 0 || lastLine(lines) != "RESULT=OK" {
+		t.Fatalf("restore: exit %d, lines %q", code, lines)
+	}
+	for name, want := range map[string]string{"big.txt": strings.Repeat("unchanged ", 10000), "a.txt": "by flag\n", "b.txt": "by variable\n"} {
+		if got, err := os.ReadFile(filepath.Join(dst, name)); err != nil || string(got) != want {
+			t.Errorf("restored %s = %.20q, %v", name, got, err)
+		}
 	}
 }
 
