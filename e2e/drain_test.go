@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 )
 
@@ -107,7 +109,7 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 			})
 		}
 	}
-	archive := func(ids ...string) {
+	archiveAll := func(ids ...string) {
 		for _, id := range ids {
 			c.setDesired(id, "ARCHIVED")
 		}
@@ -125,11 +127,21 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 		t.Fatalf("a running home's recovery point is current: %+v", rp)
 	}
 	stop(again)
-	archive(archived)
+	// The second stop uploaded what changed since the first: an
+	// incremental archive on it.
+	store := archive.NewStore(hclog.NewNullLogger(), cfg.s3.Client, cfg.s3.Bucket)
+	list, err := store.List(t.Context(), again)
+	if err != nil || len(list.Complete) != 2 {
+		t.Fatalf("archives of the twice-stopped workspace: %+v, %v; want two", list, err)
+	}
+	if meta, err := store.Stat(t.Context(), list.Complete[0]); err != nil || meta.Parent != list.Complete[1] {
+		t.Errorf("second stop archive: parent %q (%v), want the first %s", meta.Parent, err, list.Complete[1])
+	}
+	archiveAll(archived)
 	stopping, restoring := create("stopping"), create("restoring")
 	run(stopping, restoring)
 	stop(restoring)
-	archive(restoring)
+	archiveAll(restoring)
 
 	// Half-way when the drain begins.
 	c.setDesired(stopping, "STANDBY")
