@@ -384,3 +384,23 @@ func TestPlanDrainedNodeLost(t *testing.T) {
 		t.Errorf("a home that ran since its archive: steps %v, want it kept", c.Steps)
 	}
 }
+
+// TestPlanProvisioningNodeAway: the volume of a new workspace, made on a
+// node that goes down or is drained before the volume is ready, holds
+// nothing: it is deleted and made again on another node within the same
+// PROVISIONING, instead of waiting into a Timeout.
+func TestPlanProvisioningNodeAway(t *testing.T) {
+	for _, away := range []string{workspace.ReasonNodeDown, workspace.ReasonNodeIneligible} {
+		obs := Observed{VolumeExists: true, VolumeID: "v1", NodeID: "n1", Node: "node-a", NodeAway: away}
+		w := stored(workspace.PhasePending, workspace.DesiredRunning, Observed{})
+		w.Operation, w.OpStartedAt = workspace.OpProvisioning, ptr(t0.Add(-time.Minute))
+		a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+		if a.Next.Operation != workspace.OpProvisioning || !slices.Equal(a.Steps, []Step{StepDeleteVolume}) || a.Next.ErrorReason != nil {
+			t.Errorf("%s: op %s steps %v error %s, want the volume made again", away, a.Next.Operation, a.Steps, deref(a.Next.ErrorReason))
+		}
+		b := Plan(a.Next, Observed{}, ArchiveCheck{}, t0.Add(time.Second), testCfg)
+		if !slices.Equal(b.Steps, []Step{StepProvisionVolume}) {
+			t.Errorf("%s: once gone, steps %v, want a new volume", away, b.Steps)
+		}
+	}
+}

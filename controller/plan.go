@@ -442,6 +442,13 @@ func (p *planner) nodeAway() (Action, bool) {
 		return Action{}, false
 	}
 	switch p.w.Operation {
+	case workspace.OpProvisioning:
+		if p.obs.VolumeReady || p.obs.ContainerLive || !workspace.NeverRan(p.w) {
+			return Action{}, false
+		}
+		// The new volume's node went down or was drained before it was
+		// ready: it holds nothing, so it is made again on another node.
+		return p.settle(StepDeleteVolume), true
 	case workspace.OpStarting:
 		if p.obs.ContainerLive {
 			return Action{}, false
