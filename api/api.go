@@ -27,6 +27,7 @@ import (
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/identity"
+	"github.com/codehub-io/codehub/ports"
 	"github.com/codehub-io/codehub/proxy"
 )
 
@@ -78,6 +79,9 @@ type Options struct {
 	NoPasswordLogin bool
 	// OIDC, when set, offers single sign-on through an OpenID Provider.
 	OIDC *OIDCOptions
+	// MaxPortShare is the widest share level an owner may give a port;
+	// empty means ports.Owner. Path mode allows ports.Owner only.
+	MaxPortShare ports.Level
 	// Routes are served beside the API's own, by ServeMux pattern: the
 	// server's health check and binary download. They share the API's
 	// route table rather than sit in one of their own in front of every
@@ -96,6 +100,9 @@ type Deps struct {
 	// Fleet lists the nodes of a backend that has several (nil: the
 	// admin node endpoints answer 404).
 	Fleet controller.Fleet
+	// Ports connects to the ports of running workspaces (nil: port
+	// addresses answer 404).
+	Ports proxy.PortDialer
 }
 
 // Server is the http.Handler of CodeHub's HTTP surface. Run must run on
@@ -166,6 +173,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
 		RouteTTL: opts.RouteTTL, UpstreamToken: opts.UpstreamToken, Audit: s.audit,
+		Ports: deps.Ports, Shares: portShares{deps.Pool}, MaxPortShare: opts.MaxPortShare,
 	}, s.identity, deps.Workspaces, deps.Upstreams, s.activity)
 	if err != nil {
 		return nil, err
@@ -186,6 +194,8 @@ const (
 	routeDelete       = "DELETE /api/v1/workspaces/{id}"
 	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
 	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
+	routePorts        = "GET /api/v1/workspaces/{id}/ports"
+	routePortShare    = "PUT /api/v1/workspaces/{id}/ports/{port}"
 	routeProgress     = "GET /api/v1/workspaces/{id}/progress"
 	routeArchive      = "GET /api/v1/workspaces/{id}/archives/{archive}/home.tar.zst"
 	routeImages       = "GET /api/v1/images"
@@ -228,7 +238,8 @@ func (s *Server) routes() *http.ServeMux {
 		routeList: s.listWorkspaces, routeCreate: s.createWorkspace,
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
-		routeProgress:  s.getProgress,
+		routeProgress: s.getProgress,
+		routePorts:    s.listPorts, routePortShare: s.setPortShare,
 		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeAdminDesired: s.adminSetDesired,

@@ -111,7 +111,7 @@ func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
 			Dashboard: p.opts.Sites.DashboardURL()})
 		return
 	}
-	cookie, ok, err := p.auth.Redeem(r.Context(), q.Get("ticket"), t.id)
+	cookie, ok, err := p.auth.Redeem(r.Context(), q.Get("ticket"), t.site())
 	if err != nil {
 		p.internal(w, r, "redeem session handoff", err)
 		return
@@ -126,7 +126,7 @@ func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
 		HttpOnly: true, Secure: p.opts.Sites.Secure(), SameSite: http.SameSiteLaxMode})
 	http.SetCookie(w, cookie)
 	// A handoff never sends the browser to another site.
-	http.Redirect(w, r, LocalTarget(p.opts.Sites.WorkspaceOrigin(t.id), q.Get("next")), http.StatusSeeOther)
+	http.Redirect(w, r, LocalTarget(p.opts.Sites.WorkspaceOrigin(t.site()), q.Get("next")), http.StatusSeeOther)
 }
 
 // sameNonce reports whether state is the handoff nonce the request's

@@ -15,6 +15,7 @@ const (
 	CodeStarting            = "STARTING"
 	CodeArchived            = "ARCHIVED"
 	CodeNotStarted          = "NOT_STARTED"
+	CodeNotRunning          = "NOT_RUNNING"
 	CodeUnavailable         = "UNAVAILABLE"
 	CodeWorkspaceError      = "WORKSPACE_ERROR"
 	CodeLimitExceeded       = "LIMIT_EXCEEDED"
