@@ -21,6 +21,7 @@ import (
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/local"
 	"github.com/codehub-io/codehub/nomad"
+	"github.com/codehub-io/codehub/ports"
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/web"
@@ -150,6 +151,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		CookieDomain:    cfg.Proxy.CookieDomain,
 		SessionTTL:      cfg.Auth.SessionTTL,
 		TrustedProxies:  cfg.Proxy.TrustedProxyPrefixes,
+		MaxPortShare:    ports.Level(cfg.Proxy.MaxPortShare),
 		Registry:        registry,
 		MetricsToken:    cfg.Metrics.Token.Reveal(),
 		Dashboard:       web.Handler(),
