@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/codehub-io/codehub/activity"
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/identity"
@@ -96,6 +97,9 @@ type Deps struct {
 	// Fleet lists the nodes of a backend that has several (nil: the
 	// admin node endpoints answer 404).
 	Fleet controller.Fleet
+	// Agents, when set, reaches the agents of running workspaces (SSH, the
+	// workspaces' ports); nil when the backend runs none.
+	Agents *agent.Connector
 }
 
 // Server is the http.Handler of CodeHub's HTTP surface. Run must run on
@@ -118,6 +122,7 @@ type Server struct {
 	audit         *audit.Log
 	oidc          *oidcLogin
 	fleet         controller.Fleet
+	agents        *agent.Connector
 }
 
 // New builds the HTTP surface.
@@ -149,7 +154,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
 	s := &Server{
-		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet,
+		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet, agents: deps.Agents,
 		identity: identity.New(logger.Named("identity"), deps.Pool, identity.Options{
 			SessionTTL: opts.SessionTTL, Secure: sites.Secure(), CookieDomain: opts.CookieDomain, OIDC: opts.OIDC.rules(),
 		}),
