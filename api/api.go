@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/codehub-io/codehub/activity"
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/identity"
@@ -100,8 +101,12 @@ type Deps struct {
 	// Fleet lists the nodes of a backend that has several (nil: the
 	// admin node endpoints answer 404).
 	Fleet controller.Fleet
-	// Ports connects to the ports of running workspaces (nil: port
-	// addresses answer 404).
+	// Agents, when set, reaches the agents of running workspaces (SSH, the
+	// workspaces' ports); nil when the backend runs none.
+	Agents *agent.Connector
+	// Ports, when set, connects to the ports of running workspaces in
+	// place of Agents (nil with no Agents either: port addresses answer
+	// 404).
 	Ports proxy.PortDialer
 }
 
@@ -125,6 +130,9 @@ type Server struct {
 	audit         *audit.Log
 	oidc          *oidcLogin
 	fleet         controller.Fleet
+	agents        *agent.Connector
+	// agentPorts lists and reaches workspace ports through the agents.
+	agentPorts *agentPorts
 }
 
 // New builds the HTTP surface.
@@ -156,7 +164,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
 	s := &Server{
-		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet,
+		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet, agents: deps.Agents,
 		identity: identity.New(logger.Named("identity"), deps.Pool, identity.Options{
 			SessionTTL: opts.SessionTTL, Secure: sites.Secure(), CookieDomain: opts.CookieDomain, OIDC: opts.OIDC.rules(),
 		}),
@@ -170,10 +178,17 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	if opts.OIDC != nil {
 		s.oidc = newOIDCLogin(logger.Named("oidc"), *opts.OIDC, sites.PublicOrigin())
 	}
+	portDialer := deps.Ports
+	if deps.Agents != nil {
+		s.agentPorts = &agentPorts{agents: deps.Agents, workspaces: deps.Workspaces}
+		if portDialer == nil {
+			portDialer = s.agentPorts
+		}
+	}
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
 		RouteTTL: opts.RouteTTL, UpstreamToken: opts.UpstreamToken, Audit: s.audit,
-		Ports: deps.Ports, Shares: portShares{deps.Pool}, MaxPortShare: opts.MaxPortShare,
+		Ports: portDialer, Shares: portShares{deps.Pool}, MaxPortShare: opts.MaxPortShare,
 	}, s.identity, deps.Workspaces, deps.Upstreams, s.activity)
 	if err != nil {
 		return nil, err

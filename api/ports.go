@@ -3,16 +3,19 @@ package api
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/ports"
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
+	"github.com/codehub-io/codehub/workspace"
 )
 
 // portView is a port of a workspace as the API shows it.
@@ -20,13 +23,62 @@ type portView struct {
 	Port  int         `json:"port"`
 	URL   string      `json:"url"`
 	Share ports.Level `json:"share"`
+	// Listening: a program of the running workspace listens on the port;
+	// Process names it where the system tells.
+	Listening bool   `json:"listening"`
+	Process   string `json:"process,omitempty"`
 }
 
-// portsView is the ports of a workspace: those shared wider than their
-// owner, and the widest level the server lets a port have.
+// portsView is the ports of a workspace: those it listens on and those
+// shared wider than their owner, and the widest level the server lets a
+// port have.
 type portsView struct {
 	MaxShare ports.Level `json:"max_share"`
 	Ports    []portView  `json:"ports"`
+}
+
+// agentPorts reaches workspace ports through the workspaces' agents.
+type agentPorts struct {
+	agents     *agent.Connector
+	workspaces WorkspaceService
+}
+
+var _ proxy.PortDialer = agentPorts{}
+
+// client is the agent client of the current run of workspace id.
+func (a agentPorts) client(ctx context.Context, id string) (*agent.Client, error) {
+	ws, err := a.workspaces.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return a.agents.Client(ctx, id, ws.RunID)
+}
+
+// DialPort implements proxy.PortDialer: the agent dials the port from
+// inside the workspace, and only a listener of its own workspace.
+func (a agentPorts) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	c, err := a.client(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.DialPort(ctx, port)
+}
+
+// listening is the ports workspace id listens on, by port.
+func (a agentPorts) listening(ctx context.Context, id string) (map[int]string, error) {
+	c, err := a.client(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	list, err := c.Ports(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]string, len(list))
+	for _, p := range list {
+		out[p.Port] = p.Process
+	}
+	return out, nil
 }
 
 type portShareRequest struct {
@@ -66,10 +118,27 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "list port shares", err)
 		return
 	}
+	var listening map[int]string
+	if s.agentPorts != nil && ws.Phase == workspace.PhaseRunning {
+		// A workspace whose agent does not answer (starting, stopping)
+		// lists its shared ports alone.
+		listening, err = s.agentPorts.listening(r.Context(), ws.ID)
+		if err != nil {
+			s.logger.Debug("list listening ports", "workspace_id", ws.ID, "error", err)
+		}
+	}
 	view := portsView{MaxShare: s.proxy.MaxPortShare(), Ports: []portView{}}
+	for port, process := range listening {
+		v := s.portView(ws.ID, port, ports.Owner)
+		v.Listening, v.Process = true, process
+		if l, err := ports.ParseLevel(stored[port]); err == nil {
+			v.Share = l
+		}
+		view.Ports = append(view.Ports, v)
+	}
 	for port, level := range stored {
 		l, err := ports.ParseLevel(level)
-		if err != nil {
+		if _, seen := listening[port]; seen || err != nil {
 			continue
 		}
 		view.Ports = append(view.Ports, s.portView(ws.ID, port, l))

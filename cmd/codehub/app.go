@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/config"
@@ -57,14 +58,16 @@ type backendParts struct {
 	upstreams controller.Upstreams
 	// fleet lists nodes for the admin API (nil for one machine).
 	fleet controller.Fleet
-	close func()
+	// agents resolves workspace agents (nil: the backend runs none).
+	agents agent.Resolver
+	close  func()
 }
 
 // aclPatience is how long a starting server asks a Nomad cluster that
 // does not answer whether it enforces ACLs before it gives up.
 const aclPatience = 30 * time.Second
 
-func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string) (backendParts, error) {
+func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string, agentKeys *agent.Keys) (backendParts, error) {
 	switch cfg.Backend.Kind {
 	case config.BackendLocal:
 		opts, err := local.OptionsFromConfig(cfg)
@@ -72,11 +75,12 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 			return backendParts{}, err
 		}
 		opts.UpstreamToken = token
+		opts.Agent = agentKeys
 		b, err := local.New(logger.Named("local"), opts)
 		if err != nil {
 			return backendParts{}, err
 		}
-		return backendParts{backend: b, upstreams: b, close: func() {}}, nil
+		return backendParts{backend: b, upstreams: b, agents: b, close: func() {}}, nil
 	case config.BackendNomad:
 		// Every workspace can reach its node's Nomad agent: without ACLs
 		// it could read every variable and register jobs.
@@ -115,9 +119,17 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	if err != nil {
 		return nil, err
 	}
-	parts, err := newBackend(ctx, logger, cfg, self, token)
+	agentKeys, err := newAgentKeys(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := newBackend(ctx, logger, cfg, self, token, agentKeys)
 	if err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
+	}
+	var agents *agent.Connector
+	if parts.agents != nil {
+		agents = agent.NewConnector(parts.agents, agentKeys)
 	}
 	a := &app{closers: []func(){parts.close}}
 
@@ -163,7 +175,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			"GET /api/v1/health": healthHandler(d.healthChecks()),
 			"GET /dl/codehub":    self,
 		},
-	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams, Progress: progressOf(parts.backend), Fleet: parts.fleet})
+	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams, Progress: progressOf(parts.backend), Fleet: parts.fleet, Agents: agents})
 	if err != nil {
 		a.close()
 		return nil, err
@@ -227,6 +239,16 @@ func upstreamTokens(ctx context.Context, cfg *config.Config, d *deps) (func(work
 		return nil, err
 	}
 	return tokens.For, nil
+}
+
+// newAgentKeys derives the workspace agents' tokens and SSH host keys from
+// the key every replica shares.
+func newAgentKeys(ctx context.Context, d *deps) (*agent.Keys, error) {
+	key, err := store.DeploymentKey(ctx, d.pool, "agent")
+	if err != nil {
+		return nil, err
+	}
+	return agent.NewKeys(key)
 }
 
 // progressOf is the backend's reader of job progress, if it has one.

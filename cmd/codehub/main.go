@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"jobspec": {"print the HCL codehub would submit to Nomad", func(a []string, _ io.Reader, o, e io.Writer) int {
 			return runJobspec(a, o, e)
 		}},
+		"agent":  {"the workspace agent (runs inside each workspace, started by its job)", runAgent},
 		"login":  {"log in to a CodeHub server for the ws commands", runLogin},
 		"logout": {"revoke the stored token on its server and remove it", runLogout},
 		"ws":     {"work with your workspaces on a server: list, create, start, stop, open, logs, ...", runWs},
