@@ -133,6 +133,8 @@ type Server struct {
 	agents        *agent.Connector
 	// agentPorts lists and reaches workspace ports through the agents.
 	agentPorts *agentPorts
+	// portDialer reaches workspace ports (nil: none are reached).
+	portDialer proxy.PortDialer
 }
 
 // New builds the HTTP surface.
@@ -185,6 +187,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 			portDialer = s.agentPorts
 		}
 	}
+	s.portDialer = portDialer
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
 		RouteTTL: opts.RouteTTL, UpstreamToken: opts.UpstreamToken, Audit: s.audit,
@@ -211,6 +214,7 @@ const (
 	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
 	routePorts        = "GET /api/v1/workspaces/{id}/ports"
 	routePortShare    = "PUT /api/v1/workspaces/{id}/ports/{port}"
+	routePortForward  = "POST /api/v1/workspaces/{id}/ports/{port}/forward"
 	routeProgress     = "GET /api/v1/workspaces/{id}/progress"
 	routeArchive      = "GET /api/v1/workspaces/{id}/archives/{archive}/home.tar.zst"
 	routeImages       = "GET /api/v1/images"
@@ -254,7 +258,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
 		routeProgress: s.getProgress,
-		routePorts:    s.listPorts, routePortShare: s.setPortShare,
+		routePorts:    s.listPorts, routePortShare: s.setPortShare, routePortForward: s.forwardPort,
 		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeAdminDesired: s.adminSetDesired,

@@ -2,11 +2,15 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -209,4 +213,115 @@ func (s *Server) setPortShare(w http.ResponseWriter, r *http.Request) {
 	s.audit.Record(r.Context(), audit.Event{Actor: s.actor(r, sess), Action: audit.ActionPortShare, Target: target,
 		Outcome: audit.Success, Detail: fmt.Sprintf("port %d: %s to %s", port, was, level)})
 	writeJSON(w, http.StatusOK, s.portView(ws.ID, port, level))
+}
+
+// PortForwardProtocol is the Upgrade token of a port forward: after 101
+// Switching Protocols the connection carries the bytes of one TCP
+// connection to the workspace's port. No browser can ask for it (a page
+// cannot set Upgrade), so only a client such as `codehub port-forward`
+// opens one.
+const PortForwardProtocol = "codehub-tcp/1"
+
+// forwardPort connects the request's connection to a port of the user's
+// running workspace, through its agent. The owner's bytes toward the port
+// count as activity, as their requests on a port's address do.
+func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireUser(w, r)
+	if !ok {
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), PortForwardProtocol) {
+		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput,
+			Message: "a port forward asks for Upgrade: " + PortForwardProtocol})
+		return
+	}
+	ws, ok := s.ownedWorkspace(w, r, sess)
+	if !ok {
+		return
+	}
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err == nil {
+		err = ports.CheckPort(port)
+	}
+	if err != nil {
+		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "port",
+			Message: "port: must be a number between 1 and 65535"})
+		return
+	}
+	if s.portDialer == nil {
+		WriteError(w, newError(http.StatusNotFound, CodeNotFound, "this server does not reach workspace ports"))
+		return
+	}
+	if ws.Phase != workspace.PhaseRunning {
+		WriteError(w, newError(http.StatusConflict, CodeInvalidState, "the workspace is not running; start it first"))
+		return
+	}
+	up, err := s.portDialer.DialPort(r.Context(), ws.ID, port)
+	if errors.Is(err, agent.ErrRefused) {
+		WriteError(w, newError(http.StatusNotFound, CodeNotFound, fmt.Sprintf("nothing in the workspace listens on port %d", port)))
+		return
+	}
+	if err != nil {
+		s.logger.Debug("dial workspace port", "workspace_id", ws.ID, "port", port, "error", err)
+		WriteError(w, newError(http.StatusBadGateway, CodeBackendUnavailable, "the workspace did not answer; try again shortly"))
+		return
+	}
+	defer up.Close()
+	down, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		s.fail(w, "take the connection over", err)
+		return
+	}
+	defer down.Close()
+	// The server's deadlines were for the request; the stream has none.
+	_ = down.SetDeadline(time.Time{})
+	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + PortForwardProtocol + "\r\n\r\n"); err != nil {
+		return
+	}
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	s.activity.Mark(ws.ID)
+	splice(up, down, brw.Reader, func() { s.activity.Mark(ws.ID) })
+}
+
+// splice copies between the workspace's connection up and the client's
+// down (whose first bytes may sit in buffered) until either side ends,
+// calling sent for each read from the client.
+func splice(up, down net.Conn, buffered io.Reader, sent func()) {
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = io.Copy(down, up)
+		closeWrite(down)
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(up, markingReader{io.MultiReader(buffered, down), sent})
+		closeWrite(up)
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+}
+
+// closeWrite passes an end of stream on, keeping the other direction.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+type markingReader struct {
+	r    io.Reader
+	sent func()
+}
+
+func (m markingReader) Read(b []byte) (int, error) {
+	n, err := m.r.Read(b)
+	if n > 0 {
+		m.sent()
+	}
+	return n, err
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/events"
@@ -411,7 +412,7 @@ func (p *Ports) DialPort(ctx context.Context, id string, port int) (net.Conn, er
 	a, ok := p.addrs[proxy.PortLabel(id, port)]
 	p.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("workspace %s listens on no port %d", id, port)
+		return nil, fmt.Errorf("workspace %s listens on no port %d: %w", id, port, agent.ErrRefused)
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", a)
