@@ -192,6 +192,8 @@ const (
 	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
 	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
 	routeProgress     = "GET /api/v1/workspaces/{id}/progress"
+	routeSSH          = "GET /api/v1/workspaces/{id}/ssh"
+	routeSSHTunnel    = "GET /api/v1/workspaces/{id}/ssh/tunnel"
 	routeArchive      = "GET /api/v1/workspaces/{id}/archives/{archive}/home.tar.zst"
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
@@ -233,7 +235,8 @@ func (s *Server) routes() *http.ServeMux {
 		routeList: s.listWorkspaces, routeCreate: s.createWorkspace,
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
-		routeProgress:  s.getProgress,
+		routeProgress: s.getProgress,
+		routeSSH:      s.getSSH, routeSSHTunnel: s.sshTunnel,
 		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeAdminDesired: s.adminSetDesired,
