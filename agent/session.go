@@ -226,10 +226,13 @@ func (s *session) subsystem(name string, wg *sync.WaitGroup) error {
 		return errors.New("unknown subsystem " + name)
 	}
 	a := s.conn.server.agent
+	// The server closes what it serves on; the channel stays open for the
+	// exit status finish sends.
 	rw := struct {
 		io.Reader
-		io.WriteCloser
-	}{&noticeReader{r: s.ch, notice: a.touch}, s.ch}
+		io.Writer
+		io.Closer
+	}{&noticeReader{r: s.ch, notice: a.touch}, s.ch, io.NopCloser(nil)}
 	srv, err := sftp.NewServer(rw, sftp.WithServerWorkingDirectory(a.opts.Home))
 	if err != nil {
 		return err

@@ -216,6 +216,8 @@ const (
 	routePortShare    = "PUT /api/v1/workspaces/{id}/ports/{port}"
 	routePortForward  = "POST /api/v1/workspaces/{id}/ports/{port}/forward"
 	routeProgress     = "GET /api/v1/workspaces/{id}/progress"
+	routeSSH          = "GET /api/v1/workspaces/{id}/ssh"
+	routeSSHTunnel    = "GET /api/v1/workspaces/{id}/ssh/tunnel"
 	routeArchive      = "GET /api/v1/workspaces/{id}/archives/{archive}/home.tar.zst"
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
@@ -259,6 +261,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
 		routeProgress: s.getProgress,
 		routePorts:    s.listPorts, routePortShare: s.setPortShare, routePortForward: s.forwardPort,
+		routeSSH: s.getSSH, routeSSHTunnel: s.sshTunnel,
 		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeAdminDesired: s.adminSetDesired,

@@ -230,6 +230,12 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if sess.TokenID == "" {
+		// The watch that ends a forward with its credential checks API
+		// tokens; a forward is a program's, never a page's.
+		WriteError(w, newError(http.StatusForbidden, CodeForbidden, "a port forward needs an API token (codehub login)"))
+		return
+	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), PortForwardProtocol) {
 		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput,
 			Message: "a port forward asks for Upgrade: " + PortForwardProtocol})
@@ -281,6 +287,14 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request) {
 	if err := brw.Flush(); err != nil {
 		return
 	}
+	// A revoked token, a disabled user or a workspace that changed
+	// hands ends the forward, as it ends the proxy's long-lived
+	// connections.
+	release := s.proxy.HoldTunnel(r, sess.UserID, ws.ID, ws.Name, func(string) {
+		up.Close()
+		down.Close()
+	})
+	defer release()
 	s.activity.Mark(ws.ID)
 	splice(up, down, brw.Reader, func() { s.activity.Mark(ws.ID) })
 }

@@ -14,6 +14,9 @@ func TestMain(m *testing.M) {
 	if codehubBuild.dir != "" {
 		_ = os.RemoveAll(codehubBuild.dir)
 	}
+	if fakeServerBuild.dir != "" {
+		_ = os.RemoveAll(fakeServerBuild.dir)
+	}
 	oidctest.RemoveBuild()
 	os.Exit(code)
 }

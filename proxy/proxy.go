@@ -182,6 +182,8 @@ type target struct {
 	user string
 	// name is the workspace's name, which a branded workbench shows.
 	name string
+	// tunnel: a connection the API serves with an API token (HoldTunnel).
+	tunnel bool
 	// brand: the answer may be a workbench page, to be branded.
 	brand bool
 	// share is a port's stored share level.

@@ -173,6 +173,8 @@ type credentialGroup struct {
 	// authenticator.
 	probe  *http.Request
 	hostOf string
+	// tunnel: the credential is an API token (TokenAuthenticator).
+	tunnel bool
 	conns  map[*held]struct{}
 }
 
@@ -191,6 +193,10 @@ func (p *Proxy) hold(r *http.Request, t *target, end func(endReason)) *held {
 	}
 	cookies := p.credentialCookies(r.Header["Cookie"])
 	authorization := r.Header.Get("Authorization")
+	if t.tunnel {
+		// A tunnel is judged by its bearer token alone.
+		cookies, hostOf = "", "tunnel"
+	}
 	key := hostOf + "\n" + cookies + "\n" + authorization
 	h := &held{user: t.user, workspaceID: t.id, port: t.port, name: t.name, address: p.clientAddress(r), end: end}
 	w := &p.watch
@@ -205,7 +211,7 @@ func (p *Proxy) hold(r *http.Request, t *target, end func(endReason)) *held {
 		if authorization != "" {
 			probe.Header.Set("Authorization", authorization)
 		}
-		g = &credentialGroup{key: key, probe: probe, hostOf: hostOf, conns: map[*held]struct{}{}}
+		g = &credentialGroup{key: key, probe: probe, hostOf: hostOf, tunnel: t.tunnel, conns: map[*held]struct{}{}}
 		w.groups[key] = g
 	}
 	h.group = g
@@ -242,7 +248,7 @@ func (w *watch) snapshot() []heldGroup {
 		for h := range g.conns {
 			conns = append(conns, h)
 		}
-		groups = append(groups, heldGroup{probe: g.probe, hostOf: g.hostOf, conns: conns})
+		groups = append(groups, heldGroup{probe: g.probe, hostOf: g.hostOf, tunnel: g.tunnel, conns: conns})
 	}
 	return groups
 }
@@ -250,6 +256,7 @@ func (w *watch) snapshot() []heldGroup {
 type heldGroup struct {
 	probe  *http.Request
 	hostOf string
+	tunnel bool
 	conns  []*held
 }
 
@@ -364,6 +371,14 @@ func (p *Proxy) recheck(ctx context.Context) {
 func (p *Proxy) checkSession(ctx context.Context, g heldGroup) sessionCheck {
 	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)
 	defer cancel()
+	if g.tunnel {
+		ta, ok := p.auth.(TokenAuthenticator)
+		if !ok {
+			return sessionCheck{}
+		}
+		user, ok, err := ta.TokenUser(g.probe.WithContext(ctx))
+		return sessionCheck{user: user, ok: ok, err: err}
+	}
 	user, ok, err := p.auth.SessionUser(g.probe.WithContext(ctx), g.hostOf)
 	return sessionCheck{user: user, ok: ok, err: err}
 }

@@ -43,6 +43,8 @@ func commands() map[string]command {
 		}},
 		"agent":        {"the workspace agent (runs inside each workspace, started by its job)", runAgent},
 		"login":        {"log in to a CodeHub server for the ws commands", runLogin},
+		"ssh":          {"open a shell or run a command in a workspace over SSH, or carry SSH for ProxyCommand", runSSH},
+		"config-ssh":   {"write ~/.ssh/config entries for your workspaces (ssh codehub.NAME, IDEs)", runConfigSSH},
 		"logout":       {"revoke the stored token on its server and remove it", runLogout},
 		"port-forward": {"forward a local port to a port of one of your workspaces", runPortForward},
 		"ws":           {"work with your workspaces on a server: list, create, start, stop, open, logs, ...", runWs},
