@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if fakeServerBuild.dir != "" {
 		_ = os.RemoveAll(fakeServerBuild.dir)
 	}
+	if devServerBuild.dir != "" {
+		_ = os.RemoveAll(devServerBuild.dir)
+	}
 	oidctest.RemoveBuild()
 	os.Exit(code)
 }
