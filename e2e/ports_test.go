@@ -116,6 +116,45 @@ func open(t *testing.T, c *http.Client, address string) (int, string, string) {
 	return res.StatusCode, res.Request.URL.String(), string(b)
 }
 
+// shellIn runs commands in workspace ws over `codehub ssh` as the user
+// me. Servers it starts leave the session's streams, so the session ends,
+// and write their pid to a *.pid file in the home, where the test ends
+// them: a process that left its session outlives the workspace's stop.
+func shellIn(t *testing.T, srv *server, me *sshUser, ws apiWorkspace) func(command, stdin string) {
+	home := filepath.Join(srv.dataDir, "volumes", "ws-"+ws.ID+"-home")
+	t.Cleanup(func() {
+		files, _ := filepath.Glob(filepath.Join(home, "*.pid"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			var pid int
+			if err != nil {
+				continue
+			}
+			if _, err := fmt.Sscan(string(b), &pid); err != nil {
+				continue
+			}
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Kill()
+			}
+		}
+	})
+	return func(command, stdin string) {
+		t.Helper()
+		cmd := exec.Command(srv.bin, "ssh", ws.Name, command)
+		cmd.Env, cmd.Stdin = me.env, strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("codehub ssh %s %q: %v\n%s", ws.Name, command, err, out)
+		}
+	}
+}
+
+// portAddress is the address of a workspace's port on a server in
+// subdomain mode on localhost.
+func portAddress(srv *server, id string, port int) string {
+	u, _ := url.Parse(srv.url)
+	return fmt.Sprintf("http://%d--%s.localhost:%s/", port, id, u.Port())
+}
+
 // TestPorts runs real programs inside a workspace of `codehub server` with
 // the single-machine backend and reaches them by their port addresses, by
 // share level, over HTTP, WebSocket and server-sent events, and through
@@ -134,40 +173,15 @@ func TestPorts(t *testing.T) {
 	web := createRunning(t, admin, "web")
 	other := createRunning(t, admin, "other")
 	me := newSSHUser(t, srv, admin)
-	run := func(ws, command string, stdin string) {
-		t.Helper()
-		cmd := exec.Command(srv.bin, "ssh", ws, command)
-		cmd.Env, cmd.Stdin = me.env, strings.NewReader(stdin)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("codehub ssh %s %q: %v\n%s", ws, command, err, out)
-		}
-	}
+	run := shellIn(t, srv, me, web)
 	devPort, httpPort, echoPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	// Each server leaves the session's streams, so the session ends, and
-	// writes its pid to the home, where the test ends it: a process that
-	// left its session outlives the workspace's stop.
-	home := filepath.Join(srv.dataDir, "volumes", "ws-"+web.ID+"-home")
-	t.Cleanup(func() {
-		pids, _ := filepath.Glob(filepath.Join(home, "*.pid"))
-		for _, f := range pids {
-			var pid int
-			if b, err := os.ReadFile(f); err == nil && func() bool { _, err := fmt.Sscan(string(b), &pid); return err == nil }() {
-				if p, err := os.FindProcess(pid); err == nil {
-					_ = p.Kill()
-				}
-			}
-		}
-	})
-	run("web", fmt.Sprintf("nohup %s --bind-addr 127.0.0.1:%d </dev/null >/dev/null 2>&1 & echo $! > dev.pid", devServer(t), devPort), "")
-	run("web", "mkdir -p site && echo hello-from-python > site/index.html", "")
-	run("web", fmt.Sprintf("cd site; nohup %s -m http.server %d --bind 127.0.0.1 </dev/null >/dev/null 2>&1 & echo $! > ../http.pid", python, httpPort), "")
-	run("web", "cat > echo.py", echoScript)
-	run("web", fmt.Sprintf("nohup %s echo.py %d </dev/null >/dev/null 2>&1 & echo $! > echo.pid", python, echoPort), "")
+	run(fmt.Sprintf("nohup %s --bind-addr 127.0.0.1:%d </dev/null >/dev/null 2>&1 & echo $! > dev.pid", devServer(t), devPort), "")
+	run("mkdir -p site && echo hello-from-python > site/index.html", "")
+	run(fmt.Sprintf("cd site; nohup %s -m http.server %d --bind 127.0.0.1 </dev/null >/dev/null 2>&1 & echo $! > ../http.pid", python, httpPort), "")
+	run("cat > echo.py", echoScript)
+	run(fmt.Sprintf("nohup %s echo.py %d </dev/null >/dev/null 2>&1 & echo $! > echo.pid", python, echoPort), "")
 
-	portURL := func(id string, port int) string {
-		u, _ := url.Parse(srv.url)
-		return fmt.Sprintf("http://%d--%s.localhost:%s/", port, id, u.Port())
-	}
+	portURL := func(id string, port int) string { return portAddress(srv, id, port) }
 	owner, bob, anon := visitor(t, srv), visitor(t, srv), visitor(t, srv)
 	logInAs(t, srv, owner, "admin", adminPassword)
 	logInAs(t, srv, bob, "bob", bobPassword)
