@@ -49,6 +49,11 @@ install() {
 	if ! command -v zstd >/dev/null 2>&1; then
 		apt_install zstd
 	fi
+	# The port tests run python3's http.server and a TCP echo inside
+	# their workspaces, as a developer would.
+	if ! command -v python3 >/dev/null 2>&1; then
+		apt_install python3
+	fi
 	if [ ! -x "$bindir/versitygw" ]; then
 		log "installing versitygw $VERSITYGW_VERSION"
 		mkdir -p "$bindir"
