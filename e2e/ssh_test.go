@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/codehub-io/codehub/internal/testenv"
 )
@@ -304,6 +307,63 @@ func TestSSH(t *testing.T) {
 		_ = fwd.cmd.Process.Kill()
 	})
 
+	t.Run("ssh -R brings a laptop server into the workspace", func(t *testing.T) {
+		laptop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "from the laptop")
+		}))
+		defer laptop.Close()
+		remote := testenv.FreePort(t)
+		fwd := startSession(t, me.tool("ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("127.0.0.1:%d:%s", remote, strings.TrimPrefix(laptop.URL, "http://")), host))
+		defer func() { _ = fwd.cmd.Process.Kill() }()
+		get := fmt.Sprintf(`bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf "GET / HTTP/1.0\r\n\r\n" >&3 && cat <&3'`, remote)
+		var out []byte
+		waitFor(t, time.Minute, "the remote forward answers", func() bool {
+			out, _ = me.tool("ssh", host, get).CombinedOutput()
+			return strings.Contains(string(out), "from the laptop")
+		})
+	})
+
+	t.Run("codehub ssh: a terminal that resizes, and signals", func(t *testing.T) {
+		cmd := exec.Command(srv.bin, "ssh", "dev")
+		cmd.Env = append(me.env, "TERM=xterm")
+		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tty.Close()
+		screen := &syncBuffer{}
+		go func() { _, _ = io.Copy(screen, tty) }()
+		expect := func(what string) {
+			t.Helper()
+			waitFor(t, time.Minute, "the terminal shows "+what, func() bool { return strings.Contains(screen.String(), what) })
+		}
+		_, _ = io.WriteString(tty, "stty size; echo mark-$((40+2))\r")
+		expect("30 100")
+		expect("mark-42")
+		if err := pty.Setsize(tty, &pty.Winsize{Rows: 41, Cols: 121}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(tty, "stty size\r")
+		expect("41 121")
+		_, _ = io.WriteString(tty, "exit 6\r")
+		if code := exitCode(cmd.Wait()); code != 6 {
+			t.Fatalf("codehub ssh with a terminal: status %d; screen:\n%s", code, screen.String())
+		}
+
+		sig := exec.Command(srv.bin, "ssh", "dev", `trap "echo got-int; exit 9" INT; touch sig-ready; while :; do sleep 0.2; done`)
+		sig.Env = me.env
+		out := &syncBuffer{}
+		sig.Stdout, sig.Stderr = out, out
+		if err := sig.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Minute, "the command runs", func() bool { return me.tool("ssh", host, "test -e sig-ready").Run() == nil })
+		_ = sig.Process.Signal(os.Interrupt)
+		if code := exitCode(sig.Wait()); code != 9 || !strings.Contains(out.String(), "got-int") {
+			t.Fatalf("codehub ssh after SIGINT: status %d: %s", code, out.String())
+		}
+	})
+
 	t.Run("ssh -A lends the laptop's key", func(t *testing.T) {
 		dir := t.TempDir()
 		key := filepath.Join(dir, "id_ed25519")
@@ -382,11 +442,10 @@ func TestSSH(t *testing.T) {
 	t.Run("revoking the token closes an open session", func(t *testing.T) {
 		second := newSSHUser(t, srv, admin)
 		second.configSSH(t)
-		s := startSession(t, second.tool("ssh", host, "sleep 600"))
-		// The session is up once the workspace runs the sleep.
+		s := startSession(t, second.tool("ssh", host, "touch revoke-started; sleep 600"))
+		// The session is up once the workspace runs its command.
 		waitFor(t, time.Minute, "the session runs its command", func() bool {
-			out, _ := me.tool("ssh", host, "pgrep -f 'sleep 600'").CombinedOutput()
-			return strings.TrimSpace(string(out)) != ""
+			return me.tool("ssh", host, "test -e revoke-started").Run() == nil
 		})
 		if code := admin.do("DELETE", "/api/v1/tokens/"+second.tokenID, nil, nil); code != http.StatusNoContent {
 			t.Fatalf("revoke: %d", code)
@@ -441,10 +500,9 @@ func TestSSH(t *testing.T) {
 		createRunning(t, carolAPI, "carols")
 		c := newSSHUser(t, srv, carolAPI)
 		c.configSSH(t)
-		s := startSession(t, c.tool("ssh", "codehub.carols", "sleep 700"))
+		s := startSession(t, c.tool("ssh", "codehub.carols", "touch disable-started; sleep 700"))
 		waitFor(t, time.Minute, "carol's session runs its command", func() bool {
-			out, _ := c.tool("ssh", "codehub.carols", "pgrep -f 'sleep 700'").CombinedOutput()
-			return strings.TrimSpace(string(out)) != ""
+			return c.tool("ssh", "codehub.carols", "test -e disable-started").Run() == nil
 		})
 		if code := admin.do("PATCH", "/api/v1/admin/users/"+carol.ID, map[string]any{"disabled": true}, nil); code != http.StatusOK {
 			t.Fatalf("disable carol: %d", code)
