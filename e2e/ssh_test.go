@@ -230,168 +230,7 @@ func TestSSH(t *testing.T) {
 		}
 	})
 
-	t.Run("shell and command exit status", func(t *testing.T) {
-		out, err := me.tool("ssh", host, `echo "in $HOME"; exit 3`).CombinedOutput()
-		if code := exitCode(err); code != 3 || !strings.Contains(string(out), "in /home/dev") {
-			t.Fatalf("ssh command: status %d (%v): %s", code, err, out)
-		}
-		// A shell reads its commands from stdin without a terminal.
-		cmd := me.tool("ssh", "-T", host)
-		cmd.Stdin = strings.NewReader("echo from-shell\nexit 5\n")
-		out, err = cmd.CombinedOutput()
-		if code := exitCode(err); code != 5 || !strings.Contains(string(out), "from-shell") {
-			t.Fatalf("ssh shell: status %d (%v): %s", code, err, out)
-		}
-		// A terminal reports its size.
-		out, err = me.tool("ssh", "-tt", host, "stty size").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), " ") {
-			t.Fatalf("ssh -tt stty size: %v: %q", err, out)
-		}
-		// The CLI's own client, with the command's status.
-		got, err := me.codehub("ssh", "dev", "echo", "via-cli;", "exit", "4")
-		if code := exitCode(err); code != 4 || !strings.Contains(got, "via-cli") {
-			t.Fatalf("codehub ssh: status %d (%v): %s", code, err, got)
-		}
-	})
-
-	t.Run("scp sftp and rsync round trips", func(t *testing.T) {
-		dir := t.TempDir()
-		src := filepath.Join(dir, "blob")
-		writeRandom(t, src, 5<<20+123)
-		me.run(t, "scp", src, host+":blob")
-		back := filepath.Join(dir, "blob.scp")
-		me.run(t, "scp", host+":blob", back)
-		sameFile(t, src, back)
-
-		batch := filepath.Join(dir, "batch")
-		sftpBack := filepath.Join(dir, "blob.sftp")
-		if err := os.WriteFile(batch, []byte(fmt.Sprintf("put %s sftp-blob\nget sftp-blob %s\n", src, sftpBack)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		me.run(t, "sftp", "-b", batch, host)
-		sameFile(t, src, sftpBack)
-
-		tree := filepath.Join(dir, "tree")
-		if err := os.MkdirAll(filepath.Join(tree, "sub"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		writeRandom(t, filepath.Join(tree, "a"), 100<<10)
-		writeRandom(t, filepath.Join(tree, "sub", "b"), 1<<20)
-		rsh := "ssh -F " + me.config + " -o BatchMode=yes"
-		me.run(t, "rsync", "-a", "-e", rsh, tree+"/", host+":tree/")
-		got := filepath.Join(dir, "got")
-		me.run(t, "rsync", "-a", "-e", rsh, host+":tree/", got+"/")
-		sameFile(t, filepath.Join(tree, "a"), filepath.Join(got, "a"))
-		sameFile(t, filepath.Join(tree, "sub", "b"), filepath.Join(got, "sub", "b"))
-	})
-
-	t.Run("ssh -L reaches a server in the workspace", func(t *testing.T) {
-		remote := testenv.FreePort(t)
-		me.run(t, "ssh", host, fmt.Sprintf("nohup %s --listen 127.0.0.1:%d >/dev/null 2>&1 &", fakeServer(t), remote))
-		local := testenv.FreePort(t)
-		fwd := startSession(t, me.tool("ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:127.0.0.1:%d", local, remote), host))
-		var body string
-		waitFor(t, time.Minute, "the forwarded port answers", func() bool {
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/home", local))
-			if err != nil {
-				return false
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			body = string(b)
-			return resp.StatusCode == http.StatusOK
-		})
-		if body != "/home/dev" {
-			t.Fatalf("the server in the workspace says its home is %q", body)
-		}
-		_ = fwd.cmd.Process.Kill()
-	})
-
-	t.Run("ssh -R brings a laptop server into the workspace", func(t *testing.T) {
-		laptop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = io.WriteString(w, "from the laptop")
-		}))
-		defer laptop.Close()
-		remote := testenv.FreePort(t)
-		fwd := startSession(t, me.tool("ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("127.0.0.1:%d:%s", remote, strings.TrimPrefix(laptop.URL, "http://")), host))
-		defer func() { _ = fwd.cmd.Process.Kill() }()
-		get := fmt.Sprintf(`bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf "GET / HTTP/1.0\r\n\r\n" >&3 && cat <&3'`, remote)
-		var out []byte
-		waitFor(t, time.Minute, "the remote forward answers", func() bool {
-			out, _ = me.tool("ssh", host, get).CombinedOutput()
-			return strings.Contains(string(out), "from the laptop")
-		})
-	})
-
-	t.Run("codehub ssh: a terminal that resizes, and signals", func(t *testing.T) {
-		cmd := exec.Command(srv.bin, "ssh", "dev")
-		cmd.Env = append(me.env, "TERM=xterm")
-		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tty.Close()
-		screen := &syncBuffer{}
-		go func() { _, _ = io.Copy(screen, tty) }()
-		expect := func(what string) {
-			t.Helper()
-			waitFor(t, time.Minute, "the terminal shows "+what, func() bool { return strings.Contains(screen.String(), what) })
-		}
-		_, _ = io.WriteString(tty, "stty size; echo mark-$((40+2))\r")
-		expect("30 100")
-		expect("mark-42")
-		if err := pty.Setsize(tty, &pty.Winsize{Rows: 41, Cols: 121}); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.WriteString(tty, "stty size\r")
-		expect("41 121")
-		_, _ = io.WriteString(tty, "exit 6\r")
-		if code := exitCode(cmd.Wait()); code != 6 {
-			t.Fatalf("codehub ssh with a terminal: status %d; screen:\n%s", code, screen.String())
-		}
-
-		sig := exec.Command(srv.bin, "ssh", "dev", `trap "echo got-int; exit 9" INT; touch sig-ready; while :; do sleep 0.2; done`)
-		sig.Env = me.env
-		out := &syncBuffer{}
-		sig.Stdout, sig.Stderr = out, out
-		if err := sig.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, time.Minute, "the command runs", func() bool { return me.tool("ssh", host, "test -e sig-ready").Run() == nil })
-		_ = sig.Process.Signal(os.Interrupt)
-		if code := exitCode(sig.Wait()); code != 9 || !strings.Contains(out.String(), "got-int") {
-			t.Fatalf("codehub ssh after SIGINT: status %d: %s", code, out.String())
-		}
-	})
-
-	t.Run("ssh -A lends the laptop's key", func(t *testing.T) {
-		dir := t.TempDir()
-		key := filepath.Join(dir, "id_ed25519")
-		me.run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "laptop-key", "-f", key)
-		sock := filepath.Join(dir, "agent.sock")
-		agent := me.tool("ssh-agent", "-D", "-a", sock)
-		if err := agent.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = agent.Process.Kill(); _ = agent.Wait() }()
-		waitFor(t, 30*time.Second, "ssh-agent listens", func() bool { _, err := os.Stat(sock); return err == nil })
-		add := me.tool("ssh-add", key)
-		add.Env = append(add.Env, "SSH_AUTH_SOCK="+sock)
-		if out, err := add.CombinedOutput(); err != nil {
-			t.Fatalf("ssh-add: %v: %s", err, out)
-		}
-		list := me.tool("ssh", "-A", host, "ssh-add -L")
-		list.Env = append(list.Env, "SSH_AUTH_SOCK="+sock)
-		out, err := list.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "laptop-key") {
-			t.Fatalf("ssh -A: ssh-add -L in the workspace: %v: %s", err, out)
-		}
-		// Without -A the workspace holds no key of the laptop.
-		out, _ = me.tool("ssh", host, "ssh-add -L").CombinedOutput()
-		if strings.Contains(string(out), "laptop-key") {
-			t.Fatalf("the key is lent without -A: %s", out)
-		}
-	})
+	sshBasics(t, srv, me, "dev", "/home/dev")
 
 	t.Run("others are refused", func(t *testing.T) {
 		var bob struct {
@@ -461,6 +300,209 @@ func TestSSH(t *testing.T) {
 		}
 	})
 
+	sshWake(t, admin, me, host, ws.ID)
+
+	t.Run("a disabled user's session closes", func(t *testing.T) {
+		var carol struct {
+			ID string `json:"id"`
+		}
+		if code := admin.do("POST", "/api/v1/admin/users", map[string]any{"username": "carol", "password": "carol-password-1"}, &carol); code != http.StatusCreated {
+			t.Fatalf("create carol: %d", code)
+		}
+		carolAPI := loginAs(t, srv, "carol", "carol-password-1")
+		createRunning(t, carolAPI, "carols")
+		c := newSSHUser(t, srv, carolAPI)
+		c.configSSH(t)
+		s := startSession(t, c.tool("ssh", "codehub.carols", "touch disable-started; sleep 700"))
+		waitFor(t, time.Minute, "carol's session runs its command", func() bool {
+			return c.tool("ssh", "codehub.carols", "test -e disable-started").Run() == nil
+		})
+		if code := admin.do("PATCH", "/api/v1/admin/users/"+carol.ID, map[string]any{"disabled": true}, nil); code != http.StatusOK {
+			t.Fatalf("disable carol: %d", code)
+		}
+		if err := s.waitEnd(t, time.Minute, "after disabling the user"); err == nil {
+			t.Fatal("ssh ended with status 0 after its user was disabled")
+		}
+		if out, err := c.tool("ssh", "codehub.carols", "true").CombinedOutput(); err == nil {
+			t.Fatalf("a disabled user opens a new session: %s", out)
+		}
+	})
+}
+
+// sshBasics: a command's exit status and a shell, scp, sftp and rsync
+// round trips, both port forwardings, a terminal that resizes, signals
+// and agent forwarding, in workspace name whose home is home.
+func sshBasics(t *testing.T, srv *server, me *sshUser, name, home string) {
+	host := "codehub." + name
+	t.Run("shell and command exit status", func(t *testing.T) {
+		out, err := me.tool("ssh", host, `echo "in $HOME"; exit 3`).CombinedOutput()
+		if code := exitCode(err); code != 3 || !strings.Contains(string(out), "in "+home) {
+			t.Fatalf("ssh command: status %d (%v): %s", code, err, out)
+		}
+		// A shell reads its commands from stdin without a terminal.
+		cmd := me.tool("ssh", "-T", host)
+		cmd.Stdin = strings.NewReader("echo from-shell\nexit 5\n")
+		out, err = cmd.CombinedOutput()
+		if code := exitCode(err); code != 5 || !strings.Contains(string(out), "from-shell") {
+			t.Fatalf("ssh shell: status %d (%v): %s", code, err, out)
+		}
+		// A terminal reports its size.
+		out, err = me.tool("ssh", "-tt", host, "stty size").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), " ") {
+			t.Fatalf("ssh -tt stty size: %v: %q", err, out)
+		}
+		// The CLI's own client, with the command's status.
+		got, err := me.codehub("ssh", name, "echo", "via-cli;", "exit", "4")
+		if code := exitCode(err); code != 4 || !strings.Contains(got, "via-cli") {
+			t.Fatalf("codehub ssh: status %d (%v): %s", code, err, got)
+		}
+	})
+
+	t.Run("scp sftp and rsync round trips", func(t *testing.T) {
+		dir := t.TempDir()
+		src := filepath.Join(dir, "blob")
+		writeRandom(t, src, 5<<20+123)
+		me.run(t, "scp", src, host+":blob")
+		back := filepath.Join(dir, "blob.scp")
+		me.run(t, "scp", host+":blob", back)
+		sameFile(t, src, back)
+
+		batch := filepath.Join(dir, "batch")
+		sftpBack := filepath.Join(dir, "blob.sftp")
+		if err := os.WriteFile(batch, []byte(fmt.Sprintf("put %s sftp-blob\nget sftp-blob %s\n", src, sftpBack)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		me.run(t, "sftp", "-b", batch, host)
+		sameFile(t, src, sftpBack)
+
+		tree := filepath.Join(dir, "tree")
+		if err := os.MkdirAll(filepath.Join(tree, "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		writeRandom(t, filepath.Join(tree, "a"), 100<<10)
+		writeRandom(t, filepath.Join(tree, "sub", "b"), 1<<20)
+		rsh := "ssh -F " + me.config + " -o BatchMode=yes"
+		me.run(t, "rsync", "-a", "-e", rsh, tree+"/", host+":tree/")
+		got := filepath.Join(dir, "got")
+		me.run(t, "rsync", "-a", "-e", rsh, host+":tree/", got+"/")
+		sameFile(t, filepath.Join(tree, "a"), filepath.Join(got, "a"))
+		sameFile(t, filepath.Join(tree, "sub", "b"), filepath.Join(got, "sub", "b"))
+	})
+
+	t.Run("ssh -L reaches a server in the workspace", func(t *testing.T) {
+		remote := testenv.FreePort(t)
+		me.run(t, "ssh", host, fmt.Sprintf("nohup %s --listen 127.0.0.1:%d >/dev/null 2>&1 &", fakeServer(t), remote))
+		local := testenv.FreePort(t)
+		fwd := startSession(t, me.tool("ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:127.0.0.1:%d", local, remote), host))
+		var body string
+		waitFor(t, time.Minute, "the forwarded port answers", func() bool {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/home", local))
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			return resp.StatusCode == http.StatusOK
+		})
+		if body != home {
+			t.Fatalf("the server in the workspace says its home is %q", body)
+		}
+		_ = fwd.cmd.Process.Kill()
+	})
+
+	t.Run("ssh -R brings a laptop server into the workspace", func(t *testing.T) {
+		laptop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "from the laptop")
+		}))
+		defer laptop.Close()
+		remote := testenv.FreePort(t)
+		fwd := startSession(t, me.tool("ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("127.0.0.1:%d:%s", remote, strings.TrimPrefix(laptop.URL, "http://")), host))
+		defer func() { _ = fwd.cmd.Process.Kill() }()
+		get := fmt.Sprintf(`bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf "GET / HTTP/1.0\r\n\r\n" >&3 && cat <&3'`, remote)
+		var out []byte
+		waitFor(t, time.Minute, "the remote forward answers", func() bool {
+			out, _ = me.tool("ssh", host, get).CombinedOutput()
+			return strings.Contains(string(out), "from the laptop")
+		})
+	})
+
+	t.Run("codehub ssh: a terminal that resizes, and signals", func(t *testing.T) {
+		cmd := exec.Command(srv.bin, "ssh", name)
+		cmd.Env = append(me.env, "TERM=xterm")
+		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tty.Close()
+		screen := &syncBuffer{}
+		go func() { _, _ = io.Copy(screen, tty) }()
+		expect := func(what string) {
+			t.Helper()
+			waitFor(t, time.Minute, "the terminal shows "+what, func() bool { return strings.Contains(screen.String(), what) })
+		}
+		_, _ = io.WriteString(tty, "stty size; echo mark-$((40+2))\r")
+		expect("30 100")
+		expect("mark-42")
+		if err := pty.Setsize(tty, &pty.Winsize{Rows: 41, Cols: 121}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(tty, "stty size\r")
+		expect("41 121")
+		_, _ = io.WriteString(tty, "exit 6\r")
+		if code := exitCode(cmd.Wait()); code != 6 {
+			t.Fatalf("codehub ssh with a terminal: status %d; screen:\n%s", code, screen.String())
+		}
+
+		sig := exec.Command(srv.bin, "ssh", name, `trap "echo got-int; exit 9" INT; touch sig-ready; while :; do sleep 0.2; done`)
+		sig.Env = me.env
+		out := &syncBuffer{}
+		sig.Stdout, sig.Stderr = out, out
+		if err := sig.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Minute, "the command runs", func() bool { return me.tool("ssh", host, "test -e sig-ready").Run() == nil })
+		_ = sig.Process.Signal(os.Interrupt)
+		if code := exitCode(sig.Wait()); code != 9 || !strings.Contains(out.String(), "got-int") {
+			t.Fatalf("codehub ssh after SIGINT: status %d: %s", code, out.String())
+		}
+	})
+
+	t.Run("ssh -A lends the laptop's key", func(t *testing.T) {
+		dir := t.TempDir()
+		key := filepath.Join(dir, "id_ed25519")
+		me.run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "laptop-key", "-f", key)
+		sock := filepath.Join(dir, "agent.sock")
+		agent := me.tool("ssh-agent", "-D", "-a", sock)
+		if err := agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = agent.Process.Kill(); _ = agent.Wait() }()
+		waitFor(t, 30*time.Second, "ssh-agent listens", func() bool { _, err := os.Stat(sock); return err == nil })
+		add := me.tool("ssh-add", key)
+		add.Env = append(add.Env, "SSH_AUTH_SOCK="+sock)
+		if out, err := add.CombinedOutput(); err != nil {
+			t.Fatalf("ssh-add: %v: %s", err, out)
+		}
+		list := me.tool("ssh", "-A", host, "ssh-add -L")
+		list.Env = append(list.Env, "SSH_AUTH_SOCK="+sock)
+		out, err := list.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "laptop-key") {
+			t.Fatalf("ssh -A: ssh-add -L in the workspace: %v: %s", err, out)
+		}
+		// Without -A the workspace holds no key of the laptop.
+		out, _ = me.tool("ssh", host, "ssh-add -L").CombinedOutput()
+		if strings.Contains(string(out), "laptop-key") {
+			t.Fatalf("the key is lent without -A: %s", out)
+		}
+	})
+
+}
+
+// sshWake: an SSH connection wakes a stopped workspace and restores an
+// archived one, showing progress, with the host key pinned before.
+func sshWake(t *testing.T, admin *apiClient, me *sshUser, host, id string) {
+	ws := apiWorkspace{ID: id}
 	t.Run("a stopped workspace wakes and an archived one is restored, with the same host key", func(t *testing.T) {
 		me.run(t, "ssh", host, "echo kept > kept.txt")
 		admin.setDesired(ws.ID, "STANDBY")
@@ -489,31 +531,6 @@ func TestSSH(t *testing.T) {
 		}
 	})
 
-	t.Run("a disabled user's session closes", func(t *testing.T) {
-		var carol struct {
-			ID string `json:"id"`
-		}
-		if code := admin.do("POST", "/api/v1/admin/users", map[string]any{"username": "carol", "password": "carol-password-1"}, &carol); code != http.StatusCreated {
-			t.Fatalf("create carol: %d", code)
-		}
-		carolAPI := loginAs(t, srv, "carol", "carol-password-1")
-		createRunning(t, carolAPI, "carols")
-		c := newSSHUser(t, srv, carolAPI)
-		c.configSSH(t)
-		s := startSession(t, c.tool("ssh", "codehub.carols", "touch disable-started; sleep 700"))
-		waitFor(t, time.Minute, "carol's session runs its command", func() bool {
-			return c.tool("ssh", "codehub.carols", "test -e disable-started").Run() == nil
-		})
-		if code := admin.do("PATCH", "/api/v1/admin/users/"+carol.ID, map[string]any{"disabled": true}, nil); code != http.StatusOK {
-			t.Fatalf("disable carol: %d", code)
-		}
-		if err := s.waitEnd(t, time.Minute, "after disabling the user"); err == nil {
-			t.Fatal("ssh ended with status 0 after its user was disabled")
-		}
-		if out, err := c.tool("ssh", "codehub.carols", "true").CombinedOutput(); err == nil {
-			t.Fatalf("a disabled user opens a new session: %s", out)
-		}
-	})
 }
 
 // loginAs is an API client holding a session of username.
