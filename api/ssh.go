@@ -160,18 +160,19 @@ func (t *tunnel) run(r *http.Request) {
 	if err := t.send(ctx, TunnelMessage{Ready: true}); err != nil {
 		return
 	}
-	agentEnded := t.bridge(ctx, conn)
-	if ctx.Err() != nil || !agentEnded {
+	t.bridge(ctx, conn, func(agentEnded bool) {
+		if ctx.Err() != nil || !agentEnded {
+			t.close(websocket.StatusNormalClosure, "")
+			return
+		}
+		// The workspace's side ended: say why when the workspace is going.
+		ws, err := t.s.workspaces.Get(context.WithoutCancel(ctx), t.ws.ID)
+		if err == nil && (ws.DesiredState != workspace.DesiredRunning || ws.Phase != workspace.PhaseRunning || ws.Operation != workspace.OpNone) {
+			t.close(TunnelClosedWorkspace, "codehub: "+endedWords(ws))
+			return
+		}
 		t.close(websocket.StatusNormalClosure, "")
-		return
-	}
-	// The workspace's side ended: say why when the workspace is going.
-	ws, err := t.s.workspaces.Get(context.WithoutCancel(ctx), t.ws.ID)
-	if err == nil && (ws.DesiredState != workspace.DesiredRunning || ws.Phase != workspace.PhaseRunning || ws.Operation != workspace.OpNone) {
-		t.close(TunnelClosedWorkspace, "codehub: "+endedWords(ws))
-		return
-	}
-	t.close(websocket.StatusNormalClosure, "")
+	})
 }
 
 // endedWords says why a workspace's SSH connection ended.
@@ -345,28 +346,30 @@ func (t *tunnel) progressWords(ctx context.Context, ws workspace.Workspace, word
 }
 
 // bridge carries the SSH stream both ways until either side ends, and
-// counts the person's activity the agent reports meanwhile. It reports
-// whether the workspace's side ended first.
-func (t *tunnel) bridge(ctx context.Context, conn net.Conn) bool {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// counts the person's activity the agent reports meanwhile. Then end is
+// told whether the workspace's side ended first, and closes the
+// WebSocket, which ends the other direction.
+func (t *tunnel) bridge(ctx context.Context, conn net.Conn, end func(agentEnded bool)) {
 	ws := websocket.NetConn(ctx, t.c, websocket.MessageBinary)
-	var once sync.Once
-	agentEnded := false
-	done := func(fromAgent bool) {
-		once.Do(func() {
-			agentEnded = fromAgent
-			cancel()
-			conn.Close()
-		})
+	actx, stopCounting := context.WithCancel(ctx)
+	counted := make(chan struct{})
+	go func() { defer close(counted); t.countActivity(actx) }()
+	defer func() { stopCounting(); <-counted }()
+
+	fromClient := make(chan struct{})
+	fromAgent := make(chan struct{})
+	go func() { defer close(fromClient); _, _ = io.Copy(conn, ws) }()
+	go func() { defer close(fromAgent); _, _ = io.Copy(ws, conn) }()
+	select {
+	case <-fromClient:
+		conn.Close()
+		end(false)
+	case <-fromAgent:
+		end(true)
 	}
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); _, _ = io.Copy(conn, ws); done(false) }()
-	go func() { defer wg.Done(); _, _ = io.Copy(ws, conn); done(true) }()
-	go func() { defer wg.Done(); t.countActivity(ctx) }()
-	wg.Wait()
-	return agentEnded
+	conn.Close()
+	<-fromClient
+	<-fromAgent
 }
 
 // countActivity marks the workspace in use whenever its agent reports the

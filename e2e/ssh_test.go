@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/codehub-io/codehub/internal/testenv"
 )
@@ -227,9 +230,113 @@ func TestSSH(t *testing.T) {
 		}
 	})
 
+	sshBasics(t, srv, me, "dev", "/home/dev")
+
+	t.Run("others are refused", func(t *testing.T) {
+		var bob struct {
+			ID string `json:"id"`
+		}
+		if code := admin.do("POST", "/api/v1/admin/users", map[string]any{"username": "bob", "password": "bob-password-1"}, &bob); code != http.StatusCreated {
+			t.Fatalf("create bob: %d", code)
+		}
+		bobAPI := loginAs(t, srv, "bob", "bob-password-1")
+		other := newSSHUser(t, srv, bobAPI)
+		out, err := other.codehub("ssh", "--stdio", ws.ID)
+		if err == nil || !strings.Contains(out, "another user") {
+			t.Fatalf("bob reaches admin's workspace: %v: %s", err, out)
+		}
+		for name, auth := range map[string]string{"anonymous": "", "a wrong token": "Bearer chp_wrong"} {
+			req, _ := http.NewRequest("GET", srv.url+"/api/v1/workspaces/"+ws.ID+"/ssh/tunnel", nil)
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "websocket")
+			req.Header.Set("Sec-WebSocket-Version", "13")
+			req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("%s opens the tunnel: %d", name, resp.StatusCode)
+			}
+		}
+		// The dashboard's session cookie is no API token.
+		req, _ := http.NewRequest("GET", srv.url+"/api/v1/workspaces/"+ws.ID+"/ssh/tunnel", nil)
+		for _, c := range admin.http.Jar.Cookies(req.URL) {
+			req.AddCookie(c)
+		}
+		resp, err := admin.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a session cookie opens the tunnel: %d", resp.StatusCode)
+		}
+	})
+
+	t.Run("revoking the token closes an open session", func(t *testing.T) {
+		second := newSSHUser(t, srv, admin)
+		second.configSSH(t)
+		s := startSession(t, second.tool("ssh", host, "touch revoke-started; sleep 600"))
+		// The session is up once the workspace runs its command.
+		waitFor(t, time.Minute, "the session runs its command", func() bool {
+			return me.tool("ssh", host, "test -e revoke-started").Run() == nil
+		})
+		if code := admin.do("DELETE", "/api/v1/tokens/"+second.tokenID, nil, nil); code != http.StatusNoContent {
+			t.Fatalf("revoke: %d", code)
+		}
+		if err := s.waitEnd(t, time.Minute, "after revocation"); err == nil {
+			t.Fatal("ssh ended with status 0 after its token was revoked")
+		}
+		if !strings.Contains(s.stderr.String(), "session ended") {
+			t.Fatalf("ssh's stderr does not say why: %s", s.stderr.String())
+		}
+		if out, err := second.tool("ssh", host, "true").CombinedOutput(); err == nil {
+			t.Fatalf("a revoked token opens a new session: %s", out)
+		}
+	})
+
+	sshWake(t, admin, me, host, ws.ID)
+
+	t.Run("a disabled user's session closes", func(t *testing.T) {
+		var carol struct {
+			ID string `json:"id"`
+		}
+		if code := admin.do("POST", "/api/v1/admin/users", map[string]any{"username": "carol", "password": "carol-password-1"}, &carol); code != http.StatusCreated {
+			t.Fatalf("create carol: %d", code)
+		}
+		carolAPI := loginAs(t, srv, "carol", "carol-password-1")
+		createRunning(t, carolAPI, "carols")
+		c := newSSHUser(t, srv, carolAPI)
+		c.configSSH(t)
+		s := startSession(t, c.tool("ssh", "codehub.carols", "touch disable-started; sleep 700"))
+		waitFor(t, time.Minute, "carol's session runs its command", func() bool {
+			return c.tool("ssh", "codehub.carols", "test -e disable-started").Run() == nil
+		})
+		if code := admin.do("PATCH", "/api/v1/admin/users/"+carol.ID, map[string]any{"disabled": true}, nil); code != http.StatusOK {
+			t.Fatalf("disable carol: %d", code)
+		}
+		if err := s.waitEnd(t, time.Minute, "after disabling the user"); err == nil {
+			t.Fatal("ssh ended with status 0 after its user was disabled")
+		}
+		if out, err := c.tool("ssh", "codehub.carols", "true").CombinedOutput(); err == nil {
+			t.Fatalf("a disabled user opens a new session: %s", out)
+		}
+	})
+}
+
+// sshBasics: a command's exit status and a shell, scp, sftp and rsync
+// round trips, both port forwardings, a terminal that resizes, signals
+// and agent forwarding, in workspace name whose home is home.
+func sshBasics(t *testing.T, srv *server, me *sshUser, name, home string) {
+	host := "codehub." + name
 	t.Run("shell and command exit status", func(t *testing.T) {
 		out, err := me.tool("ssh", host, `echo "in $HOME"; exit 3`).CombinedOutput()
-		if code := exitCode(err); code != 3 || !strings.Contains(string(out), "in /home/dev") {
+		if code := exitCode(err); code != 3 || !strings.Contains(string(out), "in "+home) {
 			t.Fatalf("ssh command: status %d (%v): %s", code, err, out)
 		}
 		// A shell reads its commands from stdin without a terminal.
@@ -245,7 +352,7 @@ func TestSSH(t *testing.T) {
 			t.Fatalf("ssh -tt stty size: %v: %q", err, out)
 		}
 		// The CLI's own client, with the command's status.
-		got, err := me.codehub("ssh", "dev", "echo", "via-cli;", "exit", "4")
+		got, err := me.codehub("ssh", name, "echo", "via-cli;", "exit", "4")
 		if code := exitCode(err); code != 4 || !strings.Contains(got, "via-cli") {
 			t.Fatalf("codehub ssh: status %d (%v): %s", code, err, got)
 		}
@@ -298,10 +405,67 @@ func TestSSH(t *testing.T) {
 			body = string(b)
 			return resp.StatusCode == http.StatusOK
 		})
-		if body != "/home/dev" {
+		if body != home {
 			t.Fatalf("the server in the workspace says its home is %q", body)
 		}
 		_ = fwd.cmd.Process.Kill()
+	})
+
+	t.Run("ssh -R brings a laptop server into the workspace", func(t *testing.T) {
+		laptop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "from the laptop")
+		}))
+		defer laptop.Close()
+		remote := testenv.FreePort(t)
+		fwd := startSession(t, me.tool("ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("127.0.0.1:%d:%s", remote, strings.TrimPrefix(laptop.URL, "http://")), host))
+		defer func() { _ = fwd.cmd.Process.Kill() }()
+		get := fmt.Sprintf(`bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf "GET / HTTP/1.0\r\n\r\n" >&3 && cat <&3'`, remote)
+		var out []byte
+		waitFor(t, time.Minute, "the remote forward answers", func() bool {
+			out, _ = me.tool("ssh", host, get).CombinedOutput()
+			return strings.Contains(string(out), "from the laptop")
+		})
+	})
+
+	t.Run("codehub ssh: a terminal that resizes, and signals", func(t *testing.T) {
+		cmd := exec.Command(srv.bin, "ssh", name)
+		cmd.Env = append(me.env, "TERM=xterm")
+		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tty.Close()
+		screen := &syncBuffer{}
+		go func() { _, _ = io.Copy(screen, tty) }()
+		expect := func(what string) {
+			t.Helper()
+			waitFor(t, time.Minute, "the terminal shows "+what, func() bool { return strings.Contains(screen.String(), what) })
+		}
+		_, _ = io.WriteString(tty, "stty size; echo mark-$((40+2))\r")
+		expect("30 100")
+		expect("mark-42")
+		if err := pty.Setsize(tty, &pty.Winsize{Rows: 41, Cols: 121}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(tty, "stty size\r")
+		expect("41 121")
+		_, _ = io.WriteString(tty, "exit 6\r")
+		if code := exitCode(cmd.Wait()); code != 6 {
+			t.Fatalf("codehub ssh with a terminal: status %d; screen:\n%s", code, screen.String())
+		}
+
+		sig := exec.Command(srv.bin, "ssh", name, `trap "echo got-int; exit 9" INT; touch sig-ready; while :; do sleep 0.2; done`)
+		sig.Env = me.env
+		out := &syncBuffer{}
+		sig.Stdout, sig.Stderr = out, out
+		if err := sig.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Minute, "the command runs", func() bool { return me.tool("ssh", host, "test -e sig-ready").Run() == nil })
+		_ = sig.Process.Signal(os.Interrupt)
+		if code := exitCode(sig.Wait()); code != 9 || !strings.Contains(out.String(), "got-int") {
+			t.Fatalf("codehub ssh after SIGINT: status %d: %s", code, out.String())
+		}
 	})
 
 	t.Run("ssh -A lends the laptop's key", func(t *testing.T) {
@@ -333,75 +497,12 @@ func TestSSH(t *testing.T) {
 		}
 	})
 
-	t.Run("others are refused", func(t *testing.T) {
-		var bob struct {
-			ID string `json:"id"`
-		}
-		if code := admin.do("POST", "/api/v1/admin/users", map[string]any{"username": "bob", "password": "bob-password-1"}, &bob); code != http.StatusCreated {
-			t.Fatalf("create bob: %d", code)
-		}
-		bobAPI := loginAs(t, srv, "bob", "bob-password-1")
-		other := newSSHUser(t, srv, bobAPI)
-		out, err := other.codehub("ssh", "--stdio", ws.ID)
-		if err == nil || !strings.Contains(out, "another user") {
-			t.Fatalf("bob reaches admin's workspace: %v: %s", err, out)
-		}
-		for name, auth := range map[string]string{"anonymous": "", "a wrong token": "Bearer chp_wrong"} {
-			req, _ := http.NewRequest("GET", srv.url+"/api/v1/workspaces/"+ws.ID+"/ssh/tunnel", nil)
-			req.Header.Set("Connection", "Upgrade")
-			req.Header.Set("Upgrade", "websocket")
-			req.Header.Set("Sec-WebSocket-Version", "13")
-			req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
-			if auth != "" {
-				req.Header.Set("Authorization", auth)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusUnauthorized {
-				t.Fatalf("%s opens the tunnel: %d", name, resp.StatusCode)
-			}
-		}
-		// The dashboard's session cookie is no API token.
-		req, _ := http.NewRequest("GET", srv.url+"/api/v1/workspaces/"+ws.ID+"/ssh/tunnel", nil)
-		for _, c := range admin.http.Jar.Cookies(req.URL) {
-			req.AddCookie(c)
-		}
-		resp, err := admin.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("a session cookie opens the tunnel: %d", resp.StatusCode)
-		}
-	})
+}
 
-	t.Run("revoking the token closes an open session", func(t *testing.T) {
-		second := newSSHUser(t, srv, admin)
-		second.configSSH(t)
-		s := startSession(t, second.tool("ssh", host, "sleep 600"))
-		// The session is up once the workspace runs the sleep.
-		waitFor(t, time.Minute, "the session runs its command", func() bool {
-			out, _ := me.tool("ssh", host, "pgrep -f 'sleep 600'").CombinedOutput()
-			return strings.TrimSpace(string(out)) != ""
-		})
-		if code := admin.do("DELETE", "/api/v1/tokens/"+second.tokenID, nil, nil); code != http.StatusNoContent {
-			t.Fatalf("revoke: %d", code)
-		}
-		if err := s.waitEnd(t, time.Minute, "after revocation"); err == nil {
-			t.Fatal("ssh ended with status 0 after its token was revoked")
-		}
-		if !strings.Contains(s.stderr.String(), "session ended") {
-			t.Fatalf("ssh's stderr does not say why: %s", s.stderr.String())
-		}
-		if out, err := second.tool("ssh", host, "true").CombinedOutput(); err == nil {
-			t.Fatalf("a revoked token opens a new session: %s", out)
-		}
-	})
-
+// sshWake: an SSH connection wakes a stopped workspace and restores an
+// archived one, showing progress, with the host key pinned before.
+func sshWake(t *testing.T, admin *apiClient, me *sshUser, host, id string) {
+	ws := apiWorkspace{ID: id}
 	t.Run("a stopped workspace wakes and an archived one is restored, with the same host key", func(t *testing.T) {
 		me.run(t, "ssh", host, "echo kept > kept.txt")
 		admin.setDesired(ws.ID, "STANDBY")
@@ -430,32 +531,6 @@ func TestSSH(t *testing.T) {
 		}
 	})
 
-	t.Run("a disabled user's session closes", func(t *testing.T) {
-		var carol struct {
-			ID string `json:"id"`
-		}
-		if code := admin.do("POST", "/api/v1/admin/users", map[string]any{"username": "carol", "password": "carol-password-1"}, &carol); code != http.StatusCreated {
-			t.Fatalf("create carol: %d", code)
-		}
-		carolAPI := loginAs(t, srv, "carol", "carol-password-1")
-		createRunning(t, carolAPI, "carols")
-		c := newSSHUser(t, srv, carolAPI)
-		c.configSSH(t)
-		s := startSession(t, c.tool("ssh", "codehub.carols", "sleep 700"))
-		waitFor(t, time.Minute, "carol's session runs its command", func() bool {
-			out, _ := c.tool("ssh", "codehub.carols", "pgrep -f 'sleep 700'").CombinedOutput()
-			return strings.TrimSpace(string(out)) != ""
-		})
-		if code := admin.do("PATCH", "/api/v1/admin/users/"+carol.ID, map[string]any{"disabled": true}, nil); code != http.StatusOK {
-			t.Fatalf("disable carol: %d", code)
-		}
-		if err := s.waitEnd(t, time.Minute, "after disabling the user"); err == nil {
-			t.Fatal("ssh ended with status 0 after its user was disabled")
-		}
-		if out, err := c.tool("ssh", "codehub.carols", "true").CombinedOutput(); err == nil {
-			t.Fatalf("a disabled user opens a new session: %s", out)
-		}
-	})
 }
 
 // loginAs is an API client holding a session of username.

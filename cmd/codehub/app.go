@@ -96,6 +96,7 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 			return backendParts{}, err
 		}
 		opts.UpstreamToken = token
+		opts.Agent = agentKeys
 		renderer, err := jobspecs.NewRenderer(cfg.Jobspecs.Dir)
 		if err != nil {
 			return backendParts{}, err
@@ -105,7 +106,11 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 			return backendParts{}, err
 		}
 		b := nomad.New(logger.Named("nomad"), client, opts, renderer)
-		return backendParts{backend: b, upstreams: ups, fleet: b, close: stop}, nil
+		var agents agent.Resolver
+		if opts.Driver != nomad.DriverDocker {
+			agents = nomad.NewAgentResolver(logger.Named("agents"), client, nomad.ResolverOptions{Namespace: cfg.Backend.Nomad.Namespace, Region: cfg.Backend.Nomad.Region})
+		}
+		return backendParts{backend: b, upstreams: ups, fleet: b, agents: agents, close: stop}, nil
 	}
 	return backendParts{}, fmt.Errorf("unknown backend %q", cfg.Backend.Kind)
 }
