@@ -20,6 +20,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -120,8 +121,7 @@ func open(t *testing.T, c *http.Client, address string) (int, string, string) {
 // me. Servers it starts leave the session's streams, so the session ends,
 // and write their pid to a *.pid file in the home, where the test ends
 // them: a process that left its session outlives the workspace's stop.
-func shellIn(t *testing.T, srv *server, me *sshUser, ws apiWorkspace) func(command, stdin string) {
-	home := filepath.Join(srv.dataDir, "volumes", "ws-"+ws.ID+"-home")
+func shellIn(t *testing.T, srv *server, me *sshUser, ws apiWorkspace, home string) func(command, stdin string) {
 	t.Cleanup(func() {
 		files, _ := filepath.Glob(filepath.Join(home, "*.pid"))
 		for _, f := range files {
@@ -148,6 +148,11 @@ func shellIn(t *testing.T, srv *server, me *sshUser, ws apiWorkspace) func(comma
 	}
 }
 
+// localHome is where the single-machine backend keeps a workspace's home.
+func localHome(srv *server, id string) string {
+	return filepath.Join(srv.dataDir, "volumes", "ws-"+id+"-home")
+}
+
 // portAddress is the address of a workspace's port on a server in
 // subdomain mode on localhost.
 func portAddress(srv *server, id string, port int) string {
@@ -160,8 +165,18 @@ func portAddress(srv *server, id string, port int) string {
 // share level, over HTTP, WebSocket and server-sent events, and through
 // `codehub port-forward`.
 func TestPorts(t *testing.T) {
+	portsScenario(t, localConfig(t), localHome)
+}
+
+// TestNomadPorts is TestPorts on real Nomad under raw_exec, where the
+// workspaces of a node share its network.
+func TestNomadPorts(t *testing.T) {
+	agent := nomadtest.Start(t, "")
+	portsScenario(t, nomadConfig(t, agent), func(_ *server, id string) string { return volumePath(t, agent, id) })
+}
+
+func portsScenario(t *testing.T, cfg serverConfig, homeOf func(srv *server, id string) string) {
 	python := program(t, "CODEHUB_TEST_PYTHON", "/usr/bin/python3", "python3", "apt-get install python3")
-	cfg := localConfig(t)
 	cfg.publicHost, cfg.subdomainBase, cfg.maxPortShare = "localhost", "localhost", "authenticated"
 	cfg.maxRunning = 2
 	srv := startServer(t, cfg)
@@ -173,7 +188,7 @@ func TestPorts(t *testing.T) {
 	web := createRunning(t, admin, "web")
 	other := createRunning(t, admin, "other")
 	me := newSSHUser(t, srv, admin)
-	run := shellIn(t, srv, me, web)
+	run := shellIn(t, srv, me, web, homeOf(srv, web.ID))
 	devPort, httpPort, echoPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	run(fmt.Sprintf("nohup %s --bind-addr 127.0.0.1:%d </dev/null >/dev/null 2>&1 & echo $! > dev.pid", devServer(t), devPort), "")
 	run("mkdir -p site && echo hello-from-python > site/index.html", "")
