@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -219,6 +218,7 @@ func (p *Proxy) isPortCredentialCookie(name string) bool {
 func (p *Proxy) portError(w http.ResponseWriter, r *http.Request, err error) {
 	t, _ := r.Context().Value(targetKey{}).(target)
 	p.routes.forget(t.site())
+	p.portTransport.forget(t.site())
 	if errors.Is(err, context.Canceled) {
 		w.WriteHeader(499)
 		return
@@ -232,27 +232,23 @@ func (p *Proxy) portError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // newPortProxy is the reverse proxy of port addresses: one transport whose
-// connections the PortDialer opens, pooled per port.
+// connections the PortDialer opens, pooled per port, and which writes
+// requests without a body itself, as the workbench's does.
 func (p *Proxy) newPortProxy() *httputil.ReverseProxy {
-	transport := &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			id, port, ok := ParsePortLabel(host)
-			if !ok {
-				return nil, fmt.Errorf("dial %q: not a port address", addr)
-			}
-			return p.opts.Ports.DialPort(ctx, id, port)
-		},
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
-	}
+	// The URL's host is the port's label; the standard transport, which
+	// takes requests with a body, adds ":80".
+	transport := newPortTransport(func(ctx context.Context, _, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		id, port, ok := ParsePortLabel(host)
+		if !ok {
+			return nil, fmt.Errorf("dial %q: not a port address", addr)
+		}
+		return p.opts.Ports.DialPort(ctx, id, port)
+	})
+	p.portTransport = transport
 	return &httputil.ReverseProxy{
 		Rewrite:        p.rewritePort,
 		Transport:      transport,

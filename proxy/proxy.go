@@ -100,8 +100,10 @@ type Proxy struct {
 	reads      singleflight.Group
 	rp         *httputil.ReverseProxy
 	portProxy  *httputil.ReverseProxy
-	transport  *upstreamTransport
-	buffers    *bufferPool
+	// portTransport carries the port proxy's requests.
+	portTransport *upstreamTransport
+	transport     *upstreamTransport
+	buffers       *bufferPool
 	// conns is the server's listener, when the proxy may take plain
 	// connections over (Listen).
 	conns *Listener
