@@ -253,10 +253,17 @@ func portsScenario(t *testing.T, cfg serverConfig, homeOf func(srv *server, id s
 		}
 	})
 
-	t.Run("a port of one workspace is not another's", func(t *testing.T) {
+	t.Run("a port of one workspace is not another's, nor the node's", func(t *testing.T) {
 		status, _, body := open(t, owner, portURL(other.ID, devPort)+"echo")
 		if status != http.StatusBadGateway {
 			t.Fatalf("workspace other's address of web's port: %d %s, want 502", status, body)
+		}
+		// codehub server listens on the same machine, not in the workspace.
+		u, _ := url.Parse(srv.url)
+		var serverPort int
+		fmt.Sscan(u.Port(), &serverPort)
+		if status, _, body := open(t, owner, portURL(web.ID, serverPort)+"api/v1/health"); status != http.StatusBadGateway {
+			t.Fatalf("web's address of the server's own port: %d %s, want 502", status, body)
 		}
 	})
 
