@@ -187,10 +187,11 @@ func (s *session) start(command *string, wg *sync.WaitGroup) error {
 			return err
 		}
 		s.ptmx, s.cmd = ptmx, cmd
-		wg.Add(1)
+		// Input ends when the channel closes (finish, or the client).
+		wg.Add(2)
+		go func() { defer wg.Done(); _, _ = io.Copy(ptmx, &noticeReader{r: s.ch, notice: a.touch}) }()
 		go func() {
 			defer wg.Done()
-			go func() { _, _ = io.Copy(ptmx, &noticeReader{r: s.ch, notice: a.touch}) }()
 			_, _ = io.Copy(s.ch, ptmx)
 			s.finish(cmd.Wait())
 		}()
@@ -207,15 +208,13 @@ func (s *session) start(command *string, wg *sync.WaitGroup) error {
 		return err
 	}
 	s.cmd = cmd
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		go func() {
-			_, _ = io.Copy(stdin, &noticeReader{r: s.ch, notice: a.touch})
-			stdin.Close()
-		}()
-		s.finish(cmd.Wait())
+		_, _ = io.Copy(stdin, &noticeReader{r: s.ch, notice: a.touch})
+		stdin.Close()
 	}()
+	go func() { defer wg.Done(); s.finish(cmd.Wait()) }()
 	return nil
 }
 

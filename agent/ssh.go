@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/cpu"
 )
 
 // The SSH server terminates the SSH transport the server tunnels from the
@@ -27,8 +28,21 @@ func newSSHServer(logger hclog.Logger, a *Agent) (*sshServer, error) {
 		return nil, fmt.Errorf("agent: host key: %w", err)
 	}
 	cfg := &ssh.ServerConfig{NoClientAuth: true, ServerVersion: "SSH-2.0-codehub"}
+	cfg.Ciphers = ciphers(cpu.X86.HasAES || cpu.ARM64.HasAES)
 	cfg.AddHostKey(signer)
 	return &sshServer{logger: logger, agent: a, config: cfg}, nil
+}
+
+// ciphers are the server's ciphers. A client picks the first of its own
+// list that the server has, and OpenSSH lists chacha20-poly1305 first;
+// where the CPU does AES, leaving it out makes both sides use AES-GCM,
+// which then moves bulk data (scp, rsync) several times faster here.
+func ciphers(aesHardware bool) []string {
+	aes := []string{ssh.CipherAES128GCM, ssh.CipherAES256GCM, ssh.CipherAES128CTR, ssh.CipherAES192CTR, ssh.CipherAES256CTR}
+	if aesHardware {
+		return aes
+	}
+	return append([]string{ssh.CipherChaCha20Poly1305}, aes...)
 }
 
 // sshConn is one SSH connection and what it holds open.

@@ -61,6 +61,9 @@ const (
 	// sshActivityPoll is how often the agent is asked whether the person
 	// did something over SSH.
 	sshActivityPoll = 5 * time.Second
+	// tunnelBuffer is the most one read of either side takes; a read from
+	// the agent is one WebSocket message.
+	tunnelBuffer = 256 << 10
 )
 
 var errNoAgents = newError(http.StatusNotFound, CodeNotFound, "this server's backend runs no workspace agent, so there is no SSH")
@@ -358,8 +361,8 @@ func (t *tunnel) bridge(ctx context.Context, conn net.Conn, end func(agentEnded 
 
 	fromClient := make(chan struct{})
 	fromAgent := make(chan struct{})
-	go func() { defer close(fromClient); _, _ = io.Copy(conn, ws) }()
-	go func() { defer close(fromAgent); _, _ = io.Copy(ws, conn) }()
+	go func() { defer close(fromClient); _, _ = io.CopyBuffer(conn, ws, make([]byte, tunnelBuffer)) }()
+	go func() { defer close(fromAgent); _, _ = io.CopyBuffer(ws, conn, make([]byte, tunnelBuffer)) }()
 	select {
 	case <-fromClient:
 		conn.Close()

@@ -41,7 +41,7 @@ type sshUser struct {
 
 // newSSHUser logs the CLI of a new laptop in with a read-write token the
 // user c makes, and writes its SSH configuration.
-func newSSHUser(t *testing.T, srv *server, c *apiClient) *sshUser {
+func newSSHUser(t testing.TB, srv *server, c *apiClient) *sshUser {
 	t.Helper()
 	sshPath := program(t, envSSH, "/usr/bin/ssh", "the OpenSSH client", "apt-get install openssh-client")
 	home := t.TempDir()
@@ -107,7 +107,7 @@ func (u *sshUser) configSSH(t *testing.T) {
 }
 
 // createRunning creates a workspace and waits until it runs.
-func createRunning(t *testing.T, c *apiClient, name string) apiWorkspace {
+func createRunning(t testing.TB, c *apiClient, name string) apiWorkspace {
 	t.Helper()
 	var ws apiWorkspace
 	if code := c.do("POST", "/api/v1/workspaces", map[string]string{"name": name}, &ws); code != http.StatusCreated {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -176,4 +179,60 @@ func freeTestPort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestAgentRunsAsTheWorkspaceUser: under a workspace user, SSH sessions
+// are that user's, as the program is, with the program's home.
+func TestAgentRunsAsTheWorkspaceUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running workspaces as another user needs root; run the tests as root")
+	}
+	acct, err := lookupAccount(workspaceUser)
+	if err != nil {
+		t.Skipf("no user %s to run workspaces as: %v", workspaceUser, err)
+	}
+	base, err := os.MkdirTemp("", "codehub-local-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	codehub := filepath.Join(base, "codehub")
+	raw, err := os.ReadFile(buildCodehub(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(codehub, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	keys, err := agent.NewKeys(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(hclog.NewNullLogger(), Options{
+		DataDir:       filepath.Join(base, "data"),
+		Command:       copyFakeWorkspace(t, base),
+		Args:          []string{"--listen", "127.0.0.1:" + config.PlaceholderPort},
+		User:          workspaceUser,
+		CodehubBinary: codehub,
+		Agent:         keys,
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = b.StopAll(context.Background()) })
+	c := startWithAgent(t, b, keys, testID)
+	program := strings.Fields(ask(t, b, "/id", nil))
+	got, err := sshRun(t, c, keys, testID, `echo "$(id -u) $(id -g) $HOME $USER"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%s %s %s %s", program[0], program[1], ask(t, b, "/home", nil), acct.name)
+	if got != want || program[0] != strconv.Itoa(acct.uid) {
+		t.Fatalf("an SSH session is %q, want the program's %q (uid %d)", got, want, acct.uid)
+	}
 }

@@ -193,11 +193,11 @@ func (p *Proxy) hold(r *http.Request, t *target, end func(endReason)) *held {
 	}
 	cookies := p.credentialCookies(r.Header["Cookie"])
 	authorization := r.Header.Get("Authorization")
-	if t.tunnel {
-		// A tunnel is judged by its bearer token alone.
-		cookies, hostOf = "", "tunnel"
-	}
 	key := hostOf + "\n" + cookies + "\n" + authorization
+	if t.tunnel {
+		// A tunnel is judged by its API token alone.
+		cookies, key = "", "tunnel\n"+authorization
+	}
 	h := &held{user: t.user, workspaceID: t.id, port: t.port, name: t.name, address: p.clientAddress(r), end: end}
 	w := &p.watch
 	w.mu.Lock()

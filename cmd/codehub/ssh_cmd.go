@@ -167,15 +167,19 @@ type tunnelClosed struct{ reason string }
 
 func (t *tunnelClosed) Error() string { return strings.TrimPrefix(t.reason, "codehub: ") }
 
+// streamBuffer is the most one read of the SSH stream takes: a WebSocket
+// message each way, so larger reads mean fewer frames for bulk copies.
+const streamBuffer = 256 << 10
+
 // carry copies stdin to the stream and the stream to stdout until the
 // stream ends; a close by the server is reported.
 func carry(conn net.Conn, stdin io.Reader, stdout io.Writer) error {
 	go func() {
-		_, _ = io.Copy(conn, stdin)
+		_, _ = io.CopyBuffer(conn, stdin, make([]byte, streamBuffer))
 		// OpenSSH closed its side: the connection is over.
 		conn.Close()
 	}()
-	_, err := io.Copy(stdout, conn)
+	_, err := io.CopyBuffer(stdout, conn, make([]byte, streamBuffer))
 	var tc *tunnelClosed
 	if errors.As(err, &tc) {
 		return err
