@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 
 	"github.com/hashicorp/go-hclog"
@@ -32,6 +33,11 @@ type PortDialer interface {
 type PortShares interface {
 	PortShare(ctx context.Context, workspaceID string, port int) (ports.Level, error)
 }
+
+// SignInPath, on a port's host, starts a login handed over to that host
+// and then goes to the path in its "next" parameter; the program never
+// sees requests for it.
+const SignInPath = "/_codehub/signin"
 
 // PortShareCap is the widest share level a port may have in force: the
 // operator's configured cap, and ports.Owner in path mode, where a port's
@@ -81,6 +87,17 @@ func (p *Proxy) servePort(w *responseRecorder, r *http.Request, t target) {
 	}
 	if !ok {
 		user = ""
+	}
+	if t.onHost && t.path == SignInPath {
+		// Once this host has a session, the browser goes on to next,
+		// kept to this host.
+		next := LocalTarget(p.opts.Sites.WorkspaceOrigin(site), r.URL.Query().Get("next"))
+		if user != "" {
+			http.Redirect(w, r, next, http.StatusFound)
+			return
+		}
+		p.askHandoffTo(w, r, site, next)
+		return
 	}
 	t.user = user
 	rt, cached := p.routes.get(site)
@@ -138,8 +155,15 @@ func (p *Proxy) servePort(w *responseRecorder, r *http.Request, t target) {
 			p.forwardPort(w, r, t, owner)
 		}
 	case verdictDown:
-		render(w, r, page{Status: http.StatusServiceUnavailable, Code: CodeNotRunning, Title: "Not available",
-			Message: "This address is not available right now. Try again later.", Dashboard: p.opts.Sites.DashboardURL()})
+		pg := page{Status: http.StatusServiceUnavailable, Code: CodeNotRunning, Title: "Not available",
+			Message: "This address is not available right now. Try again later.", Dashboard: p.opts.Sites.DashboardURL()}
+		if user == "" && t.onHost {
+			// On a public port the owner may have no session on this host
+			// yet, and is then a visitor here: a login makes them the owner,
+			// whose page load wakes the workspace.
+			pg.SignIn = SignInPath + "?" + url.Values{"next": {r.URL.RequestURI()}}.Encode()
+		}
+		render(w, r, pg)
 	default:
 		if r.Method == http.MethodPost && (v == verdictArchived || v == verdictNotStarted) && p.startRequested(r, site) {
 			p.startFromPage(w, r, ws)

@@ -314,7 +314,30 @@ func TestPortStoppedWorkspace(t *testing.T) {
 			t.Fatalf("%s woke the workspace: desired %s", name, d)
 		}
 	}
-	res := env.as(t, a, host, "/", pageLoad...)
+	// An owner whose session has not reached the port's host yet is a
+	// visitor there; the page offers the way in, which a visitor may
+	// take too: a login, handed over to this host, then the same page.
+	res := env.as(t, nil, host, "/app?x=1", pageLoad...)
+	signIn := "/_codehub/signin?next=" + url.QueryEscape("/app?x=1")
+	if !strings.Contains(string(res.Body), `href="`+strings.ReplaceAll(signIn, "&", "&amp;")+`"`) {
+		t.Fatalf("the 503 of a stopped public port offers no login at %s:\n%s", signIn, res.Body)
+	}
+	res = env.as(t, nil, host, signIn)
+	nonce := cookieNamed(res, proxy.HandoffCookie)
+	loc, err := url.Parse(res.Header.Get("Location"))
+	if res.StatusCode != http.StatusFound || nonce == nil || err != nil ||
+		loc.Path != "/w/"+proxy.PortLabel(w.ID, 8000)+proxy.HandoffPath || loc.Query().Get("next") != "/app?x=1" || loc.Query().Get("state") != nonce.Value {
+		t.Fatalf("sign-in on a port's host: %d %q, nonce %+v", res.StatusCode, res.Header.Get("Location"), nonce)
+	}
+	if d := desired(); d != "STANDBY" {
+		t.Fatalf("the sign-in woke the workspace: desired %s", d)
+	}
+	// With a session on the host, the sign-in goes straight on.
+	if res := env.as(t, a, host, signIn); res.StatusCode != http.StatusFound || res.Header.Get("Location") != "/app?x=1" {
+		t.Fatalf("sign-in with a session: %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+
+	res = env.as(t, a, host, "/", pageLoad...)
 	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(res.Body), "Starting web") {
 		t.Fatalf("the owner on a stopped workspace's port: %d %s, want the starting page", res.StatusCode, res.Body)
 	}
