@@ -8,7 +8,7 @@ export CODEHUB_TOOLS_DIR := $(STATE)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build deps test run stop vet fmt golden bench-archive bench-engine bench-proxy bench-proxy-peers clean
+.PHONY: all build deps test run stop vet fmt golden bench-archive bench-engine bench-proxy bench-proxy-peers bench-ports clean
 
 all: build
 
@@ -60,6 +60,9 @@ bench-proxy: deps
 # wrk; the script installs wrk and the three proxies when they are missing.
 bench-proxy-peers:
 	scripts/bench-proxy-peers.sh
+
+bench-ports:
+	scripts/bench-ports.sh
 
 clean:
 	rm -rf bin

@@ -24,9 +24,11 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/codehub-io/codehub/activity"
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/identity"
+	"github.com/codehub-io/codehub/ports"
 	"github.com/codehub-io/codehub/proxy"
 )
 
@@ -78,6 +80,9 @@ type Options struct {
 	NoPasswordLogin bool
 	// OIDC, when set, offers single sign-on through an OpenID Provider.
 	OIDC *OIDCOptions
+	// MaxPortShare is the widest share level an owner may give a port;
+	// empty means ports.Owner. Path mode allows ports.Owner only.
+	MaxPortShare ports.Level
 	// Routes are served beside the API's own, by ServeMux pattern: the
 	// server's health check and binary download. They share the API's
 	// route table rather than sit in one of their own in front of every
@@ -96,6 +101,13 @@ type Deps struct {
 	// Fleet lists the nodes of a backend that has several (nil: the
 	// admin node endpoints answer 404).
 	Fleet controller.Fleet
+	// Agents, when set, reaches the agents of running workspaces (SSH, the
+	// workspaces' ports); nil when the backend runs none.
+	Agents *agent.Connector
+	// Ports, when set, connects to the ports of running workspaces in
+	// place of Agents (nil with no Agents either: port addresses answer
+	// 404).
+	Ports proxy.PortDialer
 }
 
 // Server is the http.Handler of CodeHub's HTTP surface. Run must run on
@@ -118,6 +130,11 @@ type Server struct {
 	audit         *audit.Log
 	oidc          *oidcLogin
 	fleet         controller.Fleet
+	agents        *agent.Connector
+	// agentPorts lists and reaches workspace ports through the agents.
+	agentPorts *agentPorts
+	// portDialer reaches workspace ports (nil: none are reached).
+	portDialer proxy.PortDialer
 }
 
 // New builds the HTTP surface.
@@ -149,7 +166,7 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
 	s := &Server{
-		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet,
+		logger: logger, opts: opts, pool: deps.Pool, workspaces: deps.Workspaces, sites: sites, fleet: deps.Fleet, agents: deps.Agents,
 		identity: identity.New(logger.Named("identity"), deps.Pool, identity.Options{
 			SessionTTL: opts.SessionTTL, Secure: sites.Secure(), CookieDomain: opts.CookieDomain, OIDC: opts.OIDC.rules(),
 		}),
@@ -163,9 +180,18 @@ func New(logger hclog.Logger, opts Options, deps Deps) (*Server, error) {
 	if opts.OIDC != nil {
 		s.oidc = newOIDCLogin(logger.Named("oidc"), *opts.OIDC, sites.PublicOrigin())
 	}
+	portDialer := deps.Ports
+	if deps.Agents != nil {
+		s.agentPorts = &agentPorts{agents: deps.Agents, workspaces: deps.Workspaces}
+		if portDialer == nil {
+			portDialer = s.agentPorts
+		}
+	}
+	s.portDialer = portDialer
 	s.proxy, err = proxy.New(logger.Named("proxy"), proxy.Options{
 		Sites: sites, SessionCookie: SessionCookie, TrustedProxies: opts.TrustedProxies, Registerer: opts.Registry,
 		RouteTTL: opts.RouteTTL, UpstreamToken: opts.UpstreamToken, Audit: s.audit,
+		Ports: portDialer, Shares: portShares{deps.Pool}, MaxPortShare: opts.MaxPortShare,
 	}, s.identity, deps.Workspaces, deps.Upstreams, s.activity)
 	if err != nil {
 		return nil, err
@@ -186,7 +212,12 @@ const (
 	routeDelete       = "DELETE /api/v1/workspaces/{id}"
 	routeExtend       = "POST /api/v1/workspaces/{id}/extend"
 	routeArchives     = "GET /api/v1/workspaces/{id}/archives"
+	routePorts        = "GET /api/v1/workspaces/{id}/ports"
+	routePortShare    = "PUT /api/v1/workspaces/{id}/ports/{port}"
+	routePortForward  = "POST /api/v1/workspaces/{id}/ports/{port}/forward"
 	routeProgress     = "GET /api/v1/workspaces/{id}/progress"
+	routeSSH          = "GET /api/v1/workspaces/{id}/ssh"
+	routeSSHTunnel    = "GET /api/v1/workspaces/{id}/ssh/tunnel"
 	routeArchive      = "GET /api/v1/workspaces/{id}/archives/{archive}/home.tar.zst"
 	routeImages       = "GET /api/v1/images"
 	routeAdminList    = "GET /api/v1/admin/workspaces"
@@ -228,7 +259,9 @@ func (s *Server) routes() *http.ServeMux {
 		routeList: s.listWorkspaces, routeCreate: s.createWorkspace,
 		routeGet: s.getWorkspace, routePatch: s.patchWorkspace, routeDelete: s.deleteWorkspace,
 		routeExtend: s.extendWorkspace, routeArchives: s.listArchives, routeImages: s.listImages,
-		routeProgress:  s.getProgress,
+		routeProgress: s.getProgress,
+		routePorts:    s.listPorts, routePortShare: s.setPortShare, routePortForward: s.forwardPort,
+		routeSSH: s.getSSH, routeSSHTunnel: s.sshTunnel,
 		routeArchive:   s.downloadArchive,
 		routeAdminList: s.adminListWorkspaces, routeAdminRecover: s.recoverWorkspace,
 		routeAdminDesired: s.adminSetDesired,

@@ -34,6 +34,8 @@ const (
 	CodeLimitExceeded    = "LIMIT_EXCEEDED"
 	CodeTooManyAttempts  = "TOO_MANY_ATTEMPTS"
 	CodeInternal         = "INTERNAL"
+	// CodeShareAboveCap: a port share level wider than the server allows.
+	CodeShareAboveCap = "SHARE_ABOVE_CAP"
 	// CodeReadOnlyToken refuses a change sent with a read token.
 	CodeReadOnlyToken = "READ_ONLY_TOKEN"
 	// CodeSessionRequired refuses to a token what needs a dashboard login.

@@ -63,7 +63,7 @@ func (m *metrics) instrument(pattern string, h http.HandlerFunc) http.HandlerFun
 			sw.status = http.StatusOK
 		}
 		m.requests.WithLabelValues(pattern, strconv.Itoa(sw.status)).Inc()
-		if pattern != routeEvents {
+		if pattern != routeEvents && pattern != routeSSHTunnel {
 			m.duration.WithLabelValues(pattern).Observe(time.Since(start).Seconds())
 		}
 	}

@@ -38,6 +38,10 @@ const (
 	ActionUserAdminGrant     = "user.admin_grant"
 	ActionUserAdminRevoke    = "user.admin_revoke"
 
+	// ActionPortShare is an owner changing how widely a port of their
+	// workspace is shared; Detail says the port and both levels.
+	ActionPortShare = "port.share"
+
 	ActionTokenCreate = "token.create"
 	ActionTokenRevoke = "token.revoke"
 

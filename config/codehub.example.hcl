@@ -507,4 +507,10 @@ proxy {
   # Addresses or CIDR ranges of reverse proxies in front of codehub whose
   # X-Forwarded-* headers are trusted. Empty (the default) trusts none.
   trusted_proxies = []
+
+  # The widest share level an owner may give a port of their workspace
+  # ({port}--{id}.<subdomain_base>): "owner" (the default: nobody else),
+  # "authenticated" (any logged-in user) or "public" (anyone, without a
+  # login). Path mode allows "owner" only, whatever this says.
+  max_port_share = "owner"
 }

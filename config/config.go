@@ -349,4 +349,8 @@ type Proxy struct {
 	// headers are believed; TrustedProxyPrefixes is the parsed form.
 	TrustedProxies       []string `hcl:"trusted_proxies,optional"`
 	TrustedProxyPrefixes []netip.Prefix
+	// MaxPortShare is the widest share level an owner may give a port of
+	// their workspace: "owner", "authenticated" or "public". Path mode
+	// allows "owner" only, whatever this says.
+	MaxPortShare string `hcl:"max_port_share,optional"`
 }

@@ -79,7 +79,7 @@ func Default() *Config {
 		},
 		Audit:    &Audit{RetentionHCL: "90d", Retention: defaultAuditRetention},
 		Jobspecs: &Jobspecs{},
-		Proxy:    &Proxy{},
+		Proxy:    &Proxy{MaxPortShare: "owner"},
 		Metrics:  &Metrics{},
 	}
 }

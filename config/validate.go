@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/codehub-io/codehub/ports"
 )
 
 // Validate reports every problem with c's values at once, as an *Error whose
@@ -495,6 +497,9 @@ var usernamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 var dnsName = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 func (c *Config) checkProxy(ch *checker) {
+	if _, err := ports.ParseLevel(c.Proxy.MaxPortShare); err != nil {
+		ch.add("proxy.max_port_share", "%q must be owner, authenticated or public", c.Proxy.MaxPortShare)
+	}
 	base := c.Proxy.SubdomainBase
 	if base != "" && (len(base) > 253 || !dnsName.MatchString(base)) {
 		ch.add("proxy.subdomain_base", "%q must be a lowercase DNS name without scheme, port or wildcard (e.g. ws.example.com)", base)

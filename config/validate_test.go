@@ -221,6 +221,9 @@ func TestValidateRules(t *testing.T) {
 		{"subdomain base with port", func(c *Config) { c.Proxy.SubdomainBase = "ws.example.com:8080" }, []string{"proxy.subdomain_base"}},
 		{"subdomain base wildcard", func(c *Config) { c.Proxy.SubdomainBase = "*.ws.example.com" }, []string{"proxy.subdomain_base"}},
 		{"subdomain base upper case", func(c *Config) { c.Proxy.SubdomainBase = "WS.example.com" }, []string{"proxy.subdomain_base"}},
+		{"max port share unknown", func(c *Config) { c.Proxy.MaxPortShare = "everyone" }, []string{"proxy.max_port_share"}},
+		{"max port share empty", func(c *Config) { c.Proxy.MaxPortShare = "" }, []string{"proxy.max_port_share"}},
+		{"max port share public", func(c *Config) { c.Proxy.MaxPortShare = "public" }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,6 +14,12 @@ func TestMain(m *testing.M) {
 	if codehubBuild.dir != "" {
 		_ = os.RemoveAll(codehubBuild.dir)
 	}
+	if fakeServerBuild.dir != "" {
+		_ = os.RemoveAll(fakeServerBuild.dir)
+	}
+	if devServerBuild.dir != "" {
+		_ = os.RemoveAll(devServerBuild.dir)
+	}
 	oidctest.RemoveBuild()
 	os.Exit(code)
 }

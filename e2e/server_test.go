@@ -49,6 +49,8 @@ type serverConfig struct {
 	publicHost string
 	// subdomainBase turns on subdomain mode.
 	subdomainBase string
+	// maxPortShare is proxy.max_port_share; the default if empty.
+	maxPortShare string
 	// backend replaces the single-machine backend block with other blocks
 	// (a backend "nomad" block and the workspace settings it needs).
 	backend string
@@ -258,7 +260,13 @@ func stopLocalWorkspaces(t testing.TB, dataDir, codeServer string) {
 func renderConfig(srv *server, port int, cfg serverConfig) string {
 	proxy := ""
 	if cfg.subdomainBase != "" {
-		proxy = fmt.Sprintf("proxy { subdomain_base = %q }\n", cfg.subdomainBase)
+		proxy += fmt.Sprintf("  subdomain_base = %q\n", cfg.subdomainBase)
+	}
+	if cfg.maxPortShare != "" {
+		proxy += fmt.Sprintf("  max_port_share = %q\n", cfg.maxPortShare)
+	}
+	if proxy != "" {
+		proxy = "proxy {\n" + proxy + "}\n"
 	}
 	backend := cfg.backend
 	if backend == "" {

@@ -153,6 +153,17 @@ func (s *Service) Authenticate(r *http.Request) (store.Session, bool, error) {
 	return tokenSession(t), true, nil
 }
 
+// TokenUser implements proxy.TokenAuthenticator: the user of the
+// request's API token; ok is false without a valid one.
+func (s *Service) TokenUser(r *http.Request) (string, bool, error) {
+	secret, bearer := BearerToken(r.Header)
+	if !bearer {
+		return "", false, nil
+	}
+	t, ok, err := s.lookupToken(r.Context(), secret)
+	return t.UserID, ok, err
+}
+
 // tokenSession is the session a token stands for. It is an administrator's
 // only when the token was made as an admin token and its user still is one.
 func tokenSession(t store.TokenSession) store.Session {

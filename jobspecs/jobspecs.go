@@ -196,6 +196,13 @@ type Values struct {
 	// values the user chose (template parameters).
 	UserEnvVariablePath string
 
+	// AgentVariablePath, when set, runs the program under `codehub agent`
+	// (fetched as the stop-archive task fetches it: ArtifactURL or
+	// CodehubPath) on a second port, "agent"; the variable's
+	// ItemAgentToken and ItemAgentHostKey items are its secrets. Not for
+	// docker.
+	AgentVariablePath string
+
 	// TokenVariablePath is the Nomad Variable whose "token" item the
 	// workspace program gets as HASHED_PASSWORD; empty runs it without one.
 	TokenVariablePath string
@@ -218,6 +225,13 @@ type Values struct {
 const (
 	ItemFirstStartEnv = "first_start_env"
 	ItemUserEnv       = "user_env"
+)
+
+// Items of a workspace job's Nomad Variable that hold the agent's secrets
+// (AgentVariablePath).
+const (
+	ItemAgentToken   = "agent_token"
+	ItemAgentHostKey = "agent_host_key"
 )
 
 // EnvFile writes vars as the text of an environment file a template block
@@ -277,11 +291,12 @@ func SortedEnv(env map[string]string) []EnvVar {
 }
 
 var funcs = template.FuncMap{
-	"hcl":      quote,
-	"hclList":  quoteList,
-	"argv":     argv,
-	"required": required,
-	"ident":    ident,
+	"hcl":       quote,
+	"hclList":   quoteList,
+	"argv":      argv,
+	"agentArgv": agentArgv,
+	"required":  required,
+	"ident":     ident,
 }
 
 // envName is what may stand unquoted as a name in an env block.
@@ -385,6 +400,18 @@ func argv(args []string, home string) string {
 		quoted[i] = `"` + strings.Join(pieces, "${NOMAD_PORT_http}") + `"`
 	}
 	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+// agentArgv is the argument list of `codehub agent` running the program
+// command (quoted) with its arguments (as argv renders them), listening on
+// the allocation's agent port and leaving the program's port alone.
+func agentArgv(command, args string) string {
+	inner := strings.TrimSuffix(strings.TrimPrefix(args, "["), "]")
+	out := `["agent", "-listen", "${NOMAD_ADDR_agent}", "-exclude-port", "${NOMAD_PORT_http}", "--", ` + command
+	if inner != "" {
+		out += ", " + inner
+	}
+	return out + "]"
 }
 
 // unquoted strips the quotes quote added, leaving the escaped body.

@@ -119,6 +119,16 @@ func TestRenderGolden(t *testing.T) {
 			v.ArtifactURL = "https://codehub.example.com/dl/codehub"
 			v.ArtifactChecksum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 		}},
+		// Under the workspace agent, fetched from the server or found on
+		// the node.
+		{"workspace-raw_exec-agent", KindWorkspace, "raw_exec", func(v *Values) {
+			v.AgentVariablePath = "nomad/jobs/" + v.JobID
+		}},
+		{"workspace-exec-agent-artifact", KindWorkspace, "exec", func(v *Values) {
+			v.AgentVariablePath = "nomad/jobs/" + v.JobID
+			v.ArtifactURL = "https://codehub.example.com/dl/codehub"
+			v.ArtifactChecksum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		}},
 		// An operator's own template, or a start without a run: no
 		// stop-archive task.
 		{"workspace-raw_exec-no-stop-archive", KindWorkspace, "raw_exec", func(v *Values) {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 )
@@ -58,8 +59,14 @@ type Options struct {
 	// it), and any other program finds it in HASHED_PASSWORD. Nil runs
 	// code-server without auth, open to every local user.
 	UpstreamToken func(workspaceID, runID string) string
-	// CodehubBinary runs `job archive|restore`; empty is this executable.
+	// CodehubBinary runs `job archive|restore`, and the workspace agent;
+	// empty is this executable.
 	CodehubBinary string
+	// Agent, when set, runs every workspace program under `codehub agent`
+	// (SSH, the workspace's ports) on a second loopback port, with the
+	// token and host key these keys derive for the workspace. Nil runs the
+	// program alone.
+	Agent *agent.Keys
 	// S3 is where archives live; job processes get it as the ARCHIVE_URL
 	// and S3_* environment of the Nomad batch jobs.
 	S3 config.S3
@@ -196,6 +203,11 @@ func (b *Backend) setUser() error {
 	}
 	if err := a.reachable(program, true); err != nil {
 		return fmt.Errorf("workspace program: %w", err)
+	}
+	if b.opts.Agent != nil {
+		if err := a.reachable(b.opts.CodehubBinary, true); err != nil {
+			return fmt.Errorf("workspace agent: %w", err)
+		}
 	}
 	b.runAs = a
 	return nil

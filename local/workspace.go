@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/firststart"
@@ -23,9 +24,12 @@ import (
 // workspaceState is run/ws-{id}/state.json: the running (or last) process
 // of a workspace.
 type workspaceState struct {
-	Process   identity  `json:"process"`
-	RunID     string    `json:"run_id,omitempty"`
-	Port      int       `json:"port"`
+	Process identity `json:"process"`
+	RunID   string   `json:"run_id,omitempty"`
+	Port    int      `json:"port"`
+	// AgentPort is the loopback port of the workspace agent; zero when the
+	// program runs without one.
+	AgentPort int       `json:"agent_port,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	// Stopped is set by StopWorkspace: the process ending is then expected,
 	// not a failure.
@@ -191,7 +195,13 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err != nil {
 		return err
 	}
-	l := b.workspaceLaunch(spec, port, home)
+	agentPort := 0
+	if b.opts.Agent != nil {
+		if agentPort, err = freePort(); err != nil {
+			return err
+		}
+	}
+	l := b.workspaceLaunch(spec, port, agentPort, home)
 	if l.tag, err = newLaunchTag(); err != nil {
 		return err
 	}
@@ -199,7 +209,7 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err != nil {
 		return err
 	}
-	st = workspaceState{Process: id, RunID: spec.RunID, Port: port, StartedAt: time.Now().UTC()}
+	st = workspaceState{Process: id, RunID: spec.RunID, Port: port, AgentPort: agentPort, StartedAt: time.Now().UTC()}
 	if err := writeJSON(filepath.Join(dir, stateFile), st); err != nil {
 		// Untracked, the process would never be stopped: stop it now.
 		_ = b.kill(id)
@@ -212,8 +222,8 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 // workspaceLaunch is the program line of a workspace: code-server bound to
 // loopback, answering only requests that carry the workspace's upstream
 // token when there is one, or the configured command with its placeholders
-// filled in.
-func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home string) launch {
+// filled in; under the workspace agent when agentPort is set.
+func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port, agentPort int, home string) launch {
 	wsID := spec.WorkspaceID
 	dir := b.workspaceDir(wsID)
 	// The template's environment, in a stable order; configuration keeps
@@ -248,6 +258,16 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port int, home 
 	} else {
 		l.program = b.opts.CodeServer
 		l.args = codeServerArgs(port, inside, auth, spec.Name)
+	}
+	if agentPort != 0 {
+		// Inside the first-start script, which drops the git credential
+		// before it starts the agent, and inside the user and home view:
+		// the agent runs where and as the program does.
+		l.args = append([]string{"agent", "-listen", hostPort(agentPort), "-exclude-port", strconv.Itoa(port), "--", l.program}, l.args...)
+		l.program = b.opts.CodehubBinary
+		l.env = append(l.env,
+			agent.EnvToken+"="+b.opts.Agent.Token(wsID, spec.RunID),
+			agent.EnvHostKey+"="+agent.EncodeHostKey(b.opts.Agent.HostKey(wsID)))
 	}
 	if spec.FirstStart() {
 		// The clone runs in front of the program, as its user, and its
@@ -356,6 +376,23 @@ func (b *Backend) Resolve(ctx context.Context, wsID string) (string, error) {
 		b.setReady(wsID, st.Process, true)
 	}
 	return hostPort(st.Port), nil
+}
+
+// ResolveAgent returns the loopback address of the agent of a live
+// workspace; controller.ErrNoUpstream when none runs.
+func (b *Backend) ResolveAgent(_ context.Context, wsID string) (string, error) {
+	if err := checkID(wsID); err != nil {
+		return "", err
+	}
+	var st workspaceState
+	found, err := b.readRecord(filepath.Join(b.workspaceDir(wsID), stateFile), &st)
+	if err != nil {
+		return "", err
+	}
+	if !found || st.Stopped || st.AgentPort == 0 || !b.alive(st.Process) {
+		return "", controller.ErrNoUpstream
+	}
+	return hostPort(st.AgentPort), nil
 }
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/firststart"
@@ -240,6 +241,10 @@ func (b *Backend) workspaceItems(spec controller.WorkspaceSpec) (api.VariableIte
 		}
 		items["token"] = b.opts.UpstreamToken(spec.WorkspaceID, spec.RunID)
 	}
+	if b.runsAgent() {
+		items[jobspecs.ItemAgentToken] = b.opts.Agent.Token(spec.WorkspaceID, spec.RunID)
+		items[jobspecs.ItemAgentHostKey] = agent.EncodeHostKey(b.opts.Agent.HostKey(spec.WorkspaceID))
+	}
 	if spec.FirstStart() {
 		env := []jobspecs.EnvVar{{Name: firststart.EnvRepository, Value: spec.Repository}, {Name: firststart.EnvDotfiles, Value: spec.Dotfiles}}
 		if spec.GitToken != "" {
@@ -262,6 +267,12 @@ func (b *Backend) workspaceItems(spec controller.WorkspaceSpec) (api.VariableIte
 		return nil, nil
 	}
 	return items, nil
+}
+
+// runsAgent: workspaces run under the agent. A docker image need not
+// hold codehub, so docker workspaces run without it.
+func (b *Backend) runsAgent() bool {
+	return b.opts.Agent != nil && b.opts.Driver != DriverDocker
 }
 
 // StopWorkspace deregisters ws-{id} without purging it, so its allocations
@@ -617,6 +628,10 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	v.CheckInterval = b.opts.CheckInterval.String()
 	if w.UpstreamAuth {
 		v.TokenVariablePath = variablePath(jobID(spec.WorkspaceID))
+	}
+	if b.runsAgent() {
+		v.AgentVariablePath = variablePath(jobID(spec.WorkspaceID))
+		v.CodehubPath, v.ArtifactURL, v.ArtifactChecksum = b.opts.CodehubPath, b.opts.ArtifactURL, b.opts.ArtifactChecksum
 	}
 	if spec.RunID != "" {
 		// The archive is named after the run whose writes it holds

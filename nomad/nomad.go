@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/jobspecs"
@@ -72,6 +73,10 @@ type Options struct {
 	// every request of one run when Workspace.UpstreamAuth is set; it goes
 	// into a Nomad Variable only that workspace's job reads.
 	UpstreamToken func(workspaceID, runID string) string
+	// Agent, when set, runs the program of exec and raw_exec workspaces
+	// under `codehub agent` on a second port, with the token and host key
+	// these keys derive, written to the job's own variable.
+	Agent *agent.Keys
 }
 
 // WorkspaceOptions describes the workspace program and its resources.

@@ -25,6 +25,9 @@ const (
 	verdictNotStarted
 	verdictError
 	verdictGone
+	// verdictDown: a port of a workspace that is not running, asked for
+	// by someone other than its owner: a plain 503, no wake.
+	verdictDown
 )
 
 // decide maps a workspace's stored phase, desired state and operation to

@@ -31,6 +31,11 @@ const handoffCookieAge = 600
 // then finds no matching cookie and is refused, so nobody can log a victim
 // in to their own workspace's host with a link.
 func (p *Proxy) askHandoff(w http.ResponseWriter, r *http.Request, id string) {
+	p.askHandoffTo(w, r, id, r.URL.RequestURI())
+}
+
+// askHandoffTo is askHandoff that lands on next, a path of the host.
+func (p *Proxy) askHandoffTo(w http.ResponseWriter, r *http.Request, id, next string) {
 	nonce, err := handoffNonce()
 	if err != nil {
 		p.internal(w, r, "make handoff nonce", err)
@@ -40,7 +45,7 @@ func (p *Proxy) askHandoff(w http.ResponseWriter, r *http.Request, id string) {
 		Name: HandoffCookie, Value: nonce, Path: HandoffPath, MaxAge: handoffCookieAge,
 		HttpOnly: true, Secure: p.opts.Sites.Secure(), SameSite: http.SameSiteLaxMode,
 	})
-	q := url.Values{"state": {nonce}, "next": {r.URL.RequestURI()}}
+	q := url.Values{"state": {nonce}, "next": {next}}
 	http.Redirect(w, r, p.opts.Sites.PublicOrigin()+p.opts.Sites.PathPrefix(id)+HandoffPath+"?"+q.Encode(), http.StatusFound)
 }
 
@@ -111,7 +116,7 @@ func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
 			Dashboard: p.opts.Sites.DashboardURL()})
 		return
 	}
-	cookie, ok, err := p.auth.Redeem(r.Context(), q.Get("ticket"), t.id)
+	cookie, ok, err := p.auth.Redeem(r.Context(), q.Get("ticket"), t.site())
 	if err != nil {
 		p.internal(w, r, "redeem session handoff", err)
 		return
@@ -126,7 +131,7 @@ func (p *Proxy) redeem(w http.ResponseWriter, r *http.Request, t target) {
 		HttpOnly: true, Secure: p.opts.Sites.Secure(), SameSite: http.SameSiteLaxMode})
 	http.SetCookie(w, cookie)
 	// A handoff never sends the browser to another site.
-	http.Redirect(w, r, LocalTarget(p.opts.Sites.WorkspaceOrigin(t.id), q.Get("next")), http.StatusSeeOther)
+	http.Redirect(w, r, LocalTarget(p.opts.Sites.WorkspaceOrigin(t.site()), q.Get("next")), http.StatusSeeOther)
 }
 
 // sameNonce reports whether state is the handoff nonce the request's

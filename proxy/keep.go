@@ -421,7 +421,7 @@ func (p *Proxy) keptTarget(r *http.Request) (target, bool) {
 		return target{}, false
 	}
 	t, pl := p.where(r)
-	if pl != placed || strings.HasPrefix(t.path, ownPrefix) || (t.onHost && t.path == HandoffPath) || p.isSignOut(r, t) {
+	if pl != placed || t.port != 0 || strings.HasPrefix(t.path, ownPrefix) || (t.onHost && t.path == HandoffPath) || p.isSignOut(r, t) {
 		return target{}, false
 	}
 	hostOf := ""

@@ -15,6 +15,7 @@ const (
 	CodeStarting            = "STARTING"
 	CodeArchived            = "ARCHIVED"
 	CodeNotStarted          = "NOT_STARTED"
+	CodeNotRunning          = "NOT_RUNNING"
 	CodeUnavailable         = "UNAVAILABLE"
 	CodeWorkspaceError      = "WORKSPACE_ERROR"
 	CodeLimitExceeded       = "LIMIT_EXCEEDED"
@@ -40,8 +41,10 @@ type page struct {
 	// StartButton offers a form that posts startAction to this URL.
 	StartButton string
 	// Failure is the failed attempt of a start the engine retries.
-	Failure   *startFailure
-	Running   []runningLink
+	Failure *startFailure
+	Running []runningLink
+	// SignIn, when set, offers a login on this host at that address.
+	SignIn    string
 	Dashboard string
 }
 
@@ -77,6 +80,7 @@ a{color:#2f6fde} .running{list-style:none;padding:0;margin:1rem 0}
 </div>{{else}}<p id="message">{{.Message}}</p>{{end}}
 {{if .Detail}}<p class="detail">{{.Detail}}</p>{{end}}
 {{if .Running}}<ul class="running">{{range .Running}}<li><a href="{{.URL}}">{{.Name}}</a><a class="button quiet" href="{{.StopURL}}">Stop…</a></li>{{end}}</ul>{{end}}
+{{if .SignIn}}<p>Is it yours? <a href="{{.SignIn}}">Log in</a> to start it.</p>{{end}}
 {{if .StartButton}}<form method="post"><input type="hidden" name="` + startAction + `" value="start"><button type="submit">{{.StartButton}}</button></form>{{end}}
 <p><a href="{{.Dashboard}}">Back to the dashboard</a></p>
 </main>

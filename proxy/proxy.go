@@ -24,6 +24,7 @@ import (
 
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/ports"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -76,6 +77,14 @@ type Options struct {
 	// RecheckInterval is how often Run checks the sessions of long-lived
 	// connections again; 0 means DefaultRecheckInterval.
 	RecheckInterval time.Duration
+	// Ports, when set with Shares, connects to the ports of running
+	// workspaces; without them port addresses answer 404.
+	Ports PortDialer
+	// Shares reads the share levels of ports.
+	Shares PortShares
+	// MaxPortShare is the widest share level a port may have in force;
+	// empty means ports.Owner (see PortShareCap).
+	MaxPortShare ports.Level
 }
 
 // Proxy is the http.Handler for workspace traffic.
@@ -90,8 +99,11 @@ type Proxy struct {
 	routes     routeCache
 	reads      singleflight.Group
 	rp         *httputil.ReverseProxy
-	transport  *upstreamTransport
-	buffers    *bufferPool
+	portProxy  *httputil.ReverseProxy
+	// portTransport carries the port proxy's requests.
+	portTransport *upstreamTransport
+	transport     *upstreamTransport
+	buffers       *bufferPool
 	// conns is the server's listener, when the proxy may take plain
 	// connections over (Listen).
 	conns *Listener
@@ -128,6 +140,7 @@ func New(logger hclog.Logger, opts Options, auth Authenticator, ws Workspaces, u
 		BufferPool:     p.buffers,
 		ErrorLog:       logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
+	p.portProxy = p.newPortProxy()
 	return p, nil
 }
 
@@ -154,7 +167,10 @@ func (b *bufferPool) Put(buf []byte) {
 
 // target is where one request goes, carried from ServeHTTP to Rewrite.
 type target struct {
-	id       string
+	id string
+	// port is set for a port's address ({port}--{id}): the request goes
+	// to that port of the workspace, through the agent.
+	port     int
 	hostport string
 	// token is the upstream token to send; empty without upstream auth.
 	token   string
@@ -168,8 +184,12 @@ type target struct {
 	user string
 	// name is the workspace's name, which a branded workbench shows.
 	name string
+	// tunnel: a connection the API serves with an API token (HoldTunnel).
+	tunnel bool
 	// brand: the answer may be a workbench page, to be branded.
 	brand bool
+	// share is a port's stored share level.
+	share ports.Level
 	// rejudged is set once a failed upstream sent the request back to the
 	// workspace's state.
 	rejudged bool
@@ -182,6 +202,15 @@ type target struct {
 }
 
 type targetKey struct{}
+
+// site is what the request's host or path names: the workspace id, or
+// the PortLabel of a port. Sessions handed over to a host are bound to it.
+func (t target) site() string {
+	if t.port != 0 {
+		return PortLabel(t.id, t.port)
+	}
+	return t.id
+}
 
 // ServeHTTP answers a request addressed to a workspace.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -208,6 +237,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.redeem(rec, r, t)
 		return
 	}
+	if t.port != 0 {
+		p.servePort(rec, r, t)
+		return
+	}
 	rec.activity, rec.workspaceID = p.activity, t.id
 	p.serve(rec, r, t)
 }
@@ -226,7 +259,7 @@ func (p *Proxy) signOut(w http.ResponseWriter, r *http.Request, t target) bool {
 
 // isSignOut reports code-server's own "Sign out", which signOut answers.
 func (p *Proxy) isSignOut(r *http.Request, t target) bool {
-	return p.opts.UpstreamToken != nil && t.path == "/logout" && r.Method == http.MethodGet
+	return p.opts.UpstreamToken != nil && t.port == 0 && t.path == "/logout" && r.Method == http.MethodGet
 }
 
 // placement is what where makes of a request's address.
@@ -248,24 +281,31 @@ func (p *Proxy) where(r *http.Request) (target, placement) {
 	if id, ok := p.opts.Sites.WorkspaceFromHost(r.Host); ok {
 		return target{id: id, path: r.URL.Path, rawPath: r.URL.RawPath, onHost: true}, placed
 	}
+	if id, port, ok := p.opts.Sites.PortFromHost(r.Host); ok {
+		return target{id: id, port: port, path: r.URL.Path, rawPath: r.URL.RawPath, onHost: true}, placed
+	}
 	prefix := p.opts.Sites.PathPrefix("")
 	rest, ok := strings.CutPrefix(r.URL.Path, prefix)
 	if !ok {
 		return target{}, unplaced
 	}
-	id, tail, hasSlash := strings.Cut(rest, "/")
+	label, tail, hasSlash := strings.Cut(rest, "/")
+	id, port := label, 0
+	if !ValidID(id) {
+		if id, port, ok = ParsePortLabel(label); !ok {
+			return target{}, unplaced
+		}
+	}
 	switch {
-	case !ValidID(id):
-		return target{}, unplaced
 	case p.opts.Sites.SubdomainMode():
 		// Served here, the workspace's pages would share the dashboard's
 		// origin, which subdomain mode exists to keep them from.
-		return target{id: id, path: "/" + tail}, elsewhere
+		return target{id: id, port: port, path: "/" + tail}, elsewhere
 	case !hasSlash:
-		return target{id: id}, slashless
+		return target{id: id, port: port}, slashless
 	}
 	// Both are slices of the request's path: no copies on every request.
-	t := target{id: id, path: rest[len(id):], prefix: r.URL.Path[:len(prefix)+len(id)]}
+	t := target{id: id, port: port, path: rest[len(label):], prefix: r.URL.Path[:len(prefix)+len(label)]}
 	if r.URL.RawPath != "" {
 		t.rawPath = strings.TrimPrefix(r.URL.RawPath, t.prefix)
 	}
@@ -280,7 +320,7 @@ func (p *Proxy) locate(w http.ResponseWriter, r *http.Request) (target, bool) {
 	case unplaced:
 		p.notFound(w, r)
 	case elsewhere:
-		p.handoff(w, r, t.id, t.path)
+		p.handoff(w, r, t.site(), t.path)
 	case slashless:
 		// code-server resolves its assets relative to the page: the
 		// workspace root must end in a slash.
@@ -356,7 +396,7 @@ func (p *Proxy) lookup(ctx context.Context, id string) (workspace.Workspace, err
 }
 
 func (p *Proxy) answer(w *responseRecorder, r *http.Request, t target, ws workspace.Workspace, v verdict) {
-	if v != verdictProxy && v != verdictWakeAndProxy && p.refuseWorkbench(w, r, ws, v) {
+	if t.port == 0 && v != verdictProxy && v != verdictWakeAndProxy && p.refuseWorkbench(w, r, ws, v) {
 		return
 	}
 	switch v {
@@ -741,7 +781,10 @@ type route struct {
 	upstream string
 	name     string
 	// token is the workspace's upstream token, derived once per route.
-	token   string
+	token string
+	// share is a port's stored share level, on a port's route (keyed by
+	// its PortLabel).
+	share   ports.Level
 	expires time.Time
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/codehub-io/codehub/audit"
+	"github.com/codehub-io/codehub/ports"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -47,6 +48,9 @@ const (
 	endOwner
 	// endDeleted: the workspace was deleted.
 	endDeleted
+	// endShare: the port is no longer shared with the user (or with
+	// visitors who are not logged in).
+	endShare
 )
 
 // label is the reason as the metric's label.
@@ -56,6 +60,8 @@ func (r endReason) label() string {
 		return "session"
 	case endOwner:
 		return "owner"
+	case endShare:
+		return "share"
 	}
 	return "deleted"
 }
@@ -68,6 +74,8 @@ func (r endReason) words() string {
 		return "session ended"
 	case endOwner:
 		return "workspace no longer owned by the user"
+	case endShare:
+		return "port no longer shared"
 	}
 	return "workspace deleted"
 }
@@ -104,13 +112,47 @@ func endFor(user string, s sessionCheck, o ownerCheck) (endReason, bool) {
 	return 0, false
 }
 
+// shareCheck is the stored share level of one port as the proxy reads it.
+type shareCheck struct {
+	level ports.Level
+	err   error
+}
+
+// endForPort decides whether a connection to a port held for user (empty:
+// a visitor without a session) ends, and why: when the port's level, under
+// the cap, no longer lets in who the connection's credential now shows.
+// A failure to find out keeps the connection, as in endFor.
+func endForPort(user string, s sessionCheck, o ownerCheck, l shareCheck, limit ports.Level) (endReason, bool) {
+	switch {
+	case s.err != nil, l.err != nil:
+		return 0, false
+	case errors.Is(o.err, workspace.ErrNotFound):
+		return endDeleted, true
+	case o.err != nil:
+		return 0, false
+	}
+	viewer := ""
+	if user != "" && s.ok && s.user == user {
+		viewer = user
+	}
+	if ports.Decide(l.level, limit, ports.ViewerOf(viewer, o.owner)) == ports.Allow {
+		return 0, false
+	}
+	if user != "" && viewer == "" {
+		return endSession, true
+	}
+	return endShare, true
+}
+
 // held is one long-lived connection in the watch.
 type held struct {
 	group       *credentialGroup
 	user        string
 	workspaceID string
-	name        string
-	address     string
+	// port is set on a connection to a port's address.
+	port    int
+	name    string
+	address string
 	// end closes the connection in both directions; it must not block.
 	end func(endReason)
 	// state is live, released (its request ended) or ended (by the
@@ -131,6 +173,8 @@ type credentialGroup struct {
 	// authenticator.
 	probe  *http.Request
 	hostOf string
+	// tunnel: the credential is an API token (TokenAuthenticator).
+	tunnel bool
 	conns  map[*held]struct{}
 }
 
@@ -145,12 +189,16 @@ type watch struct {
 func (p *Proxy) hold(r *http.Request, t *target, end func(endReason)) *held {
 	hostOf := ""
 	if t.onHost {
-		hostOf = t.id
+		hostOf = t.site()
 	}
 	cookies := p.credentialCookies(r.Header["Cookie"])
 	authorization := r.Header.Get("Authorization")
 	key := hostOf + "\n" + cookies + "\n" + authorization
-	h := &held{user: t.user, workspaceID: t.id, name: t.name, address: p.clientAddress(r), end: end}
+	if t.tunnel {
+		// A tunnel is judged by its API token alone.
+		cookies, key = "", "tunnel\n"+authorization
+	}
+	h := &held{user: t.user, workspaceID: t.id, port: t.port, name: t.name, address: p.clientAddress(r), end: end}
 	w := &p.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -163,7 +211,7 @@ func (p *Proxy) hold(r *http.Request, t *target, end func(endReason)) *held {
 		if authorization != "" {
 			probe.Header.Set("Authorization", authorization)
 		}
-		g = &credentialGroup{key: key, probe: probe, hostOf: hostOf, conns: map[*held]struct{}{}}
+		g = &credentialGroup{key: key, probe: probe, hostOf: hostOf, tunnel: t.tunnel, conns: map[*held]struct{}{}}
 		w.groups[key] = g
 	}
 	h.group = g
@@ -200,7 +248,7 @@ func (w *watch) snapshot() []heldGroup {
 		for h := range g.conns {
 			conns = append(conns, h)
 		}
-		groups = append(groups, heldGroup{probe: g.probe, hostOf: g.hostOf, conns: conns})
+		groups = append(groups, heldGroup{probe: g.probe, hostOf: g.hostOf, tunnel: g.tunnel, conns: conns})
 	}
 	return groups
 }
@@ -208,6 +256,7 @@ func (w *watch) snapshot() []heldGroup {
 type heldGroup struct {
 	probe  *http.Request
 	hostOf string
+	tunnel bool
 	conns  []*held
 }
 
@@ -282,12 +331,24 @@ type ending struct {
 func (p *Proxy) recheck(ctx context.Context) {
 	var ends []ending
 	owners := map[string]ownerCheck{}
+	shares := map[string]shareCheck{}
 	for _, g := range p.watch.snapshot() {
 		s := p.checkSession(ctx, g)
 		if ctx.Err() != nil {
 			return
 		}
 		for _, h := range g.conns {
+			if h.port != 0 {
+				if s.err != nil {
+					continue
+				}
+				o := p.ownerOf(ctx, owners, h.workspaceID)
+				l := p.shareOf(ctx, shares, h.workspaceID, h.port)
+				if reason, end := endForPort(h.user, s, o, l, p.portCap()); end {
+					ends = append(ends, ending{h, reason})
+				}
+				continue
+			}
 			var o ownerCheck
 			if s.err == nil && s.ok && s.user == h.user {
 				o = p.ownerOf(ctx, owners, h.workspaceID)
@@ -310,6 +371,14 @@ func (p *Proxy) recheck(ctx context.Context) {
 func (p *Proxy) checkSession(ctx context.Context, g heldGroup) sessionCheck {
 	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)
 	defer cancel()
+	if g.tunnel {
+		ta, ok := p.auth.(TokenAuthenticator)
+		if !ok {
+			return sessionCheck{}
+		}
+		user, ok, err := ta.TokenUser(g.probe.WithContext(ctx))
+		return sessionCheck{user: user, ok: ok, err: err}
+	}
 	user, ok, err := p.auth.SessionUser(g.probe.WithContext(ctx), g.hostOf)
 	return sessionCheck{user: user, ok: ok, err: err}
 }
@@ -334,6 +403,24 @@ func (p *Proxy) ownerOf(ctx context.Context, owners map[string]ownerCheck, id st
 	}
 	owners[id] = o
 	return o
+}
+
+// shareOf is the stored share level of a port, read once per recheck and
+// never from a cache: a level lowered ends connections within a round.
+func (p *Proxy) shareOf(ctx context.Context, shares map[string]shareCheck, id string, port int) shareCheck {
+	key := PortLabel(id, port)
+	if l, ok := shares[key]; ok {
+		return l
+	}
+	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)
+	level, err := p.opts.Shares.PortShare(ctx, id, port)
+	cancel()
+	if err != nil {
+		p.logger.Warn("check the share level of a port with long-lived connections", "workspace_id", id, "port", port, "error", err)
+	}
+	l := shareCheck{level: level, err: err}
+	shares[key] = l
+	return l
 }
 
 // endKey is what one audit event covers: the connections one credential

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -25,6 +26,38 @@ func ValidID(id string) bool {
 		}
 	}
 	return true
+}
+
+// PortLabel names port port of workspace id where the proxy serves it: the
+// first label of its host in subdomain mode ({port}--{id}.{subdomain_base})
+// and its path segment in path mode (/w/{port}--{id}/). A workspace id is
+// 26 characters without "-", so a port label is never one, and the
+// dashboard's own host is never one either (it would need a workspace id
+// in it). The port comes first so a list of a workspace's ports reads in
+// the order people say them ("8000 of my workspace"), and "--" keeps the
+// label a valid DNS label (RFC 1123) that no other name CodeHub makes uses.
+func PortLabel(id string, port int) string {
+	return strconv.Itoa(port) + "--" + id
+}
+
+// ParsePortLabel reads a PortLabel: a port of 1 to 65535 in decimal
+// without leading zeros, "--" and a workspace id. Anything else, a
+// workspace id alone included, is not one.
+func ParsePortLabel(label string) (id string, port int, ok bool) {
+	digits, id, found := strings.Cut(label, "--")
+	if !found || len(digits) == 0 || len(digits) > 5 || digits[0] == '0' || !ValidID(id) {
+		return "", 0, false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return "", 0, false
+		}
+		port = port*10 + int(digits[i]-'0')
+	}
+	if port > 65535 {
+		return "", 0, false
+	}
+	return id, port, true
 }
 
 // Sites knows where workspaces are served: under {public_url}/w/{id}/, or
@@ -80,7 +113,13 @@ func (s Sites) WorkspaceURL(id string) string {
 	return s.PublicOrigin() + s.PathPrefix(id) + "/"
 }
 
-// WorkspaceOrigin is the origin a workspace's pages run under.
+// PortURL is the address of port port of workspace id (trailing slash).
+func (s Sites) PortURL(id string, port int) string {
+	return s.WorkspaceURL(PortLabel(id, port))
+}
+
+// WorkspaceOrigin is the origin a workspace's pages run under. Given a
+// PortLabel, it is the origin of that port's pages.
 func (s Sites) WorkspaceOrigin(id string) string {
 	if !s.SubdomainMode() {
 		return s.PublicOrigin()
@@ -100,6 +139,28 @@ func (s Sites) WorkspaceFromHost(host string) (string, bool) {
 	if !s.SubdomainMode() {
 		return "", false
 	}
+	id, ok := s.labelOf(host)
+	if !ok || !ValidID(id) {
+		return "", false
+	}
+	return id, true
+}
+
+// PortFromHost returns the workspace id and port a request's Host names in
+// subdomain mode.
+func (s Sites) PortFromHost(host string) (id string, port int, ok bool) {
+	if !s.SubdomainMode() {
+		return "", 0, false
+	}
+	label, ok := s.labelOf(host)
+	if !ok {
+		return "", 0, false
+	}
+	return ParsePortLabel(label)
+}
+
+// labelOf is the first label of host under the subdomain base.
+func (s Sites) labelOf(host string) (string, bool) {
 	host = strings.ToLower(host)
 	base := s.subdomainBase
 	if _, _, err := net.SplitHostPort(base); err != nil {
@@ -108,11 +169,11 @@ func (s Sites) WorkspaceFromHost(host string) (string, bool) {
 			host = h
 		}
 	}
-	id, ok := strings.CutSuffix(host, "."+base)
-	if !ok || !ValidID(id) {
+	label, ok := strings.CutSuffix(host, "."+base)
+	if !ok || strings.Contains(label, ".") {
 		return "", false
 	}
-	return id, true
+	return label, true
 }
 
 // Proxies reports a request the server hands to the proxy as it is: one to
@@ -120,6 +181,9 @@ func (s Sites) WorkspaceFromHost(host string) (string, bool) {
 // clean (and redirect) first.
 func (s Sites) Proxies(r *http.Request) bool {
 	if _, ok := s.WorkspaceFromHost(r.Host); ok {
+		return true
+	}
+	if _, _, ok := s.PortFromHost(r.Host); ok {
 		return true
 	}
 	p := r.URL.EscapedPath()

@@ -24,7 +24,9 @@ import (
 // before it has read the whole body.
 type upstreamTransport struct {
 	fallback *http.Transport
-	dialer   net.Dialer
+	// dial opens a connection to a host: a TCP dial for a workspace's
+	// program, the workspace agent for a port (newPortTransport).
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// maxIdlePerHost bounds the pooled connections of one upstream.
 	maxIdlePerHost int
 	// idleTimeout is how long a pooled connection may wait for reuse.
@@ -52,12 +54,21 @@ func newUpstreamTransport() *upstreamTransport {
 			// encoding with the workspace.
 			DisableCompression: true,
 		},
-		dialer:         net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		dial:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		maxIdlePerHost: 256,
 		idleTimeout:    90 * time.Second,
 		now:            time.Now,
 		idle:           map[string][]*upstreamConn{},
 	}
+}
+
+// newPortTransport is the transport of port addresses: the same pool and
+// plain path, with connections opened by dial.
+func newPortTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *upstreamTransport {
+	t := newUpstreamTransport()
+	t.dial = dial
+	t.fallback.DialContext = dial
+	return t
 }
 
 // upstreamConn is one HTTP/1.1 connection to a workspace.
@@ -181,7 +192,7 @@ func (t *upstreamTransport) conn(ctx context.Context, host string) (*upstreamCon
 		}
 		uc.Close()
 	}
-	c, err := t.dialer.DialContext(ctx, "tcp", host)
+	c, err := t.dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, false, fmt.Errorf("dial %s: %w", host, err)
 	}

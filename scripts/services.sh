@@ -49,6 +49,21 @@ install() {
 	if ! command -v zstd >/dev/null 2>&1; then
 		apt_install zstd
 	fi
+	# The port tests run python3's http.server and a TCP echo inside
+	# their workspaces, as a developer would.
+	if ! command -v python3 >/dev/null 2>&1; then
+		apt_install python3
+	fi
+	# The SSH tests drive the real OpenSSH client (ssh, scp, sftp,
+	# ssh-agent) and rsync, which also runs inside their workspaces.
+	if ! command -v ssh >/dev/null 2>&1 || ! command -v ssh-agent >/dev/null 2>&1; then
+		log "installing openssh-client"
+		apt_install openssh-client
+	fi
+	if ! command -v rsync >/dev/null 2>&1; then
+		log "installing rsync"
+		apt_install rsync
+	fi
 	if [ ! -x "$bindir/versitygw" ]; then
 		log "installing versitygw $VERSITYGW_VERSION"
 		mkdir -p "$bindir"

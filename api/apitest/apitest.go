@@ -27,11 +27,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/events"
 	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/internal/testenv"
+	"github.com/codehub-io/codehub/ports"
+	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -74,6 +77,8 @@ type Config struct {
 	Fleet controller.Fleet
 	// Templates are the service's templates; nil offers the default only.
 	Templates workspace.Templates
+	// MaxPortShare is the widest port share level (empty: owner).
+	MaxPortShare ports.Level
 }
 
 // Env is one running CodeHub HTTP surface with its databases.
@@ -84,8 +89,10 @@ type Env struct {
 	Redis     *redis.Client
 	Service   *workspace.Service
 	Upstreams *Upstreams
-	Server    *api.Server
-	HTTP      *httptest.Server
+	// Ports connects the proxy to workspace ports a test registers.
+	Ports  *Ports
+	Server *api.Server
+	HTTP   *httptest.Server
 	// URL is the public URL (http://127.0.0.1:port).
 	URL string
 	// StopServer stops Server's background loops and waits for them, which
@@ -127,7 +134,8 @@ func New(t testing.TB, cfg Config) *Env {
 		DefaultImage: Images[0], AllowedImages: Images, Policy: Policy, Archives: cfg.Archives,
 		Templates: cfg.Templates,
 	})
-	e := &Env{t: t, DBURL: dbURL, Pool: pool, Redis: rdb, Service: svc, Upstreams: &Upstreams{addrs: map[string]string{}}}
+	e := &Env{t: t, DBURL: dbURL, Pool: pool, Redis: rdb, Service: svc, Upstreams: &Upstreams{addrs: map[string]string{}},
+		Ports: &Ports{addrs: map[string]string{}}}
 	// The listener exists before the server so the public URL is known.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -177,12 +185,12 @@ func (e *Env) NewReplica(cfg Config) *api.Server {
 	opts := api.Options{
 		PublicURL: publicURL, SubdomainBase: cfg.SubdomainBase, TrustedProxies: cfg.TrustedProxies,
 		HeartbeatInterval: cfg.HeartbeatInterval, StreamWriteTimeout: cfg.StreamWriteTimeout, BodyReadTimeout: cfg.BodyReadTimeout, RouteTTL: cfg.RouteTTL, UpstreamToken: cfg.UpstreamToken, Registry: prometheus.NewRegistry(),
-		MetricsToken: MetricsToken, NoPasswordLogin: cfg.NoPasswordLogin,
+		MetricsToken: MetricsToken, NoPasswordLogin: cfg.NoPasswordLogin, MaxPortShare: cfg.MaxPortShare,
 	}
 	if cfg.OIDC != nil {
 		opts.OIDC = cfg.OIDC(publicURL)
 	}
-	srv, err := api.New(hclog.NewNullLogger(), opts, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams, Progress: cfg.Progress, Fleet: cfg.Fleet})
+	srv, err := api.New(hclog.NewNullLogger(), opts, api.Deps{Pool: e.Pool, Redis: e.Redis, Workspaces: e.Service, Upstreams: e.Upstreams, Progress: cfg.Progress, Fleet: cfg.Fleet, Ports: e.Ports})
 	if err != nil {
 		e.t.Fatalf("api.New: %v", err)
 	}
@@ -378,6 +386,36 @@ func (u *Upstreams) Resolve(_ context.Context, id string) (string, error) {
 		return "", fmt.Errorf("workspace %s: %w", id, controller.ErrNoUpstream)
 	}
 	return a, nil
+}
+
+// Ports stands in for the workspace agent's port connections: it dials,
+// over real TCP, the address a test registers for a workspace's port, and
+// refuses every other port as the agent refuses a port of another
+// workspace.
+type Ports struct {
+	mu    sync.Mutex
+	addrs map[string]string
+}
+
+var _ proxy.PortDialer = (*Ports)(nil)
+
+// Set makes port port of workspace id reach hostport.
+func (p *Ports) Set(id string, port int, hostport string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.addrs[proxy.PortLabel(id, port)] = hostport
+}
+
+// DialPort implements proxy.PortDialer.
+func (p *Ports) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	p.mu.Lock()
+	a, ok := p.addrs[proxy.PortLabel(id, port)]
+	p.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("workspace %s listens on no port %d: %w", id, port, agent.ErrRefused)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", a)
 }
 
 // HostOf returns host:port of a URL.

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/config"
@@ -21,6 +22,7 @@ import (
 	"github.com/codehub-io/codehub/jobspecs"
 	"github.com/codehub-io/codehub/local"
 	"github.com/codehub-io/codehub/nomad"
+	"github.com/codehub-io/codehub/ports"
 	"github.com/codehub-io/codehub/proxy"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/web"
@@ -56,14 +58,16 @@ type backendParts struct {
 	upstreams controller.Upstreams
 	// fleet lists nodes for the admin API (nil for one machine).
 	fleet controller.Fleet
-	close func()
+	// agents resolves workspace agents (nil: the backend runs none).
+	agents agent.Resolver
+	close  func()
 }
 
 // aclPatience is how long a starting server asks a Nomad cluster that
 // does not answer whether it enforces ACLs before it gives up.
 const aclPatience = 30 * time.Second
 
-func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string) (backendParts, error) {
+func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, self *selfBinary, token func(workspaceID, runID string) string, agentKeys *agent.Keys) (backendParts, error) {
 	switch cfg.Backend.Kind {
 	case config.BackendLocal:
 		opts, err := local.OptionsFromConfig(cfg)
@@ -71,11 +75,12 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 			return backendParts{}, err
 		}
 		opts.UpstreamToken = token
+		opts.Agent = agentKeys
 		b, err := local.New(logger.Named("local"), opts)
 		if err != nil {
 			return backendParts{}, err
 		}
-		return backendParts{backend: b, upstreams: b, close: func() {}}, nil
+		return backendParts{backend: b, upstreams: b, agents: b, close: func() {}}, nil
 	case config.BackendNomad:
 		// Every workspace can reach its node's Nomad agent: without ACLs
 		// it could read every variable and register jobs.
@@ -91,6 +96,7 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 			return backendParts{}, err
 		}
 		opts.UpstreamToken = token
+		opts.Agent = agentKeys
 		renderer, err := jobspecs.NewRenderer(cfg.Jobspecs.Dir)
 		if err != nil {
 			return backendParts{}, err
@@ -100,7 +106,11 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 			return backendParts{}, err
 		}
 		b := nomad.New(logger.Named("nomad"), client, opts, renderer)
-		return backendParts{backend: b, upstreams: ups, fleet: b, close: stop}, nil
+		var agents agent.Resolver
+		if opts.Driver != nomad.DriverDocker {
+			agents = nomad.NewAgentResolver(logger.Named("agents"), client, nomad.ResolverOptions{Namespace: cfg.Backend.Nomad.Namespace, Region: cfg.Backend.Nomad.Region})
+		}
+		return backendParts{backend: b, upstreams: ups, fleet: b, agents: agents, close: stop}, nil
 	}
 	return backendParts{}, fmt.Errorf("unknown backend %q", cfg.Backend.Kind)
 }
@@ -114,9 +124,17 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	if err != nil {
 		return nil, err
 	}
-	parts, err := newBackend(ctx, logger, cfg, self, token)
+	agentKeys, err := newAgentKeys(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := newBackend(ctx, logger, cfg, self, token, agentKeys)
 	if err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
+	}
+	var agents *agent.Connector
+	if parts.agents != nil {
+		agents = agent.NewConnector(parts.agents, agentKeys)
 	}
 	a := &app{closers: []func(){parts.close}}
 
@@ -150,6 +168,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		CookieDomain:    cfg.Proxy.CookieDomain,
 		SessionTTL:      cfg.Auth.SessionTTL,
 		TrustedProxies:  cfg.Proxy.TrustedProxyPrefixes,
+		MaxPortShare:    ports.Level(cfg.Proxy.MaxPortShare),
 		Registry:        registry,
 		MetricsToken:    cfg.Metrics.Token.Reveal(),
 		Dashboard:       web.Handler(),
@@ -161,7 +180,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			"GET /api/v1/health": healthHandler(d.healthChecks()),
 			"GET /dl/codehub":    self,
 		},
-	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams, Progress: progressOf(parts.backend), Fleet: parts.fleet})
+	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams, Progress: progressOf(parts.backend), Fleet: parts.fleet, Agents: agents})
 	if err != nil {
 		a.close()
 		return nil, err
@@ -225,6 +244,16 @@ func upstreamTokens(ctx context.Context, cfg *config.Config, d *deps) (func(work
 		return nil, err
 	}
 	return tokens.For, nil
+}
+
+// newAgentKeys derives the workspace agents' tokens and SSH host keys from
+// the key every replica shares.
+func newAgentKeys(ctx context.Context, d *deps) (*agent.Keys, error) {
+	key, err := store.DeploymentKey(ctx, d.pool, "agent")
+	if err != nil {
+		return nil, err
+	}
+	return agent.NewKeys(key)
 }
 
 // progressOf is the backend's reader of job progress, if it has one.

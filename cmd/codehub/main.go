@@ -41,9 +41,13 @@ func commands() map[string]command {
 		"jobspec": {"print the HCL codehub would submit to Nomad", func(a []string, _ io.Reader, o, e io.Writer) int {
 			return runJobspec(a, o, e)
 		}},
-		"login":  {"log in to a CodeHub server for the ws commands", runLogin},
-		"logout": {"revoke the stored token on its server and remove it", runLogout},
-		"ws":     {"work with your workspaces on a server: list, create, start, stop, open, logs, ...", runWs},
+		"agent":        {"the workspace agent (runs inside each workspace, started by its job)", runAgent},
+		"login":        {"log in to a CodeHub server for the ws commands", runLogin},
+		"ssh":          {"open a shell or run a command in a workspace over SSH, or carry SSH for ProxyCommand", runSSH},
+		"config-ssh":   {"write ~/.ssh/config entries for your workspaces (ssh codehub.NAME, IDEs)", runConfigSSH},
+		"logout":       {"revoke the stored token on its server and remove it", runLogout},
+		"port-forward": {"forward a local port to a port of one of your workspaces", runPortForward},
+		"ws":           {"work with your workspaces on a server: list, create, start, stop, open, logs, ...", runWs},
 		"version": {"print the version", func(_ []string, _ io.Reader, stdout, _ io.Writer) int {
 			fmt.Fprintf(stdout, "codehub %s\n", version)
 			return 0

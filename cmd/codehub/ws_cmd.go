@@ -87,6 +87,7 @@ and the server says so.`,
 				return u.wsCreate(c, args[0], *image, *desc, *asJSON)
 			}
 		}},
+		"ports":   wsPortsCommand(),
 		"start":   desiredCommand("start", "Start a workspace", "Start WORKSPACE (restoring it first if it is archived).", "RUNNING"),
 		"stop":    desiredCommand("stop", "Stop a workspace", "Stop WORKSPACE. Its home stays on its volume, ready to start again.", "STANDBY"),
 		"archive": desiredCommand("archive", "Archive a workspace", "Archive WORKSPACE: its home goes to the archive store and its volume is released.", "ARCHIVED"),

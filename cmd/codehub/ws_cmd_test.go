@@ -73,6 +73,8 @@ func (c *cliTest) run(stdin string, args ...string) cliResult {
 		code = u.ws(args[1:])
 	case "logout":
 		code = u.logout(args[1:])
+	case "port-forward":
+		code = u.portForward(args[1:])
 	default:
 		c.t.Fatalf("not a user command: %s", args[0])
 	}

@@ -36,6 +36,11 @@ job [[ hcl .JobID ]] {
 [[- else ]]
       port "http" {}
 [[- end ]]
+[[- if .AgentVariablePath ]]
+      # The workspace agent (codehub agent): SSH and the workspace's own
+      # ports, for the codehub server only.
+      port "agent" {}
+[[- end ]]
     }
 
     # Allocation deployment health is codehub's bulk readiness signal.
@@ -185,10 +190,29 @@ job [[ hcl .JobID ]] {
         destination = [[ hcl .HomeDir ]]
       }
 [[- else ]]
+[[- if and .AgentVariablePath .ArtifactURL ]]
+
+      artifact {
+        source      = [[ hcl .ArtifactURL ]]
+        destination = "local/codehub"
+        mode        = "file"
+
+        options {
+          checksum = [[ hcl (required "artifact_checksum" .ArtifactChecksum) ]]
+        }
+      }
+[[- end ]]
 
       config {
+[[- if .AgentVariablePath ]]
+        # codehub agent starts the program and serves the server beside it,
+        # as the program's user, in its namespaces.
+        command = [[ if .ArtifactURL ]]"local/codehub"[[ else ]][[ hcl (required "codehub_path" .CodehubPath) ]][[ end ]]
+        args    = [[ agentArgv (hcl (required "command" .Command)) (argv .Args .HomeDir) ]]
+[[- else ]]
         command = [[ hcl (required "command" .Command) ]]
         args    = [[ argv .Args .HomeDir ]]
+[[- end ]]
 [[- if eq .Driver "exec" ]]
         # exec grants even a non-root task capabilities such as
         # dac_override; its chroot holds hard links to the node's own
@@ -225,6 +249,22 @@ job [[ hcl .JobID ]] {
         data        = <<-EOT
           {{ with nomadVar [[ hcl .UserEnvVariablePath ]] }}
           {{ .user_env }}
+          {{ end }}
+        EOT
+      }
+[[- end ]]
+[[- if .AgentVariablePath ]]
+
+      # The agent's token and SSH host key, which it reads and removes from
+      # its environment before it starts the program.
+      template {
+        destination = "secrets/agent.env"
+        env         = true
+        change_mode = "noop"
+        data        = <<-EOT
+          {{ with nomadVar [[ hcl .AgentVariablePath ]] }}
+          CODEHUB_AGENT_TOKEN={{ .agent_token }}
+          CODEHUB_AGENT_HOST_KEY={{ .agent_host_key }}
           {{ end }}
         EOT
       }

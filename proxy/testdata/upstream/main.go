@@ -1,7 +1,8 @@
 // Command upstream is the workspace stand-in the proxy tests run as a
 // separate process: it echoes requests as JSON, streams a response in two
-// parts, sets cookies, reads uploads and echoes WebSocket messages. It
-// prints its address on stdout and listens on 127.0.0.1 only.
+// parts (plainly and as server-sent events), sets cookies, reads uploads
+// and echoes WebSocket messages. It prints its address on stdout and
+// listens on 127.0.0.1 only.
 //
 // It also stands in for code-server as the program of a workspace of the
 // single-machine backend (its code_server setting), which is how the peer
@@ -43,6 +44,17 @@ func main() {
 			return
 		}
 		fmt.Fprintln(w, "second")
+	})
+	mux.HandleFunc("/sse", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: first\n\n")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprint(w, "data: second\n\n")
 	})
 	mux.HandleFunc("/release", func(w http.ResponseWriter, r *http.Request) {
 		release <- struct{}{}

@@ -344,6 +344,10 @@ function card(id) {
   el.querySelector(".archives").addEventListener("toggle", (e) => {
     if (e.currentTarget.open) loadArchives(id);
   });
+  el.querySelector(".ports").addEventListener("toggle", (e) => {
+    if (e.currentTarget.open) loadPorts(id);
+  });
+  el.querySelector(".act-ports-refresh").addEventListener("click", () => loadPorts(id));
   return el;
 }
 
@@ -512,6 +516,68 @@ async function loadArchives(id) {
     list.textContent = err instanceof APIError && err.status === 401 ? "" : "The archives could not be read: " + err.message;
     if (err instanceof APIError && err.status === 401) showLogin();
   }
+}
+
+// shareWords say who reaches a port at each level.
+const shareWords = { owner: "Only me", authenticated: "Logged-in users", public: "Anyone (public)" };
+const shareLevels = ["owner", "authenticated", "public"];
+
+// loadPorts lists what the workspace listens on and what it shares, each
+// with its address and a control for its share level.
+async function loadPorts(id) {
+  const el = card(id);
+  const list = el.querySelector(".port-list");
+  const note = el.querySelector(".ports-note");
+  try {
+    const { ports, max_share: max } = await api("GET", `/api/v1/workspaces/${id}/ports`);
+    list.replaceChildren(...ports.map((p) => portItem(id, p, max)));
+    const ws = state.workspaces.get(id);
+    note.textContent = ports.length > 0 ? "" : ws && ws.phase === "RUNNING" ?
+      "Nothing listens on a port yet. Start a server in the workspace (for example python3 -m http.server 8000), then refresh." :
+      "Ports are listed while the workspace runs.";
+  } catch (err) {
+    list.replaceChildren();
+    note.textContent = err instanceof APIError && err.status === 401 ? "" : "The ports could not be read: " + err.message;
+    if (err instanceof APIError && err.status === 401) showLogin();
+  }
+}
+
+function portItem(id, p, max) {
+  const li = document.createElement("li");
+  li.dataset.port = String(p.port);
+  const link = document.createElement("a");
+  link.className = "port-link";
+  link.href = p.url;
+  link.target = "_blank";
+  link.rel = "noopener";
+  link.textContent = String(p.port);
+  link.title = p.url;
+  const what = document.createElement("span");
+  what.className = "muted port-process";
+  what.textContent = p.listening ? (p.process || "") : "not listening";
+  const share = document.createElement("select");
+  share.className = "port-share";
+  share.setAttribute("aria-label", `Who may open port ${p.port}`);
+  for (const level of shareLevels) {
+    const opt = document.createElement("option");
+    opt.value = level;
+    opt.textContent = shareWords[level];
+    // Levels wider than the server allows cannot be chosen.
+    opt.disabled = shareLevels.indexOf(level) > shareLevels.indexOf(max);
+    share.append(opt);
+  }
+  share.value = p.share;
+  share.addEventListener("change", async () => {
+    share.disabled = true;
+    try {
+      await api("PUT", `/api/v1/workspaces/${id}/ports/${p.port}`, { share: share.value });
+    } catch (err) {
+      handleError(err);
+    }
+    loadPorts(id);
+  });
+  li.append(link, what, share);
+  return li;
 }
 
 function archiveItem(id, a) {

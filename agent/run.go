@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// The environment through which the agent receives its secrets. It reads
+// and removes them before anything else starts, and makes itself
+// undumpable so no process of its user reads them from /proc.
+const (
+	EnvToken   = "CODEHUB_AGENT_TOKEN"
+	EnvHostKey = "CODEHUB_AGENT_HOST_KEY"
+	// EnvTag marks every process the agent starts as the workspace's.
+	EnvTag = "CODEHUB_AGENT_TAG"
+	// envProgramSecret is the program's own secret (code-server's), which
+	// SSH sessions must not see any more than its terminals do.
+	envProgramSecret = "HASHED_PASSWORD"
+)
+
+// RunConfig is the command line of `codehub agent`.
+type RunConfig struct {
+	// Listen is the address the agent serves on.
+	Listen string
+	// ExcludePorts are the workbench's own ports besides the agent's.
+	ExcludePorts []int
+	// Program and Args are the workspace program the agent starts.
+	Program string
+	Args    []string
+}
+
+// Run starts the workspace program under the agent and serves until the
+// program ends; the agent exits as the program did. A signal to the agent
+// goes on to the program.
+func Run(ctx context.Context, logger hclog.Logger, cfg RunConfig) (int, error) {
+	token, hostKey := os.Getenv(EnvToken), os.Getenv(EnvHostKey)
+	os.Unsetenv(EnvToken)
+	os.Unsetenv(EnvHostKey)
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if token == "" || hostKey == "" {
+		return 1, fmt.Errorf("agent: %s and %s are required", EnvToken, EnvHostKey)
+	}
+	key, err := DecodeHostKey(hostKey)
+	if err != nil {
+		return 1, err
+	}
+	if cfg.Program == "" {
+		return 1, errors.New("agent: the workspace program is required")
+	}
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return 1, fmt.Errorf("agent: %w", err)
+	}
+	defer l.Close()
+	tag, err := newTag()
+	if err != nil {
+		return 1, err
+	}
+	childEnv := append(os.Environ(), tag)
+	home, _ := os.UserHomeDir()
+	if home == "" {
+		home, _ = os.Getwd()
+	}
+	a, err := New(logger, os.Getpid(), Options{
+		Token: token, HostKey: key, Tag: tag, Home: home, Shell: loginShell(),
+		ExcludePorts: append(slices.Clone(cfg.ExcludePorts), l.Addr().(*net.TCPAddr).Port),
+		Env:          slices.DeleteFunc(slices.Clone(childEnv), func(kv string) bool { return strings.HasPrefix(kv, envProgramSecret+"=") }),
+	})
+	if err != nil {
+		return 1, err
+	}
+
+	cmd := exec.Command(cfg.Program, cfg.Args...)
+	cmd.Env = childEnv
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return 1, fmt.Errorf("agent: start %s: %w", cfg.Program, err)
+	}
+
+	srv := &http.Server{Handler: a.Handler(), ErrorLog: logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	logger.Info("agent serving", "addr", l.Addr().String(), "program_pid", cmd.Process.Pid)
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var werr error
+loop:
+	for {
+		select {
+		case werr = <-waited:
+			break loop
+		case sig := <-sigs:
+			_ = cmd.Process.Signal(sig)
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		case err := <-served:
+			_ = cmd.Process.Kill()
+			<-waited
+			return 1, fmt.Errorf("agent: serve: %w", err)
+		}
+	}
+	_ = srv.Close()
+	<-served
+	a.Shutdown()
+	var exit *exec.ExitError
+	if errors.As(werr, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return exit.ExitCode(), nil
+	}
+	if werr != nil {
+		return 1, werr
+	}
+	return 0, nil
+}
+
+func newTag() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return EnvTag + "=" + hex.EncodeToString(b), nil
+}
+
+// loginShell is the shell a terminal of the workspace opens: $SHELL, the
+// user's entry in /etc/passwd, or /bin/sh.
+func loginShell() string {
+	if sh := os.Getenv("SHELL"); sh != "" {
+		return sh
+	}
+	if sh := passwdShell("/etc/passwd", os.Getuid()); sh != "" {
+		return sh
+	}
+	return "/bin/sh"
+}
+
+func passwdShell(path string, uid int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Split(s.Text(), ":")
+		if len(fields) == 7 && fields[2] == strconv.Itoa(uid) {
+			if _, err := os.Stat(fields[6]); err == nil {
+				return fields[6]
+			}
+			return ""
+		}
+	}
+	return ""
+}
