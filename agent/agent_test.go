@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -273,4 +274,51 @@ func TestSSHCommandExitStatusAndActivity(t *testing.T) {
 	if act.LastActivity == nil {
 		t.Fatal("no activity after input on a session")
 	}
+}
+
+// A terminal session ends when its shell does, even while a background
+// process it started still holds the terminal, as with OpenSSH's server.
+func TestTerminalSessionEndsWithItsShell(t *testing.T) {
+	ta := startAgent(t)
+	client := sshClient(t, ta)
+	s, err := client.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	s.Stdout = &out
+	if err := s.Start("sleep 600 & echo started; exit 4"); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- s.Wait() }()
+	select {
+	case err := <-ended:
+		var exit *ssh.ExitError
+		if !errors.As(err, &exit) || exit.ExitStatus() != 4 || !strings.Contains(out.String(), "started") {
+			t.Fatalf("session ended with %v, output %q; want status 4 after \"started\"", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the session is still open 30 s after its shell exited; output %q", out.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

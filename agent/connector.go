@@ -2,13 +2,19 @@ package agent
 
 import (
 	"context"
+	"errors"
 
 	"golang.org/x/crypto/ssh"
 )
 
+// ErrNoAgent is a workspace that runs without an agent: started before its
+// backend ran one, or a docker image whose entrypoint is not known.
+var ErrNoAgent = errors.New("the workspace runs without the workspace agent")
+
 // Resolver finds the address of a running workspace's agent, as
 // controller.Upstreams finds its program's; it returns
-// controller.ErrNoUpstream when none runs.
+// controller.ErrNoUpstream when the workspace does not run, ErrNoAgent
+// when it runs without an agent.
 type Resolver interface {
 	ResolveAgent(ctx context.Context, wsID string) (string, error)
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -96,7 +97,10 @@ func Run(ctx context.Context, logger hclog.Logger, cfg RunConfig) (int, error) {
 		return 1, fmt.Errorf("agent: start %s: %w", cfg.Program, err)
 	}
 
-	srv := &http.Server{Handler: a.Handler(), ErrorLog: logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
+	// The port is on the node's network: a client that never finishes its
+	// request headers is dropped.
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	logger.Info("agent serving", "addr", l.Addr().String(), "program_pid", cmd.Process.Pid)

@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/identity"
 	"github.com/codehub-io/codehub/store"
@@ -296,6 +297,9 @@ func (t *tunnel) connect(ctx context.Context) (net.Conn, error) {
 			if err == nil {
 				t.ws = ws // the run whose agent answers
 				return conn, nil
+			}
+			if errors.Is(err, agent.ErrNoAgent) {
+				return nil, &tunnelError{"codehub: workspace " + ws.Name + " has no workspace agent (no SSH): stop and start it"}
 			}
 			if !errors.Is(err, controller.ErrNoUpstream) && !isNotYet(err) {
 				return nil, err

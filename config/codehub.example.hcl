@@ -188,7 +188,8 @@ workspace {
   # docker driver: replaces the image's ENTRYPOINT; args follow it. The
   # default image's own ENTRYPOINT adds "--bind-addr 0.0.0.0:8080 ." to
   # every start, so the default runs its script alone. Set [] to keep the
-  # ENTRYPOINT of another image.
+  # ENTRYPOINT of another image (its workspaces then have no SSH: the
+  # workspace agent is started in front of a known entrypoint).
   entrypoint = ["/usr/bin/entrypoint.sh"]
 
   # exec and raw_exec drivers: the program to run (the local backend runs

@@ -468,6 +468,13 @@ func sshBasics(t *testing.T, srv *server, me *sshUser, name, home string) {
 		}
 	})
 
+	sshAgentForwarding(t, me, host)
+
+}
+
+// sshAgentForwarding: ssh -A lends a key of a local ssh-agent to the
+// workspace, and only with -A.
+func sshAgentForwarding(t *testing.T, me *sshUser, host string) {
 	t.Run("ssh -A lends the laptop's key", func(t *testing.T) {
 		dir := t.TempDir()
 		key := filepath.Join(dir, "id_ed25519")
@@ -496,7 +503,6 @@ func sshBasics(t *testing.T, srv *server, me *sshUser, name, home string) {
 			t.Fatalf("the key is lent without -A: %s", out)
 		}
 	})
-
 }
 
 // sshWake: an SSH connection wakes a stopped workspace and restores an

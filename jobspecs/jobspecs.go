@@ -291,12 +291,14 @@ func SortedEnv(env map[string]string) []EnvVar {
 }
 
 var funcs = template.FuncMap{
-	"hcl":       quote,
-	"hclList":   quoteList,
-	"argv":      argv,
-	"agentArgv": agentArgv,
-	"required":  required,
-	"ident":     ident,
+	"hcl":                quote,
+	"hclList":            quoteList,
+	"argv":               argv,
+	"agentArgv":          agentArgv,
+	"agentEntrypoint":    agentEntrypoint,
+	"agentContainerPort": func() int { return AgentContainerPort },
+	"required":           required,
+	"ident":              ident,
 }
 
 // envName is what may stand unquoted as a name in an env block.
@@ -412,6 +414,28 @@ func agentArgv(command, args string) string {
 		out += ", " + inner
 	}
 	return out + "]"
+}
+
+// AgentContainerPort is the agent's port inside a docker workspace's own
+// network namespace (bridge networking), mapped to the allocation's
+// "agent" port.
+const AgentContainerPort = 7022
+
+// agentEntrypoint is a docker workspace's entrypoint under `codehub agent`
+// from the task directory: the agent listens on the allocation's agent
+// port (host networking, port 0) or on AgentContainerPort in the
+// container's own network, and starts entrypoint, which the image's
+// arguments then follow.
+func agentEntrypoint(port int, entrypoint []string) string {
+	listen, program := `"${NOMAD_ADDR_agent}"`, `"${NOMAD_PORT_http}"`
+	if port != 0 {
+		listen, program = quote(fmt.Sprintf("0.0.0.0:%d", AgentContainerPort)), quote(strconv.Itoa(port))
+	}
+	items := []string{`"/local/codehub-agent/codehub"`, `"agent"`, `"-listen"`, listen, `"-exclude-port"`, program, `"--"`}
+	for _, e := range entrypoint {
+		items = append(items, quote(e))
+	}
+	return "[" + strings.Join(items, ", ") + "]"
 }
 
 // unquoted strips the quotes quote added, leaving the escaped body.

@@ -129,6 +129,21 @@ func TestRenderGolden(t *testing.T) {
 			v.ArtifactURL = "https://codehub.example.com/dl/codehub"
 			v.ArtifactChecksum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 		}},
+		// Docker: codehub from the task directory in front of the
+		// entrypoint, with host networking and with a bridge.
+		{"workspace-docker-agent-host-network", KindWorkspace, "docker", func(v *Values) {
+			v.AgentVariablePath = "nomad/jobs/" + v.JobID
+			v.NetworkMode, v.Port = "host", 0
+			v.Entrypoint = []string{"/usr/bin/entrypoint.sh"}
+			v.ArtifactURL = "https://codehub.example.com/dl/codehub.tar"
+			v.ArtifactChecksum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		}},
+		{"workspace-docker-agent", KindWorkspace, "docker", func(v *Values) {
+			v.AgentVariablePath = "nomad/jobs/" + v.JobID
+			v.Entrypoint = []string{"/usr/bin/entrypoint.sh"}
+			v.ArtifactURL = "https://codehub.example.com/dl/codehub.tar"
+			v.ArtifactChecksum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		}},
 		// An operator's own template, or a start without a run: no
 		// stop-archive task.
 		{"workspace-raw_exec-no-stop-archive", KindWorkspace, "raw_exec", func(v *Values) {

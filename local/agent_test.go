@@ -236,3 +236,23 @@ func TestAgentRunsAsTheWorkspaceUser(t *testing.T) {
 		t.Fatalf("an SSH session is %q, want the program's %q (uid %d)", got, want, acct.uid)
 	}
 }
+
+// A workspace started without the agent (by a backend that ran none) says
+// so, rather than looking as if it were not running.
+func TestResolveAgentOfAWorkspaceWithoutOne(t *testing.T) {
+	b := newTestBackend(t, t.TempDir())
+	stopOnCleanup(t, b)
+	ctx := context.Background()
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ResolveAgent(ctx, testID); !errors.Is(err, controller.ErrNoUpstream) {
+		t.Fatalf("ResolveAgent before start = %v, want ErrNoUpstream", err)
+	}
+	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: testID, RunID: "run1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ResolveAgent(ctx, testID); !errors.Is(err, agent.ErrNoAgent) {
+		t.Fatalf("ResolveAgent of a workspace without an agent = %v, want ErrNoAgent", err)
+	}
+}

@@ -379,7 +379,8 @@ func (b *Backend) Resolve(ctx context.Context, wsID string) (string, error) {
 }
 
 // ResolveAgent returns the loopback address of the agent of a live
-// workspace; controller.ErrNoUpstream when none runs.
+// workspace; controller.ErrNoUpstream when none runs, agent.ErrNoAgent
+// when it was started without one.
 func (b *Backend) ResolveAgent(_ context.Context, wsID string) (string, error) {
 	if err := checkID(wsID); err != nil {
 		return "", err
@@ -389,8 +390,11 @@ func (b *Backend) ResolveAgent(_ context.Context, wsID string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !found || st.Stopped || st.AgentPort == 0 || !b.alive(st.Process) {
+	if !found || st.Stopped || !b.alive(st.Process) {
 		return "", controller.ErrNoUpstream
+	}
+	if st.AgentPort == 0 {
+		return "", fmt.Errorf("%s: %w", wsID, agent.ErrNoAgent)
 	}
 	return hostPort(st.AgentPort), nil
 }

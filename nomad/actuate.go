@@ -241,7 +241,7 @@ func (b *Backend) workspaceItems(spec controller.WorkspaceSpec) (api.VariableIte
 		}
 		items["token"] = b.opts.UpstreamToken(spec.WorkspaceID, spec.RunID)
 	}
-	if b.runsAgent() {
+	if b.runsAgent(spec) {
 		items[jobspecs.ItemAgentToken] = b.opts.Agent.Token(spec.WorkspaceID, spec.RunID)
 		items[jobspecs.ItemAgentHostKey] = agent.EncodeHostKey(b.opts.Agent.HostKey(spec.WorkspaceID))
 	}
@@ -269,10 +269,18 @@ func (b *Backend) workspaceItems(spec controller.WorkspaceSpec) (api.VariableIte
 	return items, nil
 }
 
-// runsAgent: workspaces run under the agent. A docker image need not
-// hold codehub, so docker workspaces run without it.
-func (b *Backend) runsAgent() bool {
-	return b.opts.Agent != nil && b.opts.Driver != DriverDocker
+// runsAgent: the workspace runs under the agent. A docker workspace does
+// when its entrypoint is known (workspace.entrypoint, or its template's):
+// the agent is put in front of it, and cannot be put in front of an
+// image's own ENTRYPOINT that it does not know.
+func (b *Backend) runsAgent(spec controller.WorkspaceSpec) bool {
+	if b.opts.Agent == nil {
+		return false
+	}
+	if b.opts.Driver != DriverDocker {
+		return true
+	}
+	return len(spec.Entrypoint) > 0 || (spec.Entrypoint == nil && len(b.opts.Workspace.Entrypoint) > 0)
 }
 
 // StopWorkspace deregisters ws-{id} without purging it, so its allocations
@@ -629,10 +637,6 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	if w.UpstreamAuth {
 		v.TokenVariablePath = variablePath(jobID(spec.WorkspaceID))
 	}
-	if b.runsAgent() {
-		v.AgentVariablePath = variablePath(jobID(spec.WorkspaceID))
-		v.CodehubPath, v.ArtifactURL, v.ArtifactChecksum = b.opts.CodehubPath, b.opts.ArtifactURL, b.opts.ArtifactChecksum
-	}
 	if spec.RunID != "" {
 		// The archive is named after the run whose writes it holds
 		// (stopArchiveVariable).
@@ -640,6 +644,14 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 		v.ArchiveParent = spec.ParentArchive
 		v.StopVariablePath = stopVariablePath(spec.WorkspaceID)
 		b.moverValues(&v)
+	}
+	// After the mover values, which the stop-archive task uses.
+	if b.runsAgent(spec) {
+		v.AgentVariablePath = variablePath(jobID(spec.WorkspaceID))
+		v.CodehubPath, v.ArtifactURL, v.ArtifactChecksum = b.opts.CodehubPath, b.opts.ArtifactURL, b.opts.ArtifactChecksum
+		if b.opts.Driver == DriverDocker {
+			v.ArtifactURL, v.ArtifactChecksum = b.opts.AgentArchiveURL, b.opts.AgentArchiveChecksum
+		}
 	}
 	if spec.FirstStart() {
 		v.FirstStartScript = firststart.Script

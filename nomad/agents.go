@@ -39,8 +39,9 @@ func NewAgentResolver(logger hclog.Logger, client *api.Client, opts ResolverOpti
 	return &AgentResolver{logger: logger, client: client, opts: opts, cache: make(map[string]cachedAddr)}
 }
 
-// ResolveAgent returns host:port of the agent of workspace wsID, or
-// controller.ErrNoUpstream when no allocation of it runs with one.
+// ResolveAgent returns host:port of the agent of workspace wsID;
+// controller.ErrNoUpstream when no allocation of it runs, agent.ErrNoAgent
+// when the running one has no agent port.
 func (r *AgentResolver) ResolveAgent(ctx context.Context, wsID string) (string, error) {
 	r.mu.Lock()
 	c, ok := r.cache[wsID]
@@ -62,9 +63,12 @@ func (r *AgentResolver) ResolveAgent(ctx context.Context, wsID string) (string, 
 			r.logger.Debug("read allocation", "alloc_id", s.ID, "error", err)
 			continue
 		}
+		if !workspaceAlloc(a, r.opts.Namespace, wsID) {
+			continue
+		}
 		addr, ok := agentAddr(a, r.opts.Namespace, wsID)
 		if !ok {
-			continue
+			return "", fmt.Errorf("%s: %w", wsID, agent.ErrNoAgent)
 		}
 		r.mu.Lock()
 		r.cache[wsID] = cachedAddr{addr: addr, expires: time.Now().Add(r.opts.CacheTTL)}

@@ -73,10 +73,16 @@ type Options struct {
 	// every request of one run when Workspace.UpstreamAuth is set; it goes
 	// into a Nomad Variable only that workspace's job reads.
 	UpstreamToken func(workspaceID, runID string) string
-	// Agent, when set, runs the program of exec and raw_exec workspaces
-	// under `codehub agent` on a second port, with the token and host key
-	// these keys derive, written to the job's own variable.
+	// Agent, when set, runs the program of workspaces under `codehub
+	// agent` on a second port, with the token and host key these keys
+	// derive, written to the job's own variable; docker workspaces only
+	// when their entrypoint is known (runsAgent).
 	Agent *agent.Keys
+	// AgentArchiveURL serves codehub in a tar archive (/dl/codehub.tar),
+	// which docker workspaces fetch into their task directory for the
+	// agent; AgentArchiveChecksum is its "sha256:…".
+	AgentArchiveURL      string
+	AgentArchiveChecksum string
 }
 
 // WorkspaceOptions describes the workspace program and its resources.

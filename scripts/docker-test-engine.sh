@@ -48,6 +48,11 @@ build_code_server_image() {
 	for tool in sh env id cat ls mkdir rm stat head sleep; do
 		copy_with_libs "$(command -v "$tool")" "/bin/$tool"
 	done
+	# What the SSH test runs in the workspace: rsync's far end, ssh-add
+	# for agent forwarding.
+	for tool in rsync ssh-add; do
+		copy_with_libs "$(command -v "$tool")" "/usr/bin/$tool"
+	done
 	mkdir -p "$rootfs/usr/lib/code-server"
 	cp -a "$cs/node_modules" "$rootfs/usr/lib/code-server/node_modules"
 	# Native modules and ripgrep are binaries with libraries of their own.

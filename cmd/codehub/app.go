@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -97,6 +98,8 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 		}
 		opts.UpstreamToken = token
 		opts.Agent = agentKeys
+		opts.AgentArchiveURL = strings.TrimSuffix(cfg.PublicURL, "/") + "/dl/codehub.tar"
+		opts.AgentArchiveChecksum = self.tarChecksum
 		renderer, err := jobspecs.NewRenderer(cfg.Jobspecs.Dir)
 		if err != nil {
 			return backendParts{}, err
@@ -106,10 +109,7 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 			return backendParts{}, err
 		}
 		b := nomad.New(logger.Named("nomad"), client, opts, renderer)
-		var agents agent.Resolver
-		if opts.Driver != nomad.DriverDocker {
-			agents = nomad.NewAgentResolver(logger.Named("agents"), client, nomad.ResolverOptions{Namespace: cfg.Backend.Nomad.Namespace, Region: cfg.Backend.Nomad.Region})
-		}
+		agents := nomad.NewAgentResolver(logger.Named("agents"), client, nomad.ResolverOptions{Namespace: cfg.Backend.Nomad.Namespace, Region: cfg.Backend.Nomad.Region})
 		return backendParts{backend: b, upstreams: ups, fleet: b, agents: agents, close: stop}, nil
 	}
 	return backendParts{}, fmt.Errorf("unknown backend %q", cfg.Backend.Kind)
@@ -177,8 +177,9 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		NoPasswordLogin: !cfg.Auth.PasswordLogin,
 		OIDC:            oidcOptions(cfg.Auth.OIDC),
 		Routes: map[string]http.Handler{
-			"GET /api/v1/health": healthHandler(d.healthChecks()),
-			"GET /dl/codehub":    self,
+			"GET /api/v1/health":  healthHandler(d.healthChecks()),
+			"GET /dl/codehub":     self,
+			"GET /dl/codehub.tar": self.tarHandler(),
 		},
 	}, api.Deps{Pool: d.pool, Redis: d.redis, Workspaces: svc, Upstreams: parts.upstreams, Progress: progressOf(parts.backend), Fleet: parts.fleet, Agents: agents})
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/crypto/ssh"
 )
 
 const configSSHUsage = `usage: codehub config-ssh [-ssh-config FILE]
@@ -88,7 +90,7 @@ func (u *userCLI) configSSH(configPath string) error {
 		if err != nil {
 			return fmt.Errorf("host key of %s: %w", ws.Name, err)
 		}
-		hosts = append(hosts, sshHost{name: ws.Name, id: ws.ID, hostKey: strings.TrimSpace(string(marshalKey(key)))})
+		hosts = append(hosts, sshHost{name: ws.Name, id: ws.ID, hostKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))})
 	}
 	self, err := os.Executable()
 	if err != nil {

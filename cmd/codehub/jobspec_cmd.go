@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/jobspecs"
@@ -100,6 +102,9 @@ func renderJobspec(req renderRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := withAgent(cfg, &opts); err != nil {
+		return "", err
+	}
 	renderer, err := jobspecs.NewRenderer(cfg.Jobspecs.Dir)
 	if err != nil {
 		return "", err
@@ -138,6 +143,31 @@ func renderJobspec(req renderRequest) (string, error) {
 		Attempt:     req.attempt,
 	}
 	return backend.RenderBatch(controller.JobKind(req.kind), job, home)
+}
+
+// withAgent renders workspaces under the agent as the server does. Its
+// secrets go to the job's variable, never into the HCL, so keys derived
+// from a throwaway key render the same text.
+func withAgent(cfg *config.Config, opts *nomad.Options) error {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	keys, err := agent.NewKeys(key)
+	if err != nil {
+		return err
+	}
+	opts.Agent = keys
+	if cfg.Backend.Nomad.Driver != config.DriverDocker {
+		return nil
+	}
+	self, err := newSelfBinary()
+	if err != nil {
+		return err
+	}
+	opts.AgentArchiveURL = strings.TrimSuffix(cfg.PublicURL, "/") + "/dl/codehub.tar"
+	opts.AgentArchiveChecksum = self.tarChecksum
+	return nil
 }
 
 // artifactChecksum is the checksum of this binary when batch jobs fetch it

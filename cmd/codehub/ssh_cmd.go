@@ -340,5 +340,3 @@ func rawMode(f *os.File) (restore func(), err error) {
 	}
 	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
 }
-
-func marshalKey(k ssh.PublicKey) []byte { return ssh.MarshalAuthorizedKey(k) }

@@ -39,7 +39,13 @@ job [[ hcl .JobID ]] {
 [[- if .AgentVariablePath ]]
       # The workspace agent (codehub agent): SSH and the workspace's own
       # ports, for the codehub server only.
+[[- if and (eq .Driver "docker") .Port ]]
+      port "agent" {
+        to = [[ agentContainerPort ]]
+      }
+[[- else ]]
       port "agent" {}
+[[- end ]]
 [[- end ]]
     }
 
@@ -169,15 +175,33 @@ job [[ hcl .JobID ]] {
 [[- if eq .Driver "docker" ]]
 
       user = "[[ .UID ]]:[[ .GID ]]"
+[[- if .AgentVariablePath ]]
+
+      # codehub for the agent, in the task directory docker mounts at
+      # /local: the image need not contain it. A tar archive, whose file
+      # mode (executable) survives the download.
+      artifact {
+        source      = [[ hcl (required "artifact_url" .ArtifactURL) ]]
+        destination = "local/codehub-agent"
+
+        options {
+          checksum = [[ hcl (required "artifact_checksum" .ArtifactChecksum) ]]
+        }
+      }
+[[- end ]]
 
       config {
         image        = [[ hcl (required "image" .Image) ]]
         force_pull   = false
-        ports        = ["http"]
+        ports        = ["http"[[ if .AgentVariablePath ]], "agent"[[ end ]]]
 [[- if .NetworkMode ]]
         network_mode = [[ hcl .NetworkMode ]]
 [[- end ]]
-[[- if .Entrypoint ]]
+[[- if .AgentVariablePath ]]
+        # codehub agent starts the entrypoint and serves the server beside
+        # it, as the program's user, in its container.
+        entrypoint   = [[ agentEntrypoint .Port .Entrypoint ]]
+[[- else if .Entrypoint ]]
         entrypoint   = [[ hclList .Entrypoint ]]
 [[- end ]]
 [[- if .Args ]]
