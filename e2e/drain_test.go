@@ -23,7 +23,9 @@ import (
 // and three caught half-way when the drain begins: one stopping, one being
 // restored and one being created. Every home ends on the other client with
 // its files, in its desired state; the archived one stays only in S3;
-// nothing stays on the drained client, and the drain command returns.
+// nothing stays on the drained client, and the drain command returns. The
+// running workspace answers SSH on the other client with the host key a
+// laptop pinned before the drain.
 func TestNomadFleetDrain(t *testing.T) {
 	drainFleet(t, drainNothingKilled, "-deadline", "10m")
 }
@@ -150,6 +152,11 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 	waitFor(t, 2*time.Minute, "the restore and the new home on node-a", func() bool {
 		return onNode(t, agent, restoring, a.NodeID) && onNode(t, agent, creating, a.NodeID)
 	})
+	// A laptop that reached the running workspace over SSH pinned its
+	// host key; the move must not change it.
+	me := newSSHUser(t, srv, c)
+	me.configSSH(t)
+	me.run(t, "ssh", "codehub.running", "true")
 	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +227,9 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 			continue
 		}
 		checkHomeFiles(t, id, volumePath(t, agent, id), content)
+	}
+	if out := me.run(t, "ssh", "codehub.running", "cat", "\"$HOME\"/"+homeFiles[1].name); out != string(files[running][homeFiles[1].name]) {
+		t.Error("over SSH after the move, the running workspace shows other bytes")
 	}
 	// The archived home, opened, comes back with its files.
 	c.setDesired(archived, "STANDBY")
