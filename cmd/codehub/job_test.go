@@ -33,6 +33,10 @@ func runJobLines(t *testing.T, args ...string) (int, []string) {
 
 func lastLine(lines []string) string { return lines[len(lines)-1] }
 
+// result is the RESULT field of a job's last line, without the fields
+// after it (the archive it names).
+func result(lines []string) string { return strings.Fields(lastLine(lines))[0] }
+
 func TestJobArchiveAndRestore(t *testing.T) {
 	s3 := testenv.NewS3(t)
 	key := archive.Key("01jb3x7k9q2m5n8p4r6s0t1v2w", "01jb3x8a0000000000000000aa")
@@ -101,7 +105,7 @@ func TestJobArchiveWithParent(t *testing.T) {
 	}
 
 	dst := t.TempDir()
-	if code, lines := runJobLines(t, "restore", "--dst", dst); code != 0 || lastLine(lines) != "RESULT=OK" {
+	if code, lines := runJobLines(t, "restore", "--dst", dst); code != 0 || result(lines) != "RESULT=OK" {
 		t.Fatalf("restore: exit %d, lines %q", code, lines)
 	}
 	for name, want := range map[string]string{"big.txt": strings.Repeat("unchanged ", 10000), "a.txt": "by flag\n", "b.txt": "by variable\n"} {
@@ -188,7 +192,7 @@ func TestJobArchiveOnStop(t *testing.T) {
 			t.Setenv("CODEHUB_RUN_ID", tc.run)
 			t.Setenv("CODEHUB_STOP_ARCHIVE_RUN", tc.asked)
 			code, lines := runJobLines(t, "archive", "--on-stop", "--src", src)
-			if code != 0 || lastLine(lines) != tc.want {
+			if code != 0 || result(lines) != tc.want {
 				t.Fatalf("exit %d, lines %q; want exit 0 and %s", code, lines, tc.want)
 			}
 			_, err := archive.NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket).Stat(t.Context(), key)
