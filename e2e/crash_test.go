@@ -50,15 +50,8 @@ func TestNomadFleetEvacuateKilled(t *testing.T) {
 	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	create := func(name string) string {
-		var ws apiWorkspace
-		if code := c.do("POST", "/api/v1/workspaces", map[string]string{"name": name}, &ws); code != http.StatusCreated {
-			t.Fatalf("create %s: %d", name, code)
-		}
-		return ws.ID
-	}
 	// One may run per user: the others are created in standby.
-	running, standby, archived := create("running"), create("standby"), create("archived")
+	running, standby, archived := c.create("running"), c.create("standby"), c.create("archived")
 	moving := []string{running, standby}
 	c.settle(running, "RUNNING", time.Now())
 	c.settle(standby, "STANDBY", time.Now())

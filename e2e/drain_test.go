@@ -85,13 +85,6 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	create := func(name string) string {
-		var ws apiWorkspace
-		if code := c.do("POST", "/api/v1/workspaces", map[string]string{"name": name}, &ws); code != http.StatusCreated {
-			t.Fatalf("create %s: %d", name, code)
-		}
-		return ws.ID
-	}
 	files := map[string]map[string][]byte{}
 	run := func(ids ...string) {
 		for _, id := range ids {
@@ -119,7 +112,7 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 			c.settle(id, "ARCHIVED", time.Now())
 		}
 	}
-	running, stopped, again, archived := create("running"), create("stopped"), create("again"), create("archived")
+	running, stopped, again, archived := c.create("running"), c.create("stopped"), c.create("again"), c.create("archived")
 	run(running, stopped, again, archived)
 	stop(stopped, again, archived)
 	// More work on one, then stopped again: its second stop archive.
@@ -140,7 +133,7 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 		t.Errorf("second stop archive: parent %q (%v), want the first %s", meta.Parent, err, list.Complete[1])
 	}
 	archiveAll(archived)
-	stopping, restoring := create("stopping"), create("restoring")
+	stopping, restoring := c.create("stopping"), c.create("restoring")
 	run(stopping, restoring)
 	stop(restoring)
 	archiveAll(restoring)
@@ -148,7 +141,7 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 	// Half-way when the drain begins.
 	c.setDesired(stopping, "STANDBY")
 	c.setDesired(restoring, "STANDBY")
-	creating := create("creating")
+	creating := c.create("creating")
 	waitFor(t, 2*time.Minute, "the restore and the new home on node-a", func() bool {
 		return onNode(t, agent, restoring, a.NodeID) && onNode(t, agent, creating, a.NodeID)
 	})

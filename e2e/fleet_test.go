@@ -43,14 +43,7 @@ func TestNomadFleetEvacuate(t *testing.T) {
 	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	create := func(name string) string {
-		var ws apiWorkspace
-		if code := c.do("POST", "/api/v1/workspaces", map[string]string{"name": name}, &ws); code != http.StatusCreated {
-			t.Fatalf("create: %d", code)
-		}
-		return ws.ID
-	}
-	running, stopped := create("running"), create("stopped")
+	running, stopped := c.create("running"), c.create("stopped")
 	c.setDesired(stopped, "STANDBY")
 	c.settle(running, "RUNNING", time.Now())
 	c.settle(stopped, "STANDBY", time.Now())

@@ -180,6 +180,16 @@ func login(t testing.TB, srv *server) *apiClient {
 	return c
 }
 
+// create makes a workspace named name with the defaults and returns its id.
+func (c *apiClient) create(name string) string {
+	c.tb.Helper()
+	var ws apiWorkspace
+	if code := c.do("POST", "/api/v1/workspaces", map[string]string{"name": name}, &ws); code != http.StatusCreated {
+		c.tb.Fatalf("create %s: %d", name, code)
+	}
+	return ws.ID
+}
+
 func (c *apiClient) setDesired(id, desired string) {
 	c.tb.Helper()
 	if code := c.do("PATCH", "/api/v1/workspaces/"+id, map[string]string{"desired_state": desired}, nil); code != http.StatusOK {
