@@ -167,13 +167,8 @@ func (s *Server) setPortShare(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err == nil {
-		err = ports.CheckPort(port)
-	}
-	if err != nil {
-		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "port",
-			Message: "port: must be a number between 1 and 65535"})
+	port, ok := pathPort(w, r)
+	if !ok {
 		return
 	}
 	if req.Share == nil {
@@ -245,13 +240,8 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err == nil {
-		err = ports.CheckPort(port)
-	}
-	if err != nil {
-		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "port",
-			Message: "port: must be a number between 1 and 65535"})
+	port, ok := pathPort(w, r)
+	if !ok {
 		return
 	}
 	if s.portDialer == nil {
@@ -338,4 +328,19 @@ func (m markingReader) Read(b []byte) (int, error) {
 		m.sent()
 	}
 	return n, err
+}
+
+// pathPort reads the {port} of the request's path, answering 400 for one
+// that is not a TCP port.
+func pathPort(w http.ResponseWriter, r *http.Request) (int, bool) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err == nil {
+		err = ports.CheckPort(port)
+	}
+	if err != nil {
+		WriteError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, Field: "port",
+			Message: "port: must be a number between 1 and 65535"})
+		return 0, false
+	}
+	return port, true
 }
