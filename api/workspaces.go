@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/proxy"
@@ -340,6 +341,9 @@ type archiveView struct {
 	CreatedAt time.Time `json:"created_at"`
 	SizeBytes int64     `json:"size_bytes"`
 	Current   bool      `json:"current"`
+	// BuildsOn is the id of the archive an incremental archive stores its
+	// changes on: the GC keeps that one as long as this one.
+	BuildsOn string `json:"builds_on,omitempty"`
 }
 
 type archiveList struct {
@@ -358,7 +362,11 @@ func (s *Server) listArchives(w http.ResponseWriter, r *http.Request) {
 	}
 	list := archiveList{Archives: make([]archiveView, 0, len(archives))}
 	for _, a := range archives {
-		list.Archives = append(list.Archives, archiveView{ID: a.ID, CreatedAt: a.CreatedAt.UTC(), SizeBytes: a.Size, Current: a.Current})
+		v := archiveView{ID: a.ID, CreatedAt: a.CreatedAt.UTC(), SizeBytes: a.Size, Current: a.Current}
+		if a.Parent != "" {
+			v.BuildsOn = archive.OpID(a.Parent)
+		}
+		list.Archives = append(list.Archives, v)
 	}
 	writeJSON(w, http.StatusOK, list)
 }
