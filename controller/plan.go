@@ -372,13 +372,6 @@ func (p *planner) stepDown(phase workspace.Phase) Action {
 	if phase == workspace.PhaseRunning {
 		return p.claim(workspace.OpStopping, StepStopWorkspace)
 	}
-	if p.home == workspace.HomeInVolume && p.obs.VolumeReady && !p.obs.ContainerLive && archiveHoldsHome(p.w) {
-		// Its archive (the stop archive, as a rule) holds the home: the
-		// archive becomes the home in this write, instead of an upload of
-		// the same bytes, and the next pass deletes the volume it left.
-		p.next.RestoreMarker = nil
-		return p.settle(p.purgeStale()...)
-	}
 	var steps []Step
 	if p.obs.VolumeReady && !p.obs.ContainerLive {
 		steps = append(steps, StepSubmitArchive)
