@@ -355,13 +355,7 @@ func TestE2EFleetEvacuate(t *testing.T) {
 		if err != nil || !bytes.Equal(got, files[id]) {
 			t.Errorf("home of %s after the move differs from before (%v)", id, err)
 		}
-		list, err := archive.NewStore(hclog.NewNullLogger(), f.s3.Client, f.s3.Bucket).List(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := len(list.Complete); n != 1 {
-			t.Errorf("workspace %s has %d archives after one move, want 1", id, n)
-		}
+		checkArchivedOnce(t, archive.NewStore(hclog.NewNullLogger(), f.s3.Client, f.s3.Bucket), id)
 	}
 	if !bytes.Equal(f.served(t, running), files[running]) {
 		t.Error("the moved running workspace serves other bytes")
@@ -428,5 +422,26 @@ func TestE2EFleetArchivedNodeLoss(t *testing.T) {
 	}
 	if !bytes.Equal(f.served(t, id), archived) {
 		t.Fatal("the workspace changed files when the lost node returned")
+	}
+}
+
+// checkArchivedOnce fails unless the home of id was uploaded whole at most
+// once: its stop archive, then what changed since (the move's archive,
+// incremental on it), and nothing archived twice.
+func checkArchivedOnce(t *testing.T, store *archive.Store, id string) {
+	t.Helper()
+	list, err := store.List(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list.Complete); n < 1 || n > 2 {
+		t.Errorf("workspace %s has %d archives after one move, want its stop archive and at most one on it", id, n)
+		return
+	}
+	if len(list.Complete) == 2 {
+		meta, err := store.Stat(t.Context(), list.Complete[0])
+		if err != nil || meta.Parent != list.Complete[1] {
+			t.Errorf("workspace %s: archive %s builds on %q (%v), want %s", id, list.Complete[0], meta.Parent, err, list.Complete[1])
+		}
 	}
 }
