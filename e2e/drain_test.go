@@ -221,8 +221,9 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 		}
 		checkHomeFiles(t, id, volumePath(t, agent, id), content)
 	}
-	if out := me.run(t, "ssh", "codehub.running", "cat", "\"$HOME\"/"+homeFiles[1].name); out != string(files[running][homeFiles[1].name]) {
-		t.Error("over SSH after the move, the running workspace shows other bytes")
+	got, err := me.tool("ssh", "codehub.running", "cat", "\"$HOME\"/"+homeFiles[1].name).Output()
+	if err != nil || !bytes.Equal(got, files[running][homeFiles[1].name]) {
+		t.Errorf("over SSH after the move, the running workspace shows %d other bytes (%v)", len(got), err)
 	}
 	// The archived home, opened, comes back with its files.
 	c.setDesired(archived, "STANDBY")
