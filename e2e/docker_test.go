@@ -96,12 +96,12 @@ func (e dockerEngine) container(t *testing.T, agent *nomadtest.Agent, wsID strin
 	return ""
 }
 
-// TestNomadDockerWorkspaceLifecycle is the lifecycle test on the docker
-// driver with host networking, as an engine without a bridge needs: the
-// configuration keeps workspace.port at its default (8080, which host
-// networking must not map), the image's ENTRYPOINT carries arguments of
-// its own like the official image's, and everything runs as 1000:1000.
-func TestNomadDockerWorkspaceLifecycle(t *testing.T) {
+// dockerNomadConfig starts a private docker engine with the locally built
+// images and a Nomad agent using it, and returns a server configuration
+// running workspaces there under the docker driver with host networking,
+// as 1000:1000.
+func dockerNomadConfig(t *testing.T) (serverConfig, *nomadtest.Agent, dockerEngine) {
+	t.Helper()
 	nomadtest.Binary(t)
 	cfg := localConfig(t)
 	engine := startDockerEngine(t, cfg.codeServer)
@@ -129,6 +129,16 @@ workspace {
   %s
 }
 `, agent.Addr, engine.jobImage, engine.image, codeServerWorkspace)
+	return cfg, agent, engine
+}
+
+// TestNomadDockerWorkspaceLifecycle is the lifecycle test on the docker
+// driver with host networking, as an engine without a bridge needs: the
+// configuration keeps workspace.port at its default (8080, which host
+// networking must not map), the image's ENTRYPOINT carries arguments of
+// its own like the official image's, and everything runs as 1000:1000.
+func TestNomadDockerWorkspaceLifecycle(t *testing.T) {
+	cfg, agent, engine := dockerNomadConfig(t)
 
 	nomadLifecycle(t, agent, cfg, nomadDriver{
 		home: func(*testing.T, string) string { return "/home/coder" },

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -19,33 +18,7 @@ import (
 // OpenSSH client: the agent comes from the server's /dl/codehub through
 // the task directory and runs as the container's user.
 func TestNomadDockerSSH(t *testing.T) {
-	nomadtest.Binary(t)
-	cfg := localConfig(t)
-	engine := startDockerEngine(t, cfg.codeServer)
-	agent := nomadtest.Start(t, fmt.Sprintf(`
-plugin "docker" {
-  config {
-    endpoint = %q
-    gc {
-      image = false
-    }
-  }
-}
-`, engine.endpoint), "docker")
-	cfg.backend = fmt.Sprintf(`backend "nomad" {
-  address      = %q
-  driver       = "docker"
-  network_mode = "host"
-  job_image    = %q
-`+aclOptOut+`}
-
-workspace {
-  image = %q
-  uid   = 1000
-  gid   = 1000
-  %s
-}
-`, agent.Addr, engine.jobImage, engine.image, codeServerWorkspace)
+	cfg, _, _ := dockerNomadConfig(t)
 	srv := startServer(t, cfg)
 	admin := login(t, srv)
 	ws := createRunning(t, admin, "docker-ssh")
