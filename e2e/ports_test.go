@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,31 +27,11 @@ import (
 // proxy tests' upstream, which echoes requests as JSON, streams server-sent
 // events until /release and echoes WebSocket messages.
 func devServer(t *testing.T) string {
-	t.Helper()
-	devServerBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "codehub-e2e-dev-")
-		if err != nil {
-			devServerBuild.err = err
-			return
-		}
-		devServerBuild.dir, devServerBuild.path = dir, filepath.Join(dir, "devserver")
-		if out, err := exec.Command("go", "build", "-o", devServerBuild.path, "../proxy/testdata/upstream").CombinedOutput(); err != nil {
-			devServerBuild.err = fmt.Errorf("%w\n%s", err, out)
-		}
-	})
-	if devServerBuild.err != nil {
-		t.Fatalf("build the dev server: %v", devServerBuild.err)
-	}
-	return devServerBuild.path
+	return devServerBuild.path(t, "../proxy/testdata/upstream", "devserver")
 }
 
 // TestMain removes its directory.
-var devServerBuild struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
+var devServerBuild programBuild
 
 // echoScript is a TCP echo service, the kind of non-HTTP program
 // `codehub port-forward` is for.

@@ -566,28 +566,38 @@ func exitCode(err error) int {
 // fakeServer builds the single-machine backend's test program, an HTTP
 // server that answers /home with its HOME, once per test run.
 func fakeServer(t *testing.T) string {
-	t.Helper()
-	fakeServerBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "codehub-e2e-fake-")
-		if err != nil {
-			fakeServerBuild.err = err
-			return
-		}
-		fakeServerBuild.dir, fakeServerBuild.path = dir, filepath.Join(dir, "fakeworkspace")
-		if out, err := exec.Command("go", "build", "-o", fakeServerBuild.path, "../local/testdata/fakeworkspace").CombinedOutput(); err != nil {
-			fakeServerBuild.err = fmt.Errorf("%w\n%s", err, out)
-		}
-	})
-	if fakeServerBuild.err != nil {
-		t.Fatalf("build the test server: %v", fakeServerBuild.err)
-	}
-	return fakeServerBuild.path
+	return fakeServerBuild.path(t, "../local/testdata/fakeworkspace", "fakeworkspace")
 }
 
 // TestMain removes its directory.
-var fakeServerBuild struct {
+var fakeServerBuild programBuild
+
+// programBuild is a test program built once per run into a directory of
+// its own.
+type programBuild struct {
 	once sync.Once
 	dir  string
-	path string
+	bin  string
 	err  error
+}
+
+// path builds the program of package pkg as name on first use and returns
+// where it is.
+func (b *programBuild) path(t *testing.T, pkg, name string) string {
+	t.Helper()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "codehub-e2e-"+name+"-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.dir, b.bin = dir, filepath.Join(dir, name)
+		if out, err := exec.Command("go", "build", "-o", b.bin, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("%w\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatalf("build %s: %v", pkg, b.err)
+	}
+	return b.bin
 }
