@@ -203,14 +203,7 @@ func (p *Proxy) forwardPort(w *responseRecorder, r *http.Request, t target, owne
 	if owner && isActivity(r) {
 		w.mark()
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	defer func() { p.release(w.held) }()
-	t.in, t.rec, t.cancel = r, w, cancel
-	if r.Body != nil && r.Body != http.NoBody {
-		_ = http.NewResponseController(w).EnableFullDuplex()
-	}
-	p.portProxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, targetKey{}, t)))
+	p.serveHeld(p.portProxy, w, r, t)
 }
 
 // rewritePort addresses the request to the port. The URL's host is the

@@ -581,8 +581,14 @@ func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 		p.forwardPlain(w, r, &t)
 		return
 	}
-	// The watch ends a long-lived answer through ctx: the workspace's
-	// side closes, and with it the client's.
+	// t travels to rewrite and, on failure, to upstreamError.
+	p.serveHeld(p.rp, w, r, t)
+}
+
+// serveHeld proxies r to t through rp while the watch holds it: the watch
+// ends a long-lived answer through the request's context, the workspace's
+// side closes, and with it the client's.
+func (p *Proxy) serveHeld(rp http.Handler, w *responseRecorder, r *http.Request, t target) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer func() { p.release(w.held) }()
@@ -593,8 +599,7 @@ func (p *Proxy) forward(w *responseRecorder, r *http.Request, t target) {
 		// reading the client's body at the answer's first flush.
 		_ = http.NewResponseController(w).EnableFullDuplex()
 	}
-	// t travels to rewrite and, on failure, to upstreamError.
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, targetKey{}, t)))
+	rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, targetKey{}, t)))
 }
 
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
