@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,17 +149,37 @@ func newTag() (string, error) {
 }
 
 // loginShell is the shell a terminal of the workspace opens: $SHELL, the
-// user's entry in /etc/passwd, or /bin/sh.
+// user's entry in /etc/passwd, or the system's shell. A system account
+// (nobody, a container's service user) has nologin or false there, which
+// would end every session at once, so such an entry counts as none.
 func loginShell() string {
-	if sh := os.Getenv("SHELL"); sh != "" {
+	if sh := os.Getenv("SHELL"); usableShell(sh) {
 		return sh
 	}
 	if sh := passwdShell("/etc/passwd", os.Getuid()); sh != "" {
 		return sh
 	}
+	if usableShell("/bin/bash") {
+		return "/bin/bash"
+	}
 	return "/bin/sh"
 }
 
+// usableShell reports whether sh is an executable file that opens a shell.
+func usableShell(sh string) bool {
+	if sh == "" {
+		return false
+	}
+	switch filepath.Base(sh) {
+	case "nologin", "false", "true":
+		return false
+	}
+	fi, err := os.Stat(sh)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// passwdShell is the login shell of uid in the passwd file at path, if it
+// is a usable one.
 func passwdShell(path string, uid int) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -169,7 +190,7 @@ func passwdShell(path string, uid int) string {
 	for s.Scan() {
 		fields := strings.Split(s.Text(), ":")
 		if len(fields) == 7 && fields[2] == strconv.Itoa(uid) {
-			if _, err := os.Stat(fields[6]); err == nil {
+			if usableShell(fields[6]) {
 				return fields[6]
 			}
 			return ""

@@ -229,7 +229,7 @@ func TestAgentRunsAsTheWorkspaceUser(t *testing.T) {
 	program := strings.Fields(ask(t, b, "/id", nil))
 	got, err := sshRun(t, c, keys, testID, `echo "$(id -u) $(id -g) $HOME $USER"`)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the session failed: %v; it printed %q", err, got)
 	}
 	want := fmt.Sprintf("%s %s %s %s", program[0], program[1], ask(t, b, "/home", nil), acct.name)
 	if got != want || program[0] != strconv.Itoa(acct.uid) {
