@@ -93,13 +93,13 @@ func TestPackFailsOnFileChangedWhileRead(t *testing.T) {
 			dir := t.TempDir()
 			name := filepath.Join(dir, "log")
 			mustWrite(t, name, strings.Repeat("x", 4096), 0o644)
-			root, m, err := scanTree(context.Background(), hclog.NewNullLogger(), dir)
+			root, m, err := scanTree(context.Background(), hclog.NewNullLogger(), dir, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			change(t, name)
 			var read atomic.Int64
-			if err := writeLayer(context.Background(), root, m, "", true, io.Discard, &read); !errors.Is(err, errChangedWhileArchiving) {
+			if err := writeLayer(context.Background(), root, m, "", true, false, io.Discard, &read); !errors.Is(err, errChangedWhileArchiving) {
 				t.Fatalf("a file changed while archived: %v, want %v", err, errChangedWhileArchiving)
 			} else {
 				t.Logf("refused: %v", err)

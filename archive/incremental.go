@@ -103,7 +103,12 @@ func (s *Store) putManifest(ctx context.Context, key string, m *manifest) (Manif
 	if err != nil {
 		return ManifestRef{}, withCode(CodeUnknown, fmt.Errorf("encode manifest: %w", err))
 	}
-	_, err = s.client.PutObject(ctx, s.bucket, ManifestKey(key), bytes.NewReader(data), int64(len(data)),
+	return s.putManifestData(ctx, key, data)
+}
+
+// putManifestData stores an encoded manifest beside the archive at key.
+func (s *Store) putManifestData(ctx context.Context, key string, data []byte) (ManifestRef, error) {
+	_, err := s.client.PutObject(ctx, s.bucket, ManifestKey(key), bytes.NewReader(data), int64(len(data)),
 		minio.PutObjectOptions{ContentType: "application/zstd"})
 	if err != nil {
 		return ManifestRef{}, s3Error(fmt.Errorf("put manifest of %s: %w", key, err), CodeS3Access)
@@ -136,7 +141,11 @@ func (p layerPlan) report(out *lineWriter) {
 // bytes: the parent's layer for those unchanged since (by stat or by
 // hash, see decide), this archive (key) for the rest. Without a parent, or
 // when the chain would grow past its limits, every file goes to key.
-func planLayer(ctx context.Context, root string, m *manifest, key string, b *base) (layerPlan, error) {
+//
+// In a live plan (a snapshot of a home in use) a file that cannot be hashed
+// (written, replaced or removed meanwhile) goes to key: the layer reads it
+// again, or leaves it out.
+func planLayer(ctx context.Context, root string, m *manifest, key string, b *base, live bool) (layerPlan, error) {
 	var p layerPlan
 	var prev map[string]*Entry
 	sameVolume := false
@@ -165,12 +174,16 @@ func planLayer(ctx context.Context, root string, m *manifest, key string, b *bas
 			e.SHA256, e.Layer = old.SHA256, old.Layer
 		case actionHash:
 			sum, err := hashFile(root, e, buf, &hashed)
-			if err != nil {
+			switch {
+			case err != nil && live:
+				e.SHA256, e.Layer = "", key
+			case err != nil:
 				return layerPlan{}, err
-			}
-			e.SHA256, e.Layer = sum, key
-			if sameContent(old, e.Size, sum) {
-				e.Layer = old.Layer
+			default:
+				e.SHA256, e.Layer = sum, key
+				if sameContent(old, e.Size, sum) {
+					e.Layer = old.Layer
+				}
 			}
 		default:
 			e.Layer = key

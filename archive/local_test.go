@@ -51,12 +51,12 @@ func packThenExtract(t *testing.T, src string) (dst string, read, written int64)
 // writeTree writes the contents of root (not root itself) to w as one
 // complete tar, as a complete archive holds it.
 func writeTree(ctx context.Context, logger hclog.Logger, root string, w io.Writer, read *atomic.Int64) error {
-	root, m, err := scanTree(ctx, logger, root)
+	root, m, err := scanTree(ctx, logger, root, false)
 	if err != nil {
 		return err
 	}
 	const key = "" // a tree of its own: every file is its layer's
-	return writeLayer(ctx, root, m, key, true, w, read)
+	return writeLayer(ctx, root, m, key, true, false, w, read)
 }
 
 // compressTree writes the tar stream of root to enc as an archive does.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -81,7 +82,10 @@ type fileID struct{ dev, ino uint64 }
 // any file: stat only. Regular files get no hash and no layer yet. The
 // walk follows no symlink, not even the home's own path, which would leave
 // nothing to archive, so root is resolved first.
-func scanTree(ctx context.Context, logger hclog.Logger, root string) (string, *manifest, error) {
+//
+// live is for a home in use (a snapshot): what vanishes or cannot be read
+// while the walk passes is left out instead of failing the walk.
+func scanTree(ctx context.Context, logger hclog.Logger, root string, live bool) (string, *manifest, error) {
 	root, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return "", nil, err
@@ -94,7 +98,7 @@ func scanTree(ctx context.Context, logger hclog.Logger, root string) (string, *m
 	links := make(map[fileID]string) // first name of each multiply linked file
 	err = filepath.WalkDir(root, func(file string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			return skipLive(logger, live && file != root, file, d, err)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -116,15 +120,34 @@ func scanTree(ctx context.Context, logger hclog.Logger, root string) (string, *m
 			return nil
 		}
 		e, ok, err := statEntry(logger, file, filepath.ToSlash(rel), links)
+		if err != nil {
+			return skipLive(logger, live, file, d, err)
+		}
 		if ok {
 			m.entries = append(m.entries, e)
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return "", nil, fmt.Errorf("walk %s: %w", root, err)
 	}
 	return root, m, nil
+}
+
+// skipLive decides what a walk does with an entry it failed to read: in a
+// home in use (live), one that vanished or that its user may not read is
+// left out, a directory with all it holds; otherwise err ends the walk.
+func skipLive(logger hclog.Logger, live bool, file string, d fs.DirEntry, err error) error {
+	if !live || !(errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)) {
+		return err
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		logger.Warn("snapshot leaves out what the workspace user may not read", "path", file, "error", err)
+	}
+	if d != nil && d.IsDir() {
+		return fs.SkipDir
+	}
+	return nil
 }
 
 // statEntry describes one file system object; ok is false for what the
@@ -199,6 +222,11 @@ type layerWriter struct {
 	root string
 	read *atomic.Int64
 	buf  []byte
+	// live: the home is in use (a snapshot); see writeLayer.
+	live bool
+	// dropped are the paths a live layer left out: they vanished or could
+	// not be read once the walk had listed them.
+	dropped map[string]bool
 }
 
 // writeLayer writes, as tar, the entries of m that the archive at key
@@ -207,8 +235,15 @@ type layerWriter struct {
 // here: one whose inode, size or mtime moved since the scan, or whose
 // bytes no longer hash as the scan found, fails the archive. The hash of
 // every file written is recorded in m.
-func writeLayer(ctx context.Context, root string, m *manifest, key string, full bool, w io.Writer, read *atomic.Int64) error {
-	lw := &layerWriter{tw: tar.NewWriter(w), root: root, read: read, buf: make([]byte, 1<<20)}
+//
+// A live layer (a snapshot of a home in use) never fails for what its
+// user does meanwhile. A file written since the scan is stored as it is
+// when opened, its stat recorded from then, so the next snapshot, seeing
+// it moved again, reads it anew; one that vanishes or can no longer be
+// read is left out of the layer and of m, with the hard links to it.
+func writeLayer(ctx context.Context, root string, m *manifest, key string, full, live bool, w io.Writer, read *atomic.Int64) error {
+	lw := &layerWriter{tw: tar.NewWriter(w), root: root, read: read, buf: make([]byte, 1<<20),
+		live: live, dropped: map[string]bool{}}
 	for i := range m.entries {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -226,6 +261,8 @@ func writeLayer(ctx context.Context, root string, m *manifest, key string, full 
 		case e.Type == TypeFile && e.Layer == key:
 			hdr.Typeflag, hdr.Size = tar.TypeReg, e.Size
 			err = lw.addFile(e, hdr)
+		case e.Type == TypeHardlink && lw.dropped[e.Link]:
+			lw.dropped[e.Path] = true
 		case !full || e.Type == TypeFile:
 			continue
 		case e.Type == TypeDir:
@@ -243,6 +280,9 @@ func writeLayer(ctx context.Context, root string, m *manifest, key string, full 
 			return err
 		}
 	}
+	if len(lw.dropped) > 0 {
+		m.entries = slices.DeleteFunc(m.entries, func(e Entry) bool { return lw.dropped[e.Path] })
+	}
 	return lw.tw.Close()
 }
 
@@ -253,6 +293,10 @@ func (lw *layerWriter) addFile(e *Entry, hdr *tar.Header) error {
 	file := filepath.Join(lw.root, filepath.FromSlash(e.Path))
 	f, err := openRegular(file)
 	if err != nil {
+		if lw.live {
+			lw.dropped[e.Path] = true
+			return nil
+		}
 		return err
 	}
 	defer f.Close()
@@ -261,7 +305,13 @@ func (lw *layerWriter) addFile(e *Entry, hdr *tar.Header) error {
 		return err
 	}
 	if st.Ino != e.Inode || st.Size != e.Size || !e.sameMTime(st.Mtim) {
-		return fmt.Errorf("copy %s: %w (replaced or written since the walk)", file, errChangedWhileArchiving)
+		if !lw.live {
+			return fmt.Errorf("copy %s: %w (replaced or written since the walk)", file, errChangedWhileArchiving)
+		}
+		e.Inode, e.CTime, e.Size = st.Ino, st.Ctim.Sec*1e9+st.Ctim.Nsec, st.Size
+		e.MTime, e.MTimeNS = st.Mtim.Sec, st.Mtim.Nsec
+		e.SHA256 = ""
+		hdr.Size, hdr.ModTime = e.Size, e.modTime()
 	}
 	if err := lw.tw.WriteHeader(hdr); err != nil {
 		return err
@@ -271,6 +321,17 @@ func (lw *layerWriter) addFile(e *Entry, hdr *tar.Header) error {
 	lw.read.Add(n)
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", file, err)
+	}
+	if lw.live {
+		// What was truncated while read is stored zero-filled to the size
+		// the header announced; the next snapshot stores it again.
+		if n < e.Size {
+			if _, err := io.CopyN(io.MultiWriter(lw.tw, sum), zeros{}, e.Size-n); err != nil {
+				return err
+			}
+		}
+		e.SHA256 = hex.EncodeToString(sum.Sum(nil))
+		return nil
 	}
 	if n != e.Size {
 		return fmt.Errorf("copy %s: file shrank from %d to %d bytes: %w", file, e.Size, n, errChangedWhileArchiving)
@@ -289,6 +350,14 @@ func (lw *layerWriter) addFile(e *Entry, hdr *tar.Header) error {
 	}
 	e.SHA256 = got
 	return nil
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // hashFile returns the sha256 of the file at e.Path below root, counting

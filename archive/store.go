@@ -160,13 +160,13 @@ func (s *Store) ArchiveFrom(ctx context.Context, srcDir, key, parent string, pro
 	if err := s.client.RemoveObject(ctx, s.bucket, MetaKey(key), minio.RemoveObjectOptions{}); err != nil {
 		return Meta{}, s3Error(fmt.Errorf("remove stale meta: %w", err), CodeS3Access)
 	}
-	root, m, err := scanTree(ctx, log, srcDir)
+	root, m, err := scanTree(ctx, log, srcDir, false)
 	if err != nil {
 		return Meta{}, classifyLocal(err)
 	}
 	m.header.Archive = key
 	base := s.loadParent(ctx, log, out, key, parent)
-	p, err := planLayer(ctx, root, m, key, base)
+	p, err := planLayer(ctx, root, m, key, base, false)
 	if err != nil {
 		return Meta{}, classifyLocal(err)
 	}
@@ -213,7 +213,7 @@ func (s *Store) upload(ctx context.Context, log hclog.Logger, out *lineWriter, r
 		zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
 	if err == nil {
 		err = compressStream(enc, func(w io.Writer) error {
-			return writeLayer(ctx, root, m, key, p.full, w, &prog.in)
+			return writeLayer(ctx, root, m, key, p.full, false, w, &prog.in)
 		})
 		if closeErr := enc.Close(); err == nil {
 			err = closeErr
