@@ -4,8 +4,8 @@
 // the server, and only the server (every request carries the run's agent
 // token), over one loopback or allocation port: an SSH server for `codehub
 // ssh` and desktop IDEs, TCP connections to the workspace's own listeners,
-// the list of those listeners, and when the person last did something over
-// SSH. The package also holds the server's client of it and the derivation
+// the list of those listeners, when the person last did something over
+// SSH, and snapshots of the home for the server to write to S3. The package also holds the server's client of it and the derivation
 // of its secrets. It must never reach a listener of another workspace nor
 // count a keepalive as activity.
 package agent
@@ -65,6 +65,8 @@ type Agent struct {
 	// lastActivity is when the person last did something over SSH, in Unix
 	// nanoseconds; zero for never.
 	lastActivity atomic.Int64
+	// snapshotting is held while a snapshot of the home is read.
+	snapshotting sync.Mutex
 
 	// conns are the hijacked connections, closed by Shutdown.
 	mu    sync.Mutex
@@ -99,6 +101,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/tcp/{port}", a.serveTCP)
 	mux.HandleFunc("GET /v1/ports", a.servePorts)
 	mux.HandleFunc("GET /v1/activity", a.serveActivity)
+	mux.HandleFunc("POST /v1/snapshot", a.serveSnapshot)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
 			http.Error(w, "agent token required", http.StatusUnauthorized)

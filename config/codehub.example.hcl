@@ -265,6 +265,13 @@ workspace {
   # workspace is backed up after it stops. "0s" (the default) turns
   # backups off; e.g. "24h". gc.keep_archives bounds how many are kept.
   backup_interval = "0s"
+
+  # Snapshots: while a workspace runs, its agent reads the home once what
+  # S3 holds of it is this old, and the server writes what changed to S3 as
+  # an incremental archive. Losing the node then costs a running home at
+  # most about this much work (docs/lifecycle.md). "0s" turns them off; at
+  # least "5s" otherwise.
+  snapshot_interval = "10m"
 }
 
 # Templates: the kinds of workspace users choose from when they create one.

@@ -215,6 +215,11 @@ type Workspace struct {
 	// once its last archive is this old. "0s" turns backups off.
 	BackupIntervalHCL string `hcl:"backup_interval,optional"`
 	BackupInterval    time.Duration
+	// SnapshotInterval bounds the recovery point of a running home: once
+	// what S3 holds of it is this old, its agent reads it and what changed
+	// is written to S3 as an incremental archive. "0s" turns snapshots off.
+	SnapshotIntervalHCL string `hcl:"snapshot_interval,optional"`
+	SnapshotInterval    time.Duration
 }
 
 // Limits caps how many workspaces may run.

@@ -24,6 +24,7 @@ const (
 	defaultStartTimeout     = 10 * time.Minute
 	defaultStopTimeout      = 2 * time.Minute
 	defaultArchiveTimeout   = 1 * time.Hour
+	defaultSnapshotInterval = 10 * time.Minute
 	defaultRestoreTimeout   = 1 * time.Hour
 	// Two homes move at a time: each move is one archive and one restore.
 	defaultEvacuationParallel = 2
@@ -142,6 +143,10 @@ func defaultWorkspace() *Workspace {
 		AutostartLead:    defaultAutostartLead,
 		// Off: an operator opts into the storage backups cost.
 		BackupIntervalHCL: "0s",
+		// On: a snapshot stores only what changed, and a lost node then
+		// costs a running home at most this much work.
+		SnapshotIntervalHCL: durationText(defaultSnapshotInterval),
+		SnapshotInterval:    defaultSnapshotInterval,
 	}
 }
 

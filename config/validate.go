@@ -53,6 +53,7 @@ func (c *Config) durationFields() []durationField {
 		{"workspace.max_extend", w.MaxExtendHCL, &w.MaxExtend},
 		{"workspace.autostart_lead", w.AutostartLeadHCL, &w.AutostartLead},
 		{"workspace.backup_interval", w.BackupIntervalHCL, &w.BackupInterval},
+		{"workspace.snapshot_interval", w.SnapshotIntervalHCL, &w.SnapshotInterval},
 		{"coordinator.idle_interval", co.IdleIntervalHCL, &co.IdleInterval},
 		{"coordinator.ttl_interval", co.TTLIntervalHCL, &co.TTLInterval},
 		{"coordinator.active_interval", co.ActiveIntervalHCL, &co.ActiveInterval},
@@ -415,6 +416,9 @@ func (c *Config) checkWorkspace(ch *checker) {
 	}
 	if w.BackupInterval < 0 {
 		ch.add("workspace.backup_interval", "must not be negative (\"0s\" turns backups off)")
+	}
+	if w.SnapshotInterval < 0 || (w.SnapshotInterval > 0 && w.SnapshotInterval < 5*time.Second) {
+		ch.add("workspace.snapshot_interval", "must be \"0s\" (off) or at least 5s")
 	}
 	if w.AutostartLead < 0 || w.AutostartLead > 24*time.Hour {
 		ch.add("workspace.autostart_lead", "must be between 0s and 24h")

@@ -161,6 +161,9 @@ func TestValidateRules(t *testing.T) {
 		{"archive_ttl negative", func(c *Config) { c.Workspace.ArchiveTTL = -time.Minute }, []string{"workspace.archive_ttl"}},
 		{"backup_interval negative", func(c *Config) { c.Workspace.BackupInterval = -time.Hour }, []string{"workspace.backup_interval"}},
 		{"backup_interval set", func(c *Config) { c.Workspace.BackupInterval = 24 * time.Hour }, nil},
+		{"snapshot_interval negative", func(c *Config) { c.Workspace.SnapshotInterval = -time.Minute }, []string{"workspace.snapshot_interval"}},
+		{"snapshot_interval too short", func(c *Config) { c.Workspace.SnapshotInterval = time.Second }, []string{"workspace.snapshot_interval"}},
+		{"snapshot_interval off", func(c *Config) { c.Workspace.SnapshotInterval = 0 }, nil},
 
 		{"per-user limit zero", func(c *Config) { c.Limits.MaxRunningPerUser = 0 }, []string{"limits.max_running_per_user"}},
 		{"global limit zero", func(c *Config) {

@@ -35,6 +35,8 @@ type Metrics struct {
 	gcDeleted   prometheus.Counter
 	gcAborted   prometheus.Counter
 	orphans     prometheus.Gauge
+	snapshots   *prometheus.CounterVec
+	snapBytes   prometheus.Counter
 }
 
 // NewMetrics registers the engine's metrics with reg.
@@ -72,6 +74,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "codehub_gc_uploads_aborted_total",
 			Help: "Unfinished multipart uploads of killed archive attempts aborted by the archive GC.",
 		}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codehub_snapshots_total",
+			Help: "Snapshots of running homes by result (stored, unchanged, failed, superseded: the workspace moved on before the commit).",
+		}, []string{"result"}),
+		snapBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codehub_snapshot_bytes_total",
+			Help: "Bytes of the snapshot objects written to S3 (compressed).",
+		}),
 		orphans: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "codehub_orphaned_workspaces",
 			Help: "Workspace ids the backend holds volumes or jobs of that are no unfinished workspace in the database (reported, never removed).",
@@ -81,7 +91,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, kind := range []string{expiryStandby, expiryArchive} {
 		m.ttlExpiries.WithLabelValues(kind)
 	}
-	for _, c := range []prometheus.Collector{m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted, m.orphans} {
+	for _, result := range []string{snapshotStored, snapshotUnchanged, snapshotFailed, snapshotSuperseded} {
+		m.snapshots.WithLabelValues(result)
+	}
+	for _, c := range []prometheus.Collector{m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted, m.orphans, m.snapshots, m.snapBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -146,6 +159,13 @@ func (m *Metrics) ttlExpired(desired workspace.DesiredState) {
 func (m *Metrics) gcDeletedArchive() {
 	if m != nil {
 		m.gcDeleted.Inc()
+	}
+}
+
+func (m *Metrics) snapshot(result string, bytes int64) {
+	if m != nil {
+		m.snapshots.WithLabelValues(result).Inc()
+		m.snapBytes.Add(float64(bytes))
 	}
 }
 

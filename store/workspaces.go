@@ -374,3 +374,39 @@ func CountTemplates(ctx context.Context, q Querier) ([]TemplateCount, error) {
 		FROM workspaces WHERE deleted_at IS NULL
 		GROUP BY template, template_version ORDER BY template, template_version`))
 }
+
+// ListProgramsRunning returns the workspaces whose program runs and that
+// no operation works on: those a snapshot may read.
+func ListProgramsRunning[T any](ctx context.Context, q Querier) ([]T, error) {
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE phase = 'RUNNING' AND operation = 'NONE' AND run_id <> '' AND deleted_at IS NULL
+		ORDER BY id`))
+}
+
+// CommitSnapshot records that the archive at key, a snapshot of run runID
+// of workspace id built on parent, holds its home as of at: it becomes the
+// archive and the restore marker (the volume goes on from it). A nil key
+// records an unchanged home: parent holds it as of at. Only while the
+// run still runs with no operation, parent is still the archive the volume
+// goes on from, and the leader epoch is still epoch; otherwise nothing
+// changes and it returns ErrConflict.
+func CommitSnapshot(ctx context.Context, q Querier, id, runID string, parent, key *string, at time.Time, epoch int64) error {
+	tag, err := q.Exec(ctx, `WITH fence AS (
+			SELECT epoch FROM coordinator_epoch WHERE epoch = $6 FOR SHARE)
+		UPDATE workspaces SET archive_key = COALESCE($4, archive_key),
+			restore_marker = COALESCE($4, restore_marker), archived_at = $5
+		WHERE id = $1 AND run_id = $2 AND phase = 'RUNNING' AND operation = 'NONE' AND deleted_at IS NULL
+			AND archive_key IS NOT DISTINCT FROM $3
+			AND (archive_key IS NULL OR restore_marker = archive_key)
+			AND ($4::text IS NOT NULL OR archive_key IS NOT NULL)
+			AND (archived_at IS NULL OR archived_at < $5)
+			AND EXISTS (SELECT 1 FROM fence)`,
+		id, runID, parent, key, at, epoch)
+	if err != nil {
+		return fmt.Errorf("commit snapshot of %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrConflict
+	}
+	return nil
+}

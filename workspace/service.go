@@ -660,3 +660,22 @@ func (s *Service) ArchivesCollected(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// ProgramsRunning returns the workspaces whose program runs and that no
+// operation works on, for the snapshot runner.
+func (s *Service) ProgramsRunning(ctx context.Context) ([]Workspace, error) {
+	ws, err := store.ListProgramsRunning[Workspace](ctx, s.pool)
+	if err != nil {
+		return nil, fmt.Errorf("list running programs: %w", err)
+	}
+	return ws, nil
+}
+
+// CommitSnapshot records a snapshot of the run of w, read as w: key holds
+// its home as of at (nil key: w's archive still does). It fails with
+// store.ErrConflict when the workspace moved on since w was read (stopped,
+// an operation claimed, another archive committed) or the leader epoch
+// changed; the snapshot is then not the workspace's.
+func (s *Service) CommitSnapshot(ctx context.Context, w Workspace, key *string, at time.Time, epoch int64) error {
+	return store.CommitSnapshot(ctx, s.pool, w.ID, w.RunID, w.ArchiveKey, key, at, epoch)
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -225,6 +226,15 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	if n, ok := parts.backend.(controller.Notifier); ok {
 		leaderLoops = append(leaderLoops, controller.LoopFunc(func(ctx context.Context) error { return n.Watch(ctx, wake) }))
 	}
+	if agents != nil {
+		leaderLoops = append(leaderLoops, controller.NewSnapshotRunner(logger.Named("snapshot"), svc, archives,
+			snapshotSource(agents), controller.SnapshotConfig{
+				Interval: cfg.Workspace.SnapshotInterval,
+				Timeout:  cfg.Coordinator.ArchiveTimeout,
+				Epoch:    func() int64 { return coord.Epoch() },
+				Metrics:  engineMetrics,
+			}))
+	}
 	coord = controller.NewCoordinator(logger.Named("coordinator"), ccfg, ctl, leaderLoops...)
 	a.loops = append(a.loops, loop{"coordinator", coord.Run})
 	return a, nil
@@ -255,6 +265,18 @@ func newAgentKeys(ctx context.Context, d *deps) (*agent.Keys, error) {
 		return nil, err
 	}
 	return agent.NewKeys(key)
+}
+
+// snapshotSource reaches the agent of a workspace run for a snapshot of
+// its home.
+func snapshotSource(agents *agent.Connector) controller.SnapshotSource {
+	return func(ctx context.Context, wsID, runID string, req archive.SnapshotRequest) (io.ReadCloser, error) {
+		c, err := agents.Client(ctx, wsID, runID)
+		if err != nil {
+			return nil, err
+		}
+		return c.Snapshot(ctx, req)
+	}
 }
 
 // progressOf is the backend's reader of job progress, if it has one.
