@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // TestBrowserCLILoginAndTokens: "codehub login" hands over to the
@@ -153,8 +154,10 @@ func TestBrowserCLILoginAndTokens(t *testing.T) {
 		}
 		if err := chromedp.Do(ctx,
 			chromedp.SendKeys(chromedp.ID("settings-dotfiles"), dotfiles),
-			chromedp.SendKeys(chromedp.ID("settings-token"), "glpat-e2e-secret"),
-			chromedp.Click(chromedp.ID("settings-submit")),
+			// Enter submits, as a click on Save does; a click lands by
+			// coordinates, which the live workspace list above may shift
+			// between the lookup and the press.
+			chromedp.SendKeys(chromedp.ID("settings-token"), "glpat-e2e-secret"+kb.Enter),
 		); err != nil {
 			return err
 		}
