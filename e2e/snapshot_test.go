@@ -1,11 +1,21 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/archive"
+	"github.com/codehub-io/codehub/internal/nomadtest"
 )
 
 // snapshotSettings snapshot running homes every 5 s.
@@ -92,4 +102,114 @@ func snapshotLifecycle(t *testing.T, srv *server, home func(t *testing.T, id str
 		t.Fatalf("recovery point of an untouched running home stayed at %v (was %v)", after.ArchivedAt, before.ArchivedAt)
 	}
 	running()
+}
+
+// TestNomadSnapshots is TestSnapshots on real Nomad under raw_exec: the
+// agent in the workspace job reads the home on its node.
+func TestNomadSnapshots(t *testing.T) {
+	agent := nomadtest.Start(t, "")
+	cfg := nomadConfig(t, agent)
+	cfg.backend = strings.Replace(cfg.backend, "workspace {\n", "workspace {\n"+snapshotSettings, 1)
+	srv := startServer(t, cfg)
+	snapshotLifecycle(t, srv, func(t *testing.T, id string) string { return volumePath(t, agent, id) })
+}
+
+// TestNomadSnapshotNodeLoss: a running home's node vanishes, disk and all.
+// What its last snapshot held comes back on the other node once the admin
+// accepts losing what came after, which the refusal names.
+func TestNomadSnapshotNodeLoss(t *testing.T) {
+	cluster := nomadtest.StartCluster(t, "node-a", "node-b")
+	agent := &nomadtest.Agent{Addr: cluster.Addr, Client: cluster.Client}
+	cfg := nomadConfig(t, agent)
+	cfg.backend = strings.Replace(cfg.backend, "workspace {\n", "workspace {\n"+snapshotSettings, 1)
+	srv := startServer(t, cfg)
+	c := login(t, srv)
+	a, b := cluster.Node(t, "node-a"), cluster.Node(t, "node-b")
+	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ws := createRunning(t, c, "lost")
+	home := volumePath(t, agent, ws.ID)
+	content := randomBytes(t)
+	wrote := time.Now()
+	if err := os.WriteFile(filepath.Join(home, "notes.bin"), content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nomadtest.Eventually(t, 2*time.Minute, "a snapshot holding the write", func() bool {
+		rp := recoveryPoint(t, c, ws.ID)
+		return rp.ArchivedAt != nil && rp.ArchivedAt.After(wrote)
+	})
+	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The machine is gone: its client, what its tasks left running, its
+	// disk.
+	a.Kill(t)
+	killProcessesUnder(t, filepath.Dir(a.HostVolumesDir))
+	if err := os.RemoveAll(home); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitStatus(t, 2*time.Minute, api.NodeStatusDown)
+
+	path := "/api/v1/admin/workspaces/" + ws.ID + "/restore-elsewhere"
+	var refusal struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	var key string
+	nomadtest.Eventually(t, time.Minute, "the restore elsewhere refused with what it loses", func() bool {
+		resp, err := c.http.Post(c.base+path, "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		as := archives(t, c, ws.ID)
+		if resp.StatusCode != http.StatusConflict || len(as) == 0 || !as[0].Current {
+			return false
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&refusal); err != nil {
+			t.Fatal(err)
+		}
+		key = archive.Key(ws.ID, as[0].ID)
+		return true
+	})
+	if !strings.Contains(refusal.Error.Message, key) || !strings.Contains(refusal.Error.Message, "node-a") {
+		t.Fatalf("the refusal does not name the snapshot %s and the node: %+v", key, refusal)
+	}
+	if code := c.do("POST", path, map[string]string{"confirm_archive_key": key}, nil); code != http.StatusOK {
+		t.Fatalf("confirmed restore elsewhere: %d", code)
+	}
+	c.settle(ws.ID, "RUNNING", time.Now())
+	vols := volumes(t, agent, ws.ID)
+	if len(vols) != 1 || vols[0].NodeID != b.NodeID {
+		t.Fatalf("volumes after the restore elsewhere: %+v, want one on node-b", vols)
+	}
+	got, err := os.ReadFile(filepath.Join(volumePath(t, agent, ws.ID), "notes.bin"))
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("the snapshot's file on node-b: %v", err)
+	}
+}
+
+// killProcessesUnder SIGKILLs every process whose working directory is
+// below dir: what a vanished node's tasks left running.
+func killProcessesUnder(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err != nil || (cwd != dir && !strings.HasPrefix(cwd, dir+"/")) {
+			continue
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }

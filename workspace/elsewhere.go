@@ -17,13 +17,14 @@ import (
 // archive key it would restore: it says what would be lost.
 type LossError struct {
 	ArchiveKey string
-	// ArchivedAt is when the archive was made (its op id's time).
+	// ArchivedAt is the time up to which the archive holds the home: when
+	// it was made, or the last snapshot that found the home unchanged.
 	ArchivedAt time.Time
 	Node       string
 }
 
 func (e *LossError) Error() string {
-	return fmt.Sprintf("restoring archive %s (made %s) on another node loses every change made in the home since then, which only node %s holds; to accept that, confirm with that archive key",
+	return fmt.Sprintf("restoring archive %s (the home as of %s) on another node loses every change made in the home since then, which only node %s holds; to accept that, confirm with that archive key",
 		e.ArchiveKey, e.ArchivedAt.UTC().Format(time.RFC3339), e.Node)
 }
 
@@ -69,7 +70,11 @@ func elsewhereAllowed(w Workspace, confirm string) error {
 	case w.RestoreMarker == nil || *w.RestoreMarker != *w.ArchiveKey:
 		return fmt.Errorf("%w: the archive holds the home already", ErrInvalidState)
 	case confirm != *w.ArchiveKey:
-		return &LossError{ArchiveKey: *w.ArchiveKey, ArchivedAt: archiveTime(*w.ArchiveKey), Node: v.Node}
+		at := archiveTime(*w.ArchiveKey)
+		if rp := RecoveryOf(w); rp.ArchivedAt != nil {
+			at = *rp.ArchivedAt
+		}
+		return &LossError{ArchiveKey: *w.ArchiveKey, ArchivedAt: at, Node: v.Node}
 	}
 	return nil
 }
