@@ -50,6 +50,9 @@ type volumeView struct {
 	// Unavailable says why the home waits for its node (a drained node
 	// holding its only copy, one that is down); empty otherwise.
 	Unavailable string `json:"unavailable,omitempty"`
+	// RecoveryPoint is what losing the node would cost the home, as on
+	// the workspace.
+	RecoveryPoint *workspace.Recovery `json:"recovery_point,omitempty"`
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
@@ -121,6 +124,11 @@ func (s *Server) volumeView(ctx context.Context, vol controller.FleetVolume) (vo
 			v.Moving = &c
 		}
 		v.Unavailable, _ = workspace.Unavailable(ws)
+		rp := workspace.RecoveryOf(ws)
+		if rp.ArchivedAt != nil {
+			rp.ArchivedAt = utc(rp.ArchivedAt)
+		}
+		v.RecoveryPoint = &rp
 		return v, nil
 	}
 	if serviceError(s.logger, err).Code == CodeNotFound {

@@ -230,9 +230,15 @@ async function loadNodes() {
       const what = v.known ? `${v.workspace_name} (${username(v.owner_id)})` : `no workspace: ${v.workspace_id}`;
       cell(home, `↳ ${what}`, v.volume_id);
       cell(home, v.phase || v.state);
+      if (v.recovery_point) {
+        const saved = recoveryText(v, n.name);
+        cell(home, `saved to S3: ${saved.text}`, saved.title).classList.add("recovery");
+      } else {
+        cell(home, "");
+      }
       const moving = v.moving && v.moving.status === "True" && v.moving.message;
       const td = cell(home, moving || v.unavailable || (v.moving && v.moving.message) || "");
-      td.colSpan = 5;
+      td.colSpan = 4;
     }
   }
 }
