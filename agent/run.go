@@ -129,12 +129,19 @@ loop:
 		case err := <-served:
 			_ = cmd.Process.Kill()
 			<-waited
+			a.proc.killAll()
 			return 1, fmt.Errorf("agent: serve: %w", err)
 		}
 	}
 	_ = srv.Close()
 	<-served
 	a.Shutdown()
+	// Nothing of the workspace outlives its program: what sessions left
+	// (nohup, a daemon) would otherwise run on the node with no workspace.
+	// A stop kills the agent itself with SIGKILL; the drivers end the rest
+	// then (a PID namespace under docker and exec, the task's cgroup under
+	// raw_exec).
+	a.proc.killAll()
 	var exit *exec.ExitError
 	if errors.As(werr, &exit) {
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
