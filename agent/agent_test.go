@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,6 +86,9 @@ type testAgent struct {
 	client  *Client
 	program int // a port the program listens on
 	exclude int // a port the program listens on that is the workbench's
+	// exited is closed once the agent process has ended.
+	exited chan struct{}
+	cmd    *exec.Cmd
 }
 
 // startAgent runs the agent with the echo program listening on two ports,
@@ -97,7 +101,7 @@ func startAgent(t *testing.T) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ta := &testAgent{keys: keys, wsID: "01jb3x7k9q2m5n8p4r6s0t1v2w", program: freePort(t), exclude: freePort(t)}
+	ta := &testAgent{keys: keys, wsID: "01jb3x7k9q2m5n8p4r6s0t1v2w", program: freePort(t), exclude: freePort(t), exited: make(chan struct{})}
 	ta.addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	ta.token = keys.Token(ta.wsID, "run1")
 	self, err := os.Executable()
@@ -114,9 +118,11 @@ func startAgent(t *testing.T) *testAgent {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	ta.cmd = cmd
+	go func() { _ = cmd.Wait(); close(ta.exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		<-ta.exited
 		if t.Failed() {
 			t.Logf("agent output:\n%s", logs.String())
 		}
@@ -304,6 +310,62 @@ func TestTerminalSessionEndsWithItsShell(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the session is still open 30 s after its shell exited; output %q", out.String())
 	}
+}
+
+// What a session left running (nohup, in the background, in a session of
+// its own) ends when the program does and the agent exits: nothing of the
+// workspace outlives it on the node.
+func TestAgentExitEndsWhatSessionsLeft(t *testing.T) {
+	ta := startAgent(t)
+	client := sshClient(t, ta)
+	s, err := client.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GNU sleep takes a fraction: the digits mark this process.
+	arg := fmt.Sprintf("1000.%d", time.Now().UnixNano())
+	if out, err := s.CombinedOutput("nohup setsid sleep " + arg + " >/dev/null 2>&1 &"); err != nil {
+		t.Fatalf("start the detached process: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		for _, pid := range sleeping(arg) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for len(sleeping(arg)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the detached sleep never ran")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The program ends (a signal to the agent goes on to it).
+	_ = ta.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-ta.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent did not exit after its program")
+	}
+	if left := sleeping(arg); len(left) > 0 {
+		t.Fatalf("the agent exited, but the process a session left still runs: pids %v", left)
+	}
+}
+
+// sleeping lists the running `sleep arg` processes.
+func sleeping(arg string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.HasSuffix(string(b), "sleep\x00"+arg+"\x00") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 type syncBuffer struct {

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Under Nomad's raw_exec driver and docker's host networking every
@@ -167,25 +169,8 @@ func (f procFS) listeners() ([]listener, error) {
 // its environment), with their sockets. A process the agent may not look
 // into (another user's) is not the workspace's.
 func (f procFS) processes() []process {
-	entries, err := os.ReadDir(f.root)
-	if err != nil {
-		return nil
-	}
-	parent := make(map[int]int)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := f.ppid(pid); ok {
-			parent[pid] = ppid
-		}
-	}
 	var out []process
-	for pid := range parent {
-		if pid == f.self || !(f.descends(parent, pid) || f.tagged(pid)) {
-			continue
-		}
+	for _, pid := range f.members() {
 		socks := f.sockets(pid)
 		if len(socks) == 0 {
 			continue
@@ -193,6 +178,50 @@ func (f procFS) processes() []process {
 		out = append(out, process{pid: pid, name: f.comm(pid), sockets: socks})
 	}
 	return out
+}
+
+// members lists the pids of the workspace's processes, the agent aside:
+// its descendants and every process carrying its tag.
+func (f procFS) members() []int {
+	entries, err := os.ReadDir(f.root)
+	if err != nil {
+		return nil
+	}
+	parent := make(map[int]int)
+	dead := make(map[int]bool)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, state, ok := f.stat(pid); ok {
+			parent[pid] = ppid
+			dead[pid] = state == 'Z'
+		}
+	}
+	var out []int
+	for pid := range parent {
+		if pid != f.self && !dead[pid] && (f.descends(parent, pid) || f.tagged(pid)) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// killAll kills every process of the workspace. A process may fork
+// between the listing and its kill; its child carries the tag and is
+// found in the next round.
+func (f procFS) killAll() {
+	for range 10 {
+		pids := f.members()
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (f procFS) descends(parent map[int]int, pid int) bool {
@@ -209,23 +238,23 @@ func (f procFS) descends(parent map[int]int, pid int) bool {
 	return false
 }
 
-// ppid reads the parent of pid from /proc/<pid>/stat, whose second field
-// (the name) may hold spaces and parentheses.
-func (f procFS) ppid(pid int) (int, bool) {
+// stat reads the state and parent of pid from /proc/<pid>/stat, whose
+// second field (the name) may hold spaces and parentheses.
+func (f procFS) stat(pid int) (ppid int, state byte, ok bool) {
 	b, err := os.ReadFile(filepath.Join(f.root, strconv.Itoa(pid), "stat"))
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return 0, false
+		return 0, 0, false
 	}
 	rest := strings.Fields(string(b[i+1:]))
-	if len(rest) < 2 {
-		return 0, false
+	if len(rest) < 2 || len(rest[0]) != 1 {
+		return 0, 0, false
 	}
-	ppid, err := strconv.Atoi(rest[1])
-	return ppid, err == nil
+	ppid, err = strconv.Atoi(rest[1])
+	return ppid, rest[0][0], err == nil
 }
 
 func (f procFS) tagged(pid int) bool {

@@ -42,6 +42,11 @@ type RunConfig struct {
 	Listen string
 	// ExcludePorts are the workbench's own ports besides the agent's.
 	ExcludePorts []int
+	// Home is the workspace's home: HOME of the program and of every
+	// session, and where sessions start. Empty keeps $HOME. Nomad's exec
+	// driver sets HOME to the task user's entry in the node's user
+	// database, never the mounted home, so the job names it.
+	Home string
 	// Program and Args are the workspace program the agent starts.
 	Program string
 	Args    []string
@@ -74,11 +79,14 @@ func Run(ctx context.Context, logger hclog.Logger, cfg RunConfig) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	childEnv := append(os.Environ(), tag)
-	home, _ := os.UserHomeDir()
-	if home == "" {
+	env := os.Environ()
+	home := cfg.Home
+	if home != "" {
+		env = setEnv(env, "HOME", home)
+	} else if home, _ = os.UserHomeDir(); home == "" {
 		home, _ = os.Getwd()
 	}
+	childEnv := append(env, tag)
 	a, err := New(logger, os.Getpid(), Options{
 		Token: token, HostKey: key, Tag: tag, Home: home, Shell: loginShell(),
 		ExcludePorts: append(slices.Clone(cfg.ExcludePorts), l.Addr().(*net.TCPAddr).Port),
@@ -121,12 +129,19 @@ loop:
 		case err := <-served:
 			_ = cmd.Process.Kill()
 			<-waited
+			a.proc.killAll()
 			return 1, fmt.Errorf("agent: serve: %w", err)
 		}
 	}
 	_ = srv.Close()
 	<-served
 	a.Shutdown()
+	// Nothing of the workspace outlives its program: what sessions left
+	// (nohup, a daemon) would otherwise run on the node with no workspace.
+	// A stop kills the agent itself with SIGKILL; the drivers end the rest
+	// then (a PID namespace under docker and exec, the task's cgroup under
+	// raw_exec).
+	a.proc.killAll()
 	var exit *exec.ExitError
 	if errors.As(werr, &exit) {
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -138,6 +153,12 @@ loop:
 		return 1, werr
 	}
 	return 0, nil
+}
+
+// setEnv is env with name set to value, in place of any value it had.
+func setEnv(env []string, name, value string) []string {
+	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+	return append(env, name+"="+value)
 }
 
 func newTag() (string, error) {

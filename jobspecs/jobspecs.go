@@ -406,10 +406,12 @@ func argv(args []string, home string) string {
 
 // agentArgv is the argument list of `codehub agent` running the program
 // command (quoted) with its arguments (as argv renders them), listening on
-// the allocation's agent port and leaving the program's port alone.
-func agentArgv(command, args string) string {
+// the allocation's agent port, leaving the program's port alone, with
+// home (quoted) as the home of the program and its sessions: exec sets
+// HOME from the node's user database whatever the env block says.
+func agentArgv(home, command, args string) string {
 	inner := strings.TrimSuffix(strings.TrimPrefix(args, "["), "]")
-	out := `["agent", "-listen", "${NOMAD_ADDR_agent}", "-exclude-port", "${NOMAD_PORT_http}", "--", ` + command
+	out := `["agent", "-listen", "${NOMAD_ADDR_agent}", "-exclude-port", "${NOMAD_PORT_http}", "-home", ` + home + `, "--", ` + command
 	if inner != "" {
 		out += ", " + inner
 	}

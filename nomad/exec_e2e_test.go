@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,43 +22,6 @@ import (
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
-
-// execBinDir is where the test's programs appear inside every exec task:
-// an exec task sees only what the client's chroot_env copies into its
-// chroot, never the host's temp dirs.
-const execBinDir = "/opt/codehub-e2e"
-
-// execChrootConfig is agent configuration giving exec tasks Nomad's
-// default chroot plus bins at execBinDir. Setting chroot_env replaces the
-// default, so the default entries are repeated.
-func execChrootConfig(bins string) string {
-	var b strings.Builder
-	b.WriteString("client {\n  chroot_env {\n")
-	for _, dir := range []string{"/bin", "/etc", "/lib", "/lib32", "/lib64", "/run/resolvconf", "/run/systemd/resolve", "/sbin", "/usr"} {
-		fmt.Fprintf(&b, "    %q = %q\n", dir, dir)
-	}
-	fmt.Fprintf(&b, "    %q = %q\n  }\n}\n", bins, execBinDir)
-	return b.String()
-}
-
-// skipWithoutExec skips unless the agent's node has a healthy exec driver.
-// The node registers only after every driver's first fingerprint, so what
-// it reports now is the driver's verdict, not a race.
-func skipWithoutExec(t *testing.T, a *nomadtest.Agent) {
-	t.Helper()
-	nodes, _, err := a.Client.Nodes().List(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := nodes[0].Drivers[DriverExec]
-	if d == nil || !d.Detected {
-		t.Skip("the nomad binary on PATH has no exec driver: Nomad registers it only in cgo builds (CGO_ENABLED=1)")
-	}
-	if !d.Healthy {
-		t.Skipf("the agent's exec driver is unhealthy: %s", d.HealthDescription)
-	}
-	t.Logf("exec driver: %s", d.HealthDescription)
-}
 
 // buildStatic is buildProgram without cgo: a static binary needs no
 // library from whatever the chroot holds.
@@ -123,8 +85,8 @@ func TestE2EExecWorkspace(t *testing.T) {
 	if err := os.Chmod(bins, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := nomadtest.Start(t, execChrootConfig(bins))
-	skipWithoutExec(t, a)
+	a := nomadtest.Start(t, nomadtest.ExecChrootConfig(bins))
+	nomadtest.SkipWithoutExec(t, a)
 	uid, gid := execUser(t)
 	s3 := testenv.NewS3(t)
 	buildStatic(t, bins, "./testdata/wsserver", "wsserver")
@@ -132,7 +94,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 	upstreamToken := func(id, run string) string { return "tok-" + id + "-" + run }
 	execConfig := e2eConfig{
 		driver:           DriverExec,
-		command:          path.Join(execBinDir, "wsserver"),
+		command:          path.Join(nomadtest.ExecBinDir, "wsserver"),
 		codehubPath:      "-",
 		publicURL:        strings.TrimSuffix(url, "/dl/codehub"),
 		artifactChecksum: checksum,
@@ -211,7 +173,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 
 	// RESTORING with codehub at a path inside the chroot, into a new volume.
 	atPath := execConfig
-	atPath.codehubPath = path.Join(execBinDir, "codehub")
+	atPath.codehubPath = path.Join(nomadtest.ExecBinDir, "codehub")
 	pathBackend := e2eBackend(t, a, bins, atPath)
 	hostHome = provisionExecHome(t, b, wsID, uid, gid)
 	if err := pathBackend.SubmitRestore(ctx, controller.JobSpec{WorkspaceID: wsID, OpID: opID, ArchiveKey: key, Attempt: 1}); err != nil {

@@ -33,8 +33,8 @@ func TestE2EExecFirstStart(t *testing.T) {
 		wsID  = "01jb3x7k9q2m5n8p4r6s0tex1s"
 		token = "ghp_execS3cret55"
 	)
-	a := nomadtest.Start(t, execChrootConfig(bins))
-	skipWithoutExec(t, a)
+	a := nomadtest.Start(t, nomadtest.ExecChrootConfig(bins))
+	nomadtest.SkipWithoutExec(t, a)
 	uid, gid := execUser(t)
 	buildStatic(t, bins, "./testdata/wsserver", "wsserver")
 	// The chroot holds none of the host's temp dirs: the repository is
@@ -57,8 +57,8 @@ func TestE2EExecFirstStart(t *testing.T) {
 	t.Cleanup(git.Close)
 	b := e2eBackend(t, a, bins, e2eConfig{
 		driver:      DriverExec,
-		command:     path.Join(execBinDir, "wsserver"),
-		codehubPath: path.Join(execBinDir, "codehub"),
+		command:     path.Join(nomadtest.ExecBinDir, "wsserver"),
+		codehubPath: path.Join(nomadtest.ExecBinDir, "codehub"),
 		uid:         uid, gid: gid,
 		s3: testenv.S3{Endpoint: "127.0.0.1:9", Bucket: "unused", Region: "us-east-1", AccessKey: "unused", SecretKey: "unused"},
 	})

@@ -232,7 +232,7 @@ job [[ hcl .JobID ]] {
         # codehub agent starts the program and serves the server beside it,
         # as the program's user, in its namespaces.
         command = [[ if .ArtifactURL ]]"local/codehub"[[ else ]][[ hcl (required "codehub_path" .CodehubPath) ]][[ end ]]
-        args    = [[ agentArgv (hcl (required "command" .Command)) (argv .Args .HomeDir) ]]
+        args    = [[ agentArgv (hcl .HomeDir) (hcl (required "command" .Command)) (argv .Args .HomeDir) ]]
 [[- else ]]
         command = [[ hcl (required "command" .Command) ]]
         args    = [[ argv .Args .HomeDir ]]
