@@ -22,6 +22,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // The test binary doubles as `codehub agent` and as a workspace program
@@ -353,19 +355,10 @@ func TestAgentExitEndsWhatSessionsLeft(t *testing.T) {
 
 // sleeping lists the running `sleep arg` processes.
 func sleeping(arg string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.HasSuffix(string(b), "sleep\x00"+arg+"\x00") {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return testenv.PIDs(testenv.Processes(func(p testenv.Proc) bool {
+		n := len(p.Args)
+		return n >= 2 && p.Args[n-2] == "sleep" && p.Args[n-1] == arg
+	}))
 }
 
 type syncBuffer struct {

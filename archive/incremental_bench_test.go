@@ -34,12 +34,8 @@ import (
 // its 512 KiB-8 MiB chunks) would upload: the compressed chunks not stored
 // yet, an index entry per chunk and a tree record per changed directory.
 func BenchmarkIncremental(b *testing.B) {
-	s3 := testenv.NewS3(b)
-	store := NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket)
+	store, src, _ := devHomeStore(b)
 	ctx := context.Background()
-	src := filepath.Join(b.TempDir(), "home")
-	files, size := makeDevHome(b, src)
-	b.Logf("home: %d regular files, %d bytes", files, size)
 	changes := []struct {
 		name  string
 		apply func(b *testing.B, home string, round int)
@@ -108,6 +104,18 @@ func BenchmarkIncremental(b *testing.B) {
 			parent = incrKey
 		}
 	}
+}
+
+// devHomeStore gives a benchmark a store on a real S3 server and the
+// home makeDevHome writes, with its size.
+func devHomeStore(b *testing.B) (store *Store, home string, size int64) {
+	b.Helper()
+	s3 := testenv.NewS3(b)
+	store = NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket)
+	home = filepath.Join(b.TempDir(), "home")
+	files, size := makeDevHome(b, home)
+	b.Logf("home: %d regular files, %d bytes", files, size)
+	return store, home, size
 }
 
 // makeDevHome writes the benchmark's home: data/ with 100 MiB of random

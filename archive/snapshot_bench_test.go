@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-
-	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // BenchmarkSnapshotDay replays a working day on a running home, one
@@ -33,12 +31,8 @@ import (
 // age of an unsaved write is the interval, plus the runner's look-up tick
 // (30 s at this interval), plus the snapshot's own time.
 func BenchmarkSnapshotDay(b *testing.B) {
-	s3 := testenv.NewS3(b)
-	store := NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket)
+	store, src, size := devHomeStore(b)
 	ctx := context.Background()
-	src := filepath.Join(b.TempDir(), "home")
-	files, size := makeDevHome(b, src)
-	b.Logf("home: %d regular files, %d bytes", files, size)
 	const intervals = 48
 	b.ResetTimer()
 	for i := range b.N {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/internal/nomadtest"
+	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // snapshotSettings snapshot running homes every 5 s.
@@ -146,7 +146,7 @@ func TestNomadSnapshotNodeLoss(t *testing.T) {
 	// The machine is gone: its client, what its tasks left running, its
 	// disk.
 	a.Kill(t)
-	killProcessesUnder(t, filepath.Dir(a.HostVolumesDir))
+	killProcessesUnder(filepath.Dir(a.HostVolumesDir))
 	if err := os.RemoveAll(home); err != nil {
 		t.Fatal(err)
 	}
@@ -195,21 +195,10 @@ func TestNomadSnapshotNodeLoss(t *testing.T) {
 
 // killProcessesUnder SIGKILLs every process whose working directory is
 // below dir: what a vanished node's tasks left running.
-func killProcessesUnder(t *testing.T, dir string) {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		if err != nil || (cwd != dir && !strings.HasPrefix(cwd, dir+"/")) {
-			continue
-		}
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+func killProcessesUnder(dir string) {
+	for _, p := range testenv.Processes(func(p testenv.Proc) bool {
+		return p.Cwd == dir || strings.HasPrefix(p.Cwd, dir+"/")
+	}) {
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -51,7 +50,7 @@ func TestNomadExecSSH(t *testing.T) {
 	copyExecutable(t, fakeServer(t), filepath.Join(bins, "fakeworkspace"))
 	agent := nomadtest.Start(t, nomadtest.ExecChrootConfig(bins))
 	nomadtest.SkipWithoutExec(t, agent)
-	uid, gid := nobody(t)
+	uid, gid := nomadtest.ExecUser(t)
 	cfg := serverConfig{databaseURL: testenv.PostgresURL(t), redisURL: testenv.RedisURL(t), s3: testenv.NewS3(t)}
 	cfg.backend = fmt.Sprintf(`backend "nomad" {
   address = %q
@@ -186,41 +185,9 @@ func sshStopEndsDetached(t *testing.T, admin *apiClient, me *sshUser, host, id s
 // processesWithArgs lists the processes whose command line is argv, the
 // program named by its base name.
 func processesWithArgs(argv ...string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
-		if len(args) == len(argv) && filepath.Base(args[0]) == argv[0] && slices.Equal(args[1:], argv[1:]) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// nobody is the user exec tasks run as: Nomad's default.
-func nobody(t *testing.T) (uid, gid int) {
-	t.Helper()
-	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Fatalf("exec tasks run as nobody, which this host lacks: %v", err)
-	}
-	uid, err = strconv.Atoi(u.Uid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gid, err = strconv.Atoi(u.Gid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uid, gid
+	return testenv.PIDs(testenv.Processes(func(p testenv.Proc) bool {
+		return len(p.Args) == len(argv) && filepath.Base(p.Args[0]) == argv[0] && slices.Equal(p.Args[1:], argv[1:])
+	}))
 }
 
 // copyExecutable copies the program at src to dst, readable and

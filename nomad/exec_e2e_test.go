@@ -7,10 +7,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -34,25 +32,6 @@ func buildStatic(t *testing.T, dir, pkg, name string) string {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
-}
-
-// execUser is the user exec tasks run as: the templates set no user for
-// exec, so Nomad's default, nobody, owns what the workspace writes.
-func execUser(t *testing.T) (uid, gid int) {
-	t.Helper()
-	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Fatalf("exec tasks run as nobody, which this host lacks: %v", err)
-	}
-	uid, err = strconv.Atoi(u.Uid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gid, err = strconv.Atoi(u.Gid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uid, gid
 }
 
 // logTaskEvents logs what Nomad reported for the tasks of job id, so a
@@ -87,7 +66,7 @@ func TestE2EExecWorkspace(t *testing.T) {
 	}
 	a := nomadtest.Start(t, nomadtest.ExecChrootConfig(bins))
 	nomadtest.SkipWithoutExec(t, a)
-	uid, gid := execUser(t)
+	uid, gid := nomadtest.ExecUser(t)
 	s3 := testenv.NewS3(t)
 	buildStatic(t, bins, "./testdata/wsserver", "wsserver")
 	url, checksum := serveBinary(t, buildStatic(t, bins, "../cmd/codehub", "codehub"))

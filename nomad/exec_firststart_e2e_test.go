@@ -35,7 +35,7 @@ func TestE2EExecFirstStart(t *testing.T) {
 	)
 	a := nomadtest.Start(t, nomadtest.ExecChrootConfig(bins))
 	nomadtest.SkipWithoutExec(t, a)
-	uid, gid := execUser(t)
+	uid, gid := nomadtest.ExecUser(t)
 	buildStatic(t, bins, "./testdata/wsserver", "wsserver")
 	// The chroot holds none of the host's temp dirs: the repository is
 	// served over git's dumb HTTP protocol, behind the credential, so the

@@ -2,6 +2,8 @@ package nomadtest
 
 import (
 	"fmt"
+	"os/user"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -44,4 +46,21 @@ func SkipWithoutExec(t testing.TB, a *Agent) {
 		t.Skipf("the agent's exec driver is unhealthy: %s", d.HealthDescription)
 	}
 	t.Logf("exec driver: %s", d.HealthDescription)
+}
+
+// ExecUser is the user exec tasks run as: the templates set no user for
+// exec, so Nomad's default, nobody, owns what the workspace writes.
+func ExecUser(t testing.TB) (uid, gid int) {
+	t.Helper()
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatalf("exec tasks run as nobody, which this host lacks: %v", err)
+	}
+	if uid, err = strconv.Atoi(u.Uid); err != nil {
+		t.Fatal(err)
+	}
+	if gid, err = strconv.Atoi(u.Gid); err != nil {
+		t.Fatal(err)
+	}
+	return uid, gid
 }
