@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +67,12 @@ type Agent struct {
 	// nanoseconds; zero for never.
 	lastActivity atomic.Int64
 
+	// owned remembers the sockets the workspace's processes held at the
+	// last scan, which scan serialises; now is the clock.
+	owned ownedSockets
+	scan  sync.Mutex
+	now   func() time.Time
+
 	// conns are the hijacked connections, closed by Shutdown.
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -83,7 +90,7 @@ func New(logger hclog.Logger, self int, opts Options) (*Agent, error) {
 	if opts.ProcRoot == "" {
 		opts.ProcRoot = "/proc"
 	}
-	a := &Agent{logger: logger, opts: opts, conns: make(map[net.Conn]struct{}),
+	a := &Agent{logger: logger, opts: opts, conns: make(map[net.Conn]struct{}), now: time.Now,
 		proc: procFS{root: opts.ProcRoot, self: self, tag: opts.Tag}}
 	var err error
 	if a.ssh, err = newSSHServer(logger.Named("ssh"), a); err != nil {
@@ -167,28 +174,38 @@ func (a *Agent) ports() ([]Port, error) {
 // errNotOwn is a port no process of the workspace listens on.
 var errNotOwn = errors.New("no process of this workspace listens on the port")
 
-// ownListener finds a listener of the workspace on port.
+// ownListener finds a listener of the workspace on port. The socket
+// table is read every time; the processes only when no listener on port
+// is a socket the workspace was found to hold within ownedFor.
 func (a *Agent) ownListener(port int) (listener, error) {
-	if port < 1 || port > 65535 {
+	if port < 1 || port > 65535 || a.excluded(port) {
 		return listener{}, errNotOwn
 	}
 	ls, err := a.proc.listeners()
 	if err != nil {
 		return listener{}, err
 	}
-	own := make(map[uint64]bool)
-	for _, p := range a.proc.processes() {
-		for _, ino := range p.sockets {
-			own[ino] = true
-		}
-	}
-	if a.excluded(port) {
+	onPort := slices.DeleteFunc(ls, func(l listener) bool { return l.port != port })
+	if len(onPort) == 0 {
 		return listener{}, errNotOwn
 	}
-	for _, l := range ls {
-		if l.port == port && own[l.inode] {
-			return l, nil
-		}
+	if l, ok := a.owned.find(onPort, a.now()); ok {
+		return l, nil
+	}
+	// One scan at a time: the connections a proxy opens at once to a
+	// new port wait for the first one's answer.
+	a.scan.Lock()
+	defer a.scan.Unlock()
+	if l, ok := a.owned.find(onPort, a.now()); ok {
+		return l, nil
+	}
+	var held []uint64
+	for _, p := range a.proc.processes() {
+		held = append(held, p.sockets...)
+	}
+	a.owned.record(held, a.now())
+	if l, ok := a.owned.find(onPort, a.now()); ok {
+		return l, nil
 	}
 	return listener{}, errNotOwn
 }
