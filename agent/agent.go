@@ -27,12 +27,19 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 // UpgradeProtocol is the Upgrade header value of the agent's stream
 // endpoints: after 101 Switching Protocols the connection carries the
 // stream's bytes.
 const UpgradeProtocol = "codehub-agent/1"
+
+// UpgradeDescriptor asks, on the agent's Unix socket, for the dialled
+// connection itself: the 101 answer carries its file descriptor
+// (SCM_RIGHTS), and the agent keeps no part of it, so a server on the
+// same machine talks to the port without a hop through the agent.
+const UpgradeDescriptor = "codehub-agent-fd/1"
 
 // Options configures the agent.
 type Options struct {
@@ -225,7 +232,8 @@ func (a *Agent) serveTCP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the port must be a number", http.StatusBadRequest)
 		return
 	}
-	if !isUpgrade(r) {
+	handOver := strings.EqualFold(r.Header.Get("Upgrade"), UpgradeDescriptor)
+	if !isUpgrade(r) && !handOver {
 		http.Error(w, "upgrade to "+UpgradeProtocol+" required", http.StatusUpgradeRequired)
 		return
 	}
@@ -245,6 +253,10 @@ func (a *Agent) serveTCP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("port %d: %v", port, err), http.StatusBadGateway)
 		return
 	}
+	if handOver {
+		a.handOver(w, up)
+		return
+	}
 	conn, ok := a.upgrade(w)
 	if !ok {
 		up.Close()
@@ -252,6 +264,34 @@ func (a *Agent) serveTCP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer a.release(conn)
 	pipe(conn, up, nil)
+}
+
+// handOver answers 101 on a Unix socket with up's descriptor attached to
+// the answer's bytes, and closes the agent's copy of it.
+func (a *Agent) handOver(w http.ResponseWriter, up net.Conn) {
+	defer up.Close()
+	file, err := up.(*net.TCPConn).File()
+	if err != nil {
+		http.Error(w, "cannot hand the connection over", http.StatusInternalServerError)
+		return
+	}
+	defer file.Close()
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, "cannot switch protocols", http.StatusInternalServerError)
+		return
+	}
+	defer conn.Close()
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		// Only a Unix socket carries descriptors.
+		_, _ = conn.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
+		return
+	}
+	head := "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + UpgradeDescriptor + "\r\n\r\n"
+	if _, _, err := uc.WriteMsgUnix([]byte(head), unix.UnixRights(int(file.Fd())), nil); err != nil {
+		a.logger.Debug("hand over a port connection", "error", err)
+	}
 }
 
 func (a *Agent) serveSSH(w http.ResponseWriter, r *http.Request) {
