@@ -160,8 +160,10 @@ func TestAgentDemandsToken(t *testing.T) {
 				t.Errorf("%s with token %q: %d, want 401", path, token, resp.StatusCode)
 			}
 		}
-		if _, err := Dial(ta.addr, token).DialPort(context.Background(), ta.program); err == nil {
-			t.Errorf("DialPort with token %q worked", token)
+		for _, addr := range []string{ta.addr, SocketPrefix + ta.local.addr} {
+			if _, err := Dial(addr, token).DialPort(context.Background(), ta.program); err == nil {
+				t.Errorf("DialPort at %s with token %q worked", addr, token)
+			}
 		}
 	}
 }
