@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,12 +27,19 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 // UpgradeProtocol is the Upgrade header value of the agent's stream
 // endpoints: after 101 Switching Protocols the connection carries the
 // stream's bytes.
 const UpgradeProtocol = "codehub-agent/1"
+
+// UpgradeDescriptor asks, on the agent's Unix socket, for the dialled
+// connection itself: the 101 answer carries its file descriptor
+// (SCM_RIGHTS), and the agent keeps no part of it, so a server on the
+// same machine talks to the port without a hop through the agent.
+const UpgradeDescriptor = "codehub-agent-fd/1"
 
 // Options configures the agent.
 type Options struct {
@@ -68,6 +76,12 @@ type Agent struct {
 	// snapshotting is held while a snapshot of the home is read.
 	snapshotting sync.Mutex
 
+	// owned remembers the sockets the workspace's processes held at the
+	// last scan, which scan serialises; now is the clock.
+	owned ownedSockets
+	scan  sync.Mutex
+	now   func() time.Time
+
 	// conns are the hijacked connections, closed by Shutdown.
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -85,7 +99,7 @@ func New(logger hclog.Logger, self int, opts Options) (*Agent, error) {
 	if opts.ProcRoot == "" {
 		opts.ProcRoot = "/proc"
 	}
-	a := &Agent{logger: logger, opts: opts, conns: make(map[net.Conn]struct{}),
+	a := &Agent{logger: logger, opts: opts, conns: make(map[net.Conn]struct{}), now: time.Now,
 		proc: procFS{root: opts.ProcRoot, self: self, tag: opts.Tag}}
 	var err error
 	if a.ssh, err = newSSHServer(logger.Named("ssh"), a); err != nil {
@@ -170,28 +184,38 @@ func (a *Agent) ports() ([]Port, error) {
 // errNotOwn is a port no process of the workspace listens on.
 var errNotOwn = errors.New("no process of this workspace listens on the port")
 
-// ownListener finds a listener of the workspace on port.
+// ownListener finds a listener of the workspace on port. The socket
+// table is read every time; the processes only when no listener on port
+// is a socket the workspace was found to hold within ownedFor.
 func (a *Agent) ownListener(port int) (listener, error) {
-	if port < 1 || port > 65535 {
+	if port < 1 || port > 65535 || a.excluded(port) {
 		return listener{}, errNotOwn
 	}
 	ls, err := a.proc.listeners()
 	if err != nil {
 		return listener{}, err
 	}
-	own := make(map[uint64]bool)
-	for _, p := range a.proc.processes() {
-		for _, ino := range p.sockets {
-			own[ino] = true
-		}
-	}
-	if a.excluded(port) {
+	onPort := slices.DeleteFunc(ls, func(l listener) bool { return l.port != port })
+	if len(onPort) == 0 {
 		return listener{}, errNotOwn
 	}
-	for _, l := range ls {
-		if l.port == port && own[l.inode] {
-			return l, nil
-		}
+	if l, ok := a.owned.find(onPort, a.now()); ok {
+		return l, nil
+	}
+	// One scan at a time: the connections a proxy opens at once to a
+	// new port wait for the first one's answer.
+	a.scan.Lock()
+	defer a.scan.Unlock()
+	if l, ok := a.owned.find(onPort, a.now()); ok {
+		return l, nil
+	}
+	var held []uint64
+	for _, p := range a.proc.processes() {
+		held = append(held, p.sockets...)
+	}
+	a.owned.record(held, a.now())
+	if l, ok := a.owned.find(onPort, a.now()); ok {
+		return l, nil
 	}
 	return listener{}, errNotOwn
 }
@@ -211,7 +235,8 @@ func (a *Agent) serveTCP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the port must be a number", http.StatusBadRequest)
 		return
 	}
-	if !isUpgrade(r) {
+	handOver := strings.EqualFold(r.Header.Get("Upgrade"), UpgradeDescriptor)
+	if !isUpgrade(r) && !handOver {
 		http.Error(w, "upgrade to "+UpgradeProtocol+" required", http.StatusUpgradeRequired)
 		return
 	}
@@ -231,6 +256,10 @@ func (a *Agent) serveTCP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("port %d: %v", port, err), http.StatusBadGateway)
 		return
 	}
+	if handOver {
+		a.handOver(w, up)
+		return
+	}
 	conn, ok := a.upgrade(w)
 	if !ok {
 		up.Close()
@@ -238,6 +267,34 @@ func (a *Agent) serveTCP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer a.release(conn)
 	pipe(conn, up, nil)
+}
+
+// handOver answers 101 on a Unix socket with up's descriptor attached to
+// the answer's bytes, and closes the agent's copy of it.
+func (a *Agent) handOver(w http.ResponseWriter, up net.Conn) {
+	defer up.Close()
+	file, err := up.(*net.TCPConn).File()
+	if err != nil {
+		http.Error(w, "cannot hand the connection over", http.StatusInternalServerError)
+		return
+	}
+	defer file.Close()
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, "cannot switch protocols", http.StatusInternalServerError)
+		return
+	}
+	defer conn.Close()
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		// Only a Unix socket carries descriptors.
+		_, _ = conn.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
+		return
+	}
+	head := "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + UpgradeDescriptor + "\r\n\r\n"
+	if _, _, err := uc.WriteMsgUnix([]byte(head), unix.UnixRights(int(file.Fd())), nil); err != nil {
+		a.logger.Debug("hand over a port connection", "error", err)
+	}
 }
 
 func (a *Agent) serveSSH(w http.ResponseWriter, r *http.Request) {

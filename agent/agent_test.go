@@ -37,10 +37,11 @@ func TestMain(m *testing.M) {
 		os.Unsetenv(roleEnv)
 		fs := flag.NewFlagSet("agent", flag.ExitOnError)
 		listen := fs.String("listen", "", "")
+		socket := fs.String("socket", "", "")
 		exclude := fs.Int("exclude-port", 0, "")
 		_ = fs.Parse(os.Args[1:])
 		code, err := Run(context.Background(), hclog.New(&hclog.LoggerOptions{Output: os.Stderr}),
-			RunConfig{Listen: *listen, ExcludePorts: []int{*exclude}, Program: fs.Arg(0), Args: fs.Args()[1:]})
+			RunConfig{Listen: *listen, Socket: *socket, ExcludePorts: []int{*exclude}, Program: fs.Arg(0), Args: fs.Args()[1:]})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
@@ -81,11 +82,14 @@ func freePort(t *testing.T) int {
 }
 
 type testAgent struct {
-	addr    string
-	token   string
-	keys    *Keys
-	wsID    string
-	client  *Client
+	addr   string
+	token  string
+	keys   *Keys
+	wsID   string
+	client *Client
+	// local is a client over the agent's Unix socket, to which the agent
+	// hands over the connections it dials.
+	local   *Client
 	program int // a port the program listens on
 	exclude int // a port the program listens on that is the workbench's
 	// exited is closed once the agent process has ended.
@@ -110,7 +114,8 @@ func startAgent(t *testing.T) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, "-listen", ta.addr, "-exclude-port", strconv.Itoa(ta.exclude), "--",
+	socket := fmt.Sprintf("@codehub-agent-test-%x", key[:8])
+	cmd := exec.Command(self, "-listen", ta.addr, "-socket", socket, "-exclude-port", strconv.Itoa(ta.exclude), "--",
 		"/usr/bin/env", roleEnv+"=echo", self,
 		"127.0.0.1:"+strconv.Itoa(ta.program), "127.0.0.1:"+strconv.Itoa(ta.exclude))
 	cmd.Env = append(os.Environ(), roleEnv+"=agent", EnvToken+"="+ta.token,
@@ -130,6 +135,7 @@ func startAgent(t *testing.T) *testAgent {
 		}
 	})
 	ta.client = Dial(ta.addr, ta.token)
+	ta.local = Dial(SocketPrefix+socket, ta.token)
 	// Up once the program's listener is seen; the bound only keeps a
 	// broken build from hanging.
 	deadline := time.Now().Add(20 * time.Second)
@@ -162,8 +168,10 @@ func TestAgentDemandsToken(t *testing.T) {
 				t.Errorf("%s with token %q: %d, want 401", path, token, resp.StatusCode)
 			}
 		}
-		if _, err := Dial(ta.addr, token).DialPort(context.Background(), ta.program); err == nil {
-			t.Errorf("DialPort with token %q worked", token)
+		for _, addr := range []string{ta.addr, SocketPrefix + ta.local.addr} {
+			if _, err := Dial(addr, token).DialPort(context.Background(), ta.program); err == nil {
+				t.Errorf("DialPort at %s with token %q worked", addr, token)
+			}
 		}
 	}
 }
@@ -200,35 +208,47 @@ func TestPortsListsOnlyTheWorkspacesListeners(t *testing.T) {
 	}
 }
 
+// TestDialPortReachesOnlyOwnListeners: over the agent's TCP port, which
+// relays, and over its Unix socket, which hands the connection over, a
+// port of the workspace is reached and nothing else is.
 func TestDialPortReachesOnlyOwnListeners(t *testing.T) {
 	ta := startAgent(t)
 	ctx := context.Background()
-	conn, err := ta.client.DialPort(ctx, ta.program)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Write([]byte("ping\n")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 5)
-	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "ping\n" {
-		t.Fatalf("echo through the agent: %q %v", buf, err)
-	}
-	conn.Close()
-
 	other, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
 	agentPort, _ := strconv.Atoi(ta.addr[strings.LastIndexByte(ta.addr, ':')+1:])
-	for _, port := range []int{other.Addr().(*net.TCPAddr).Port, ta.exclude, agentPort, 0, 70000} {
-		if c, err := ta.client.DialPort(ctx, port); !errors.Is(err, ErrRefused) {
-			if c != nil {
-				c.Close()
-			}
-			t.Errorf("DialPort(%d): %v, want ErrRefused", port, err)
+	for via, c := range map[string]*Client{"tcp": ta.client, "unix": ta.local} {
+		conn, err := c.DialPort(ctx, ta.program)
+		if err != nil {
+			t.Fatalf("%s: %v", via, err)
 		}
+		if _, isTCP := conn.(*net.TCPConn); isTCP != (via == "unix") {
+			t.Errorf("%s: a %T", via, conn)
+		}
+		if _, err := conn.Write([]byte("ping\n")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "ping\n" {
+			t.Fatalf("%s: echo through the agent: %q %v", via, buf, err)
+		}
+		conn.Close()
+
+		for _, port := range []int{other.Addr().(*net.TCPAddr).Port, ta.exclude, agentPort, 0, 70000} {
+			if conn, err := c.DialPort(ctx, port); !errors.Is(err, ErrRefused) {
+				if conn != nil {
+					conn.Close()
+				}
+				t.Errorf("%s: DialPort(%d): %v, want ErrRefused", via, port, err)
+			}
+		}
+	}
+	// The Unix socket serves the rest of the API as well.
+	if ports, err := ta.local.Ports(ctx); err != nil || !slices.ContainsFunc(ports, func(p Port) bool { return p.Port == ta.program }) {
+		t.Errorf("ports over the Unix socket: %v %v", ports, err)
 	}
 }
 

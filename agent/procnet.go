@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -292,4 +293,48 @@ func (f procFS) sockets(pid int) []uint64 {
 		}
 	}
 	return out
+}
+
+// ownedFor is how long a socket found in a process of the workspace
+// counts as the workspace's without a new scan of the processes. A socket
+// inode names one socket for as long as it exists, and only a process
+// that holds a socket can hand it to another, so within this time a
+// listener on the port with the same inode is still the workspace's. A
+// listener with another inode (the program restarted, or another
+// workspace now has the port) is scanned for anew.
+const ownedFor = 5 * time.Second
+
+// ownedSockets is the socket inodes the workspace's processes held at the
+// last scan of them, and when that scan ran.
+type ownedSockets struct {
+	mu      sync.Mutex
+	inodes  map[uint64]struct{}
+	scanned time.Time
+}
+
+// record replaces what is known by the sockets a scan at now found.
+func (o *ownedSockets) record(held []uint64, now time.Time) {
+	inodes := make(map[uint64]struct{}, len(held))
+	for _, ino := range held {
+		inodes[ino] = struct{}{}
+	}
+	o.mu.Lock()
+	o.inodes, o.scanned = inodes, now
+	o.mu.Unlock()
+}
+
+// find returns the first of ls whose socket the last scan found held by
+// the workspace, while that scan is younger than ownedFor at now.
+func (o *ownedSockets) find(ls []listener, now time.Time) (listener, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.inodes == nil || now.Sub(o.scanned) >= ownedFor || now.Before(o.scanned) {
+		return listener{}, false
+	}
+	for _, l := range ls {
+		if _, ok := o.inodes[l.inode]; ok {
+			return l, true
+		}
+	}
+	return listener{}, false
 }

@@ -1,10 +1,16 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseProcNet(t *testing.T) {
@@ -91,5 +97,88 @@ func TestKeys(t *testing.T) {
 	}
 	if _, err := DecodeHostKey("bm90IGEga2V5"); err == nil {
 		t.Fatal("a wrong host key decoded")
+	}
+}
+
+// fakeProc is a /proc with one socket table and processes given as pid,
+// parent and the socket inodes they hold.
+type fakeProc struct {
+	t    *testing.T
+	root string
+}
+
+func newFakeProc(t *testing.T) fakeProc {
+	f := fakeProc{t: t, root: t.TempDir()}
+	if err := os.MkdirAll(filepath.Join(f.root, "net"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// listen makes the socket table list one listener on 127.0.0.1:port.
+func (f fakeProc) listen(port int, inode uint64) {
+	table := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+		fmt.Sprintf("   0: 0100007F:%04X 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 %d 1 0 100 0 0 10 0\n", port, inode)
+	if err := os.WriteFile(filepath.Join(f.root, "net", "tcp"), []byte(table), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// process adds pid, a child of ppid, holding the given sockets.
+func (f fakeProc) process(pid, ppid int, sockets ...uint64) {
+	dir := filepath.Join(f.root, strconv.Itoa(pid))
+	if err := os.MkdirAll(filepath.Join(dir, "fd"), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	stat := fmt.Sprintf("%d (dev server) S %d %d 0 0", pid, ppid, pid)
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	for i, ino := range sockets {
+		if err := os.Symlink(fmt.Sprintf("socket:[%d]", ino), filepath.Join(dir, "fd", strconv.Itoa(3+i))); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+func (f fakeProc) exit(pid int) {
+	if err := os.RemoveAll(filepath.Join(f.root, strconv.Itoa(pid))); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestOwnListenerRemembersSockets: a listener found held by the
+// workspace is served without a new scan of the processes for a while,
+// but never once the port's socket is another one, and not after that
+// while.
+func TestOwnListenerRemembersSockets(t *testing.T) {
+	const self, port = 100, 8000
+	f := newFakeProc(t)
+	f.process(self, 1)
+	f.process(200, self, 41)
+	f.process(300, 1, 77) // another workspace's program
+	f.listen(port, 41)
+	now := time.Unix(1_000_000, 0)
+	a := &Agent{proc: procFS{root: f.root, self: self}, now: func() time.Time { return now }}
+	if _, err := a.ownListener(port); err != nil {
+		t.Fatalf("the workspace's listener: %v", err)
+	}
+	// The program hands its socket on and exits: the socket is the one
+	// found, so it is served without looking at the processes again.
+	f.exit(200)
+	if l, err := a.ownListener(port); err != nil || l.inode != 41 {
+		t.Fatalf("the same socket, processes not scanned again: %+v %v", l, err)
+	}
+	// Another workspace's socket on the port is never served.
+	f.listen(port, 77)
+	if _, err := a.ownListener(port); !errors.Is(err, errNotOwn) {
+		t.Fatalf("another workspace's socket on the port: %v, want errNotOwn", err)
+	}
+	// Past ownedFor the processes are scanned again: the workspace holds
+	// no socket on the port any more.
+	f.listen(port, 41)
+	now = now.Add(ownedFor)
+	if _, err := a.ownListener(port); !errors.Is(err, errNotOwn) {
+		t.Fatalf("a socket no process of the workspace holds, after %v: %v, want errNotOwn", ownedFor, err)
 	}
 }

@@ -40,6 +40,11 @@ const (
 type RunConfig struct {
 	// Listen is the address the agent serves on.
 	Listen string
+	// Socket, when set, is a Unix socket (a path, or an abstract name
+	// starting with "@") the agent serves on as well, for a server on the
+	// same machine: there it hands over the connections to ports it dials
+	// instead of copying their bytes (UpgradeDescriptor).
+	Socket string
 	// ExcludePorts are the workbench's own ports besides the agent's.
 	ExcludePorts []int
 	// Home is the workspace's home: HOME of the program and of every
@@ -75,6 +80,13 @@ func Run(ctx context.Context, logger hclog.Logger, cfg RunConfig) (int, error) {
 		return 1, fmt.Errorf("agent: %w", err)
 	}
 	defer l.Close()
+	var sl net.Listener
+	if cfg.Socket != "" {
+		if sl, err = net.Listen("unix", cfg.Socket); err != nil {
+			return 1, fmt.Errorf("agent: %w", err)
+		}
+		defer sl.Close()
+	}
 	tag, err := newTag()
 	if err != nil {
 		return 1, err
@@ -110,8 +122,11 @@ func Run(ctx context.Context, logger hclog.Logger, cfg RunConfig) (int, error) {
 	// request headers is dropped.
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(l) }()
+	if sl != nil {
+		go func() { served <- srv.Serve(sl) }()
+	}
 	logger.Info("agent serving", "addr", l.Addr().String(), "program_pid", cmd.Process.Pid)
 
 	waited := make(chan error, 1)
@@ -135,6 +150,9 @@ loop:
 	}
 	_ = srv.Close()
 	<-served
+	if sl != nil {
+		<-served
+	}
 	a.Shutdown()
 	// Nothing of the workspace outlives its program: what sessions left
 	// (nohup, a daemon) would otherwise run on the node with no workspace.

@@ -150,6 +150,11 @@ func TestAgentServesTheWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DialPort of its own workspace: %v", err)
 	}
+	// On the server's machine the agent hands the connection over: the
+	// server talks to the port itself, not through the agent.
+	if _, ok := conn.(*net.TCPConn); !ok {
+		t.Errorf("DialPort gave a %T, want the port's own TCP connection", conn)
+	}
 	conn.Close()
 	if _, err := a.DialPort(ctx, port); !errors.Is(err, agent.ErrRefused) {
 		t.Fatalf("DialPort of another workspace's port = %v, want refused", err)

@@ -29,8 +29,12 @@ type workspaceState struct {
 	Port    int      `json:"port"`
 	// AgentPort is the loopback port of the workspace agent; zero when the
 	// program runs without one.
-	AgentPort int       `json:"agent_port,omitempty"`
-	StartedAt time.Time `json:"started_at"`
+	AgentPort int `json:"agent_port,omitempty"`
+	// AgentSocket is the agent's abstract Unix socket, through which the
+	// server gets the connections to ports without a hop through the
+	// agent; empty for an agent started without one.
+	AgentSocket string    `json:"agent_socket,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
 	// Stopped is set by StopWorkspace: the process ending is then expected,
 	// not a failure.
 	Stopped bool `json:"stopped"`
@@ -195,13 +199,22 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err != nil {
 		return err
 	}
-	agentPort := 0
+	agentPort, agentSocket := 0, ""
 	if b.opts.Agent != nil {
 		if agentPort, err = freePort(); err != nil {
 			return err
 		}
+		// Abstract, so that it needs no directory the workspace's user
+		// and mount view can both reach; random, so that no other
+		// workspace can take the name first. Only a client with the
+		// run's token is served on it, as on the port.
+		suffix, err := newLaunchTag()
+		if err != nil {
+			return err
+		}
+		agentSocket = "@codehub-agent-" + suffix
 	}
-	l := b.workspaceLaunch(spec, port, agentPort, home)
+	l := b.workspaceLaunch(spec, port, agentPort, agentSocket, home)
 	if l.tag, err = newLaunchTag(); err != nil {
 		return err
 	}
@@ -209,7 +222,7 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 	if err != nil {
 		return err
 	}
-	st = workspaceState{Process: id, RunID: spec.RunID, Port: port, AgentPort: agentPort, StartedAt: time.Now().UTC()}
+	st = workspaceState{Process: id, RunID: spec.RunID, Port: port, AgentPort: agentPort, AgentSocket: agentSocket, StartedAt: time.Now().UTC()}
 	if err := writeJSON(filepath.Join(dir, stateFile), st); err != nil {
 		// Untracked, the process would never be stopped: stop it now.
 		_ = b.kill(id)
@@ -223,7 +236,7 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 // loopback, answering only requests that carry the workspace's upstream
 // token when there is one, or the configured command with its placeholders
 // filled in; under the workspace agent when agentPort is set.
-func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port, agentPort int, home string) launch {
+func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port, agentPort int, agentSocket, home string) launch {
 	wsID := spec.WorkspaceID
 	dir := b.workspaceDir(wsID)
 	// The template's environment, in a stable order; configuration keeps
@@ -263,7 +276,7 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port, agentPort
 		// Inside the first-start script, which drops the git credential
 		// before it starts the agent, and inside the user and home view:
 		// the agent runs where and as the program does.
-		l.args = append([]string{"agent", "-listen", hostPort(agentPort), "-exclude-port", strconv.Itoa(port), "--", l.program}, l.args...)
+		l.args = append([]string{"agent", "-listen", hostPort(agentPort), "-socket", agentSocket, "-exclude-port", strconv.Itoa(port), "--", l.program}, l.args...)
 		l.program = b.opts.CodehubBinary
 		l.env = append(l.env,
 			agent.EnvToken+"="+b.opts.Agent.Token(wsID, spec.RunID),
@@ -378,9 +391,10 @@ func (b *Backend) Resolve(ctx context.Context, wsID string) (string, error) {
 	return hostPort(st.Port), nil
 }
 
-// ResolveAgent returns the loopback address of the agent of a live
-// workspace; controller.ErrNoUpstream when none runs, agent.ErrNoAgent
-// when it was started without one.
+// ResolveAgent returns the address of the agent of a live workspace, its
+// Unix socket where it has one, else its loopback port;
+// controller.ErrNoUpstream when none runs, agent.ErrNoAgent when it was
+// started without one.
 func (b *Backend) ResolveAgent(_ context.Context, wsID string) (string, error) {
 	if err := checkID(wsID); err != nil {
 		return "", err
@@ -395,6 +409,9 @@ func (b *Backend) ResolveAgent(_ context.Context, wsID string) (string, error) {
 	}
 	if st.AgentPort == 0 {
 		return "", fmt.Errorf("%s: %w", wsID, agent.ErrNoAgent)
+	}
+	if st.AgentSocket != "" {
+		return agent.SocketPrefix + st.AgentSocket, nil
 	}
 	return hostPort(st.AgentPort), nil
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/codehub-io/codehub/ports"
 )
 
 // A workbench's connections carry one plain request after another. Once
@@ -325,9 +327,7 @@ func (p *Proxy) serveNext(kc *keptConn) bool {
 		p.handBack(kc)
 		return false
 	}
-	res, err := p.transport.send(r, t.hostport, true, func(bw *bufio.Writer) error {
-		return p.writePlainHead(bw, r, &t)
-	})
+	res, err := p.sendPlain(r, &t)
 	if err == nil && res.StatusCode == http.StatusSwitchingProtocols {
 		res.Body.Close()
 		err = errUnaskedSwitch
@@ -335,9 +335,8 @@ func (p *Proxy) serveNext(kc *keptConn) bool {
 	if err != nil {
 		// Nothing is written and the request is still unread: the server
 		// answers it from the workspace's state, as any failed request.
-		p.logger.Debug("upstream failed on a taken connection", "workspace_id", t.id, "error", err)
-		p.routes.forget(t.id)
-		p.transport.forget(t.hostport)
+		p.logger.Debug("upstream failed on a taken connection", "workspace_id", t.id, "port", t.port, "error", err)
+		p.forgetUpstream(&t)
 		p.handBack(kc)
 		return false
 	}
@@ -421,8 +420,11 @@ func (p *Proxy) keptTarget(r *http.Request) (target, bool) {
 		return target{}, false
 	}
 	t, pl := p.where(r)
-	if pl != placed || t.port != 0 || strings.HasPrefix(t.path, ownPrefix) || (t.onHost && t.path == HandoffPath) || p.isSignOut(r, t) {
+	if pl != placed || strings.HasPrefix(t.path, ownPrefix) || (t.onHost && t.path == HandoffPath) || p.isSignOut(r, t) {
 		return target{}, false
+	}
+	if t.port != 0 {
+		return p.keptPortTarget(r, t)
 	}
 	hostOf := ""
 	if t.onHost {
@@ -437,6 +439,34 @@ func (p *Proxy) keptTarget(r *http.Request) (target, bool) {
 		return target{}, false
 	}
 	t.user, t.hostport, t.token, t.name = user, rt.upstream, rt.token, rt.name
+	return t, true
+}
+
+// keptPortTarget is keptTarget for a port's address: a port whose route
+// is cached and whose share level lets the session's user, or a visitor
+// without one, in, as servePort decides. A page load goes to the server,
+// which counts the owner's as activity.
+func (p *Proxy) keptPortTarget(r *http.Request, t target) (target, bool) {
+	if isNavigation(r) {
+		return target{}, false
+	}
+	site := t.site()
+	hostOf := ""
+	if t.onHost {
+		hostOf = site
+	}
+	user, ok, err := p.auth.SessionUser(r, hostOf)
+	if err != nil {
+		return target{}, false
+	}
+	if !ok {
+		user = ""
+	}
+	rt, ok := p.routes.get(site)
+	if !ok || ports.Decide(rt.share, p.portCap(), ports.ViewerOf(user, rt.owner)) != ports.Allow {
+		return target{}, false
+	}
+	t.user, t.name, t.share = user, rt.name, rt.share
 	return t, true
 }
 

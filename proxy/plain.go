@@ -147,7 +147,7 @@ func (p *Proxy) writePlainHead(bw *bufio.Writer, r *http.Request, t *target) err
 		writeField(bw, "Te", "trailers")
 	}
 	p.writeForwarded(bw, r, t, trusted)
-	p.writeCookie(bw, r.Header["Cookie"], t.token)
+	p.writeCookie(bw, r.Header["Cookie"], t)
 	_, err := bw.WriteString("\r\n")
 	return err
 }
@@ -200,8 +200,13 @@ func (p *Proxy) writeForwarded(bw *bufio.Writer, r *http.Request, t *target, tru
 
 // writeCookie writes the client's cookies less CodeHub's credentials, and
 // with upstream auth the workspace's token, as one Cookie line (RFC 6265
-// §5.4), as rewrite does.
-func (p *Proxy) writeCookie(bw *bufio.Writer, lines []string, token string) {
+// §5.4), as rewrite does. A port gets no token, and not the cookie that
+// would carry it either, as rewritePort makes it.
+func (p *Proxy) writeCookie(bw *bufio.Writer, lines []string, t *target) {
+	credential, token := p.isCredentialCookie, p.opts.UpstreamToken != nil
+	if t.port != 0 {
+		credential, token = p.isPortCredentialCookie, false
+	}
 	started := false
 	next := func() {
 		if started {
@@ -218,18 +223,18 @@ func (p *Proxy) writeCookie(bw *bufio.Writer, lines []string, token string) {
 				continue
 			}
 			name, _, _ := strings.Cut(part, "=")
-			if p.isCredentialCookie(strings.TrimSpace(name)) {
+			if credential(strings.TrimSpace(name)) {
 				continue
 			}
 			next()
 			bw.WriteString(part)
 		}
 	}
-	if p.opts.UpstreamToken != nil {
+	if token {
 		next()
 		bw.WriteString(CodeServerCookie)
 		bw.WriteByte('=')
-		bw.WriteString(token)
+		bw.WriteString(t.token)
 	}
 	if started {
 		bw.WriteString("\r\n")
@@ -243,20 +248,46 @@ func writeField(bw *bufio.Writer, name, value string) {
 	bw.WriteString("\r\n")
 }
 
-// forwardPlain carries a plain request to the workspace and its answer
-// back.
+// sendPlain writes the head of the plain request r to t, the workspace's
+// program or one of its ports, and reads the answer's head.
+func (p *Proxy) sendPlain(r *http.Request, t *target) (*http.Response, error) {
+	tr, host := p.transport, t.hostport
+	if t.port != 0 {
+		tr, host = p.portTransport, t.site()
+	}
+	return tr.send(r, host, true, func(bw *bufio.Writer) error { return p.writePlainHead(bw, r, t) })
+}
+
+// forgetUpstream drops the cached route and the pooled connections of t,
+// which just failed to answer.
+func (p *Proxy) forgetUpstream(t *target) {
+	p.routes.forget(t.site())
+	if t.port != 0 {
+		p.portTransport.forget(t.site())
+		return
+	}
+	p.transport.forget(t.hostport)
+}
+
+// forwardPlain carries a plain request to the workspace, or to its port,
+// and its answer back.
 func (p *Proxy) forwardPlain(w *responseRecorder, r *http.Request, t *target) {
-	res, err := p.transport.send(r, t.hostport, true, func(bw *bufio.Writer) error {
-		return p.writePlainHead(bw, r, t)
-	})
-	if err != nil {
+	fail := func(err error) {
+		if t.port != 0 {
+			p.portFailed(w, r, *t, err)
+			return
+		}
 		p.failed(w, r, *t, err)
+	}
+	res, err := p.sendPlain(r, t)
+	if err != nil {
+		fail(err)
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// Closing the body closes the connection the workspace switched.
 		res.Body.Close()
-		p.failed(w, r, *t, fmt.Errorf("%w to %q", errUnaskedSwitch, res.Header.Get("Upgrade")))
+		fail(fmt.Errorf("%w to %q", errUnaskedSwitch, res.Header.Get("Upgrade")))
 		return
 	}
 	if p.takeOver(w, r, res, t) {

@@ -203,6 +203,10 @@ func (p *Proxy) forwardPort(w *responseRecorder, r *http.Request, t target, owne
 	if owner && isActivity(r) {
 		w.mark()
 	}
+	if isPlain(r) {
+		p.forwardPlain(w, r, &t)
+		return
+	}
 	p.serveHeld(p.portProxy, w, r, t)
 }
 
@@ -231,9 +235,14 @@ func (p *Proxy) isPortCredentialCookie(name string) bool {
 	return p.isCredentialCookie(name) || name == CodeServerCookie
 }
 
-// portError answers a request the port did not answer.
+// portError answers a request the port did not answer, for ReverseProxy.
 func (p *Proxy) portError(w http.ResponseWriter, r *http.Request, err error) {
 	t, _ := r.Context().Value(targetKey{}).(target)
+	p.portFailed(w, r, t, err)
+}
+
+// portFailed answers a request for t that the port did not answer.
+func (p *Proxy) portFailed(w http.ResponseWriter, r *http.Request, t target, err error) {
 	p.routes.forget(t.site())
 	p.portTransport.forget(t.site())
 	if errors.Is(err, context.Canceled) {

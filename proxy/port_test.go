@@ -3,8 +3,10 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -134,6 +136,105 @@ func TestPortShareLevels(t *testing.T) {
 	if res := env.as(t, b, host, "/echo"); res.StatusCode != http.StatusForbidden {
 		t.Fatalf("another user after lowering to owner: %d, want 403", res.StatusCode)
 	}
+}
+
+// TestPortKeptConnection: the plain requests that follow one another on a
+// connection to a port are served on a connection the proxy took over,
+// each judged by the port's share level as it stands: another user's
+// connection gets nothing more once the owner lowers the level, and a
+// visitor's requests to a public port are served likewise.
+func TestPortKeptConnection(t *testing.T) {
+	env := newPortEnv(t, ports.Public)
+	alice := env.CreateUser("alice", false)
+	bob := env.CreateUser("bob", false)
+	w := runningWorkspace(t, env.Env, alice, "web", startUpstream(t))
+	env.Ports.Set(w.ID, 8000, startUpstream(t))
+	a, b := env.Login(alice), env.Login(bob)
+	if res := env.share(a, w.ID, 8000, "authenticated"); res.StatusCode != http.StatusOK {
+		t.Fatalf("share authenticated: %d %s", res.StatusCode, res.Body)
+	}
+	host := env.host(w.ID, 8000)
+	taken := func() string {
+		metrics := string(get(t, env.Client(), env.URL+"/metrics", "Authorization", "Bearer "+apitest.MetricsToken).Body)
+		return grepLines(metrics, "codehub_proxy_connections_taken_total")
+	}
+
+	bobs := dialProxy(t, env.URL)
+	cookie := cookieHeader(b, env.URL)[1] + "; theirs=kept"
+	for i := range 3 {
+		res, body, err := bobs.get(host, "/echo", cookie)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("bob's request %d: %v %v", i, res, err)
+		}
+		var e echo
+		if err := json.Unmarshal(body, &e); err != nil {
+			t.Fatalf("bob's request %d: %v %s", i, err, body)
+		}
+		if got := strings.Join(e.Headers["Cookie"], " | "); got != "theirs=kept" {
+			t.Fatalf("bob's request %d: the port got cookies %q, want only theirs=kept", i, got)
+		}
+	}
+	if got := taken(); !strings.Contains(got, "codehub_proxy_connections_taken_total 1") {
+		t.Fatalf("connections taken over after three requests on one:\n%s", got)
+	}
+
+	if res := env.share(a, w.ID, 8000, "owner"); res.StatusCode != http.StatusOK {
+		t.Fatalf("lower: %d %s", res.StatusCode, res.Body)
+	}
+	// The connection ends, or its next request is refused.
+	if res, body, err := bobs.get(host, "/echo", cookie); err == nil && res.StatusCode != http.StatusForbidden {
+		t.Fatalf("bob's request after lowering to owner: %d %s, want 403 or the connection ended", res.StatusCode, body)
+	}
+
+	if res := env.share(a, w.ID, 8000, "public"); res.StatusCode != http.StatusOK {
+		t.Fatalf("share public: %d %s", res.StatusCode, res.Body)
+	}
+	visitor := dialProxy(t, env.URL)
+	for i := range 3 {
+		if res, body, err := visitor.get(host, "/echo", ""); err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("a visitor's request %d to a public port: %v %s %v", i, res, body, err)
+		}
+	}
+	if got := taken(); !strings.Contains(got, "codehub_proxy_connections_taken_total 2") {
+		t.Fatalf("connections taken over after a visitor's three requests on one:\n%s", got)
+	}
+}
+
+// proxyConn is one client connection to the server, on which requests
+// follow one another.
+type proxyConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialProxy(t *testing.T, rawURL string) *proxyConn {
+	t.Helper()
+	u, _ := url.Parse(rawURL)
+	c, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &proxyConn{c: c, br: bufio.NewReader(c)}
+}
+
+// get sends a GET for path on host with the Cookie header given (none if
+// empty) and reads the answer.
+func (pc *proxyConn) get(host, path, cookie string) (*http.Response, []byte, error) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+host+path, nil)
+	if cookie != "" {
+		req.Header.Set("Cookie", cookie)
+	}
+	if err := req.Write(pc.c); err != nil {
+		return nil, nil, err
+	}
+	res, err := http.ReadResponse(pc.br, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	return res, body, err
 }
 
 // TestPortIsolation: a port address reaches the port of the workspace it

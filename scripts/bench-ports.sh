@@ -10,8 +10,8 @@
 # ssh`, listening on a port of its own, as a dev server would. wrk (one
 # thread, CONNS connections) then loads GET URL_PATH at /w/{id}/ (the
 # workbench's path: proxy to the program) and at /w/{port}--{id}/ (the
-# port's path: proxy, then the workspace agent, then the dev server) in
-# turn, ROUNDS times, alternating which goes first, and measures each
+# port's path: proxy to the dev server, over connections the workspace
+# agent dialled and handed over on its Unix socket) in turn, ROUNDS times, alternating which goes first, and measures each
 # with one connection too. Both are served to the owner's session cookie.
 #
 # Settings: ROUNDS (3), DURATION (10s), CONNS (64), SINGLE_DURATION (5s),

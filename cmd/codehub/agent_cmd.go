@@ -13,7 +13,7 @@ import (
 	"github.com/codehub-io/codehub/agent"
 )
 
-// runAgent implements `codehub agent -listen ADDR [-exclude-port N] [-home DIR] --
+// runAgent implements `codehub agent -listen ADDR [-socket PATH] [-exclude-port N] [-home DIR] --
 // PROGRAM ARGS…`: the workspace agent, which starts the workspace program
 // and serves the server beside it (see package agent). Its secrets come in
 // its environment, never as flags, which process listings show.
@@ -22,18 +22,19 @@ func runAgent(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "", "address to serve the server on (host:port)")
 	home := fs.String("home", "", "the workspace's home: HOME of the program and of SSH sessions (default $HOME)")
+	socket := fs.String("socket", "", "a Unix socket (a path, or @name for an abstract one) to serve a server on the same machine on as well")
 	var exclude portList
 	fs.Var(&exclude, "exclude-port", "a port of the workbench itself, never listed nor forwarded (repeatable, or comma separated)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *listen == "" || fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: codehub agent -listen HOST:PORT [-exclude-port N] [-home DIR] -- PROGRAM [ARGS…]")
+		fmt.Fprintln(stderr, "usage: codehub agent -listen HOST:PORT [-socket PATH] [-exclude-port N] [-home DIR] -- PROGRAM [ARGS…]")
 		return 2
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "agent", Output: stderr, Level: hclog.Info})
 	code, err := agent.Run(context.Background(), logger, agent.RunConfig{
-		Listen: *listen, ExcludePorts: exclude, Home: *home, Program: fs.Arg(0), Args: fs.Args()[1:],
+		Listen: *listen, Socket: *socket, ExcludePorts: exclude, Home: *home, Program: fs.Arg(0), Args: fs.Args()[1:],
 	})
 	if err != nil {
 		logger.Error("agent failed", "error", err)
