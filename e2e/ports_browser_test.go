@@ -26,7 +26,7 @@ func TestBrowserPorts(t *testing.T) {
 	srv := startServer(t, cfg)
 	admin := login(t, srv)
 	web := createRunning(t, admin, "web")
-	run := shellIn(t, srv, newSSHUser(t, srv, admin), web, localHome(srv, web.ID))
+	run := shellIn(t, srv, newSSHUser(t, srv, admin), web, localHome(srv, web.ID), true)
 	port := testenv.FreePort(t)
 	run(fmt.Sprintf("nohup %s --bind-addr 127.0.0.1:%d </dev/null >/dev/null 2>&1 & echo $! > dev.pid", devServer(t), port), "")
 	address := portAddress(srv, web.ID, port)

@@ -100,8 +100,14 @@ func open(t *testing.T, c *http.Client, address string) (int, string, string) {
 // me. Servers it starts leave the session's streams, so the session ends,
 // and write their pid to a *.pid file in the home, where the test ends
 // them: a process that left its session outlives the workspace's stop.
-func shellIn(t *testing.T, srv *server, me *sshUser, ws apiWorkspace, home string) func(command, stdin string) {
+//
+// hostPids is false when the pids are a container's, which this host must
+// not signal.
+func shellIn(t *testing.T, srv *server, me *sshUser, ws apiWorkspace, home string, hostPids bool) func(command, stdin string) {
 	t.Cleanup(func() {
+		if !hostPids {
+			return
+		}
 		files, _ := filepath.Glob(filepath.Join(home, "*.pid"))
 		for _, f := range files {
 			b, err := os.ReadFile(f)
@@ -144,18 +150,80 @@ func portAddress(srv *server, id string, port int) string {
 // share level, over HTTP, WebSocket and server-sent events, and through
 // `codehub port-forward`.
 func TestPorts(t *testing.T) {
-	portsScenario(t, localConfig(t), localHome)
+	portsScenario(t, localConfig(t), localHome, hostPrograms(t))
 }
 
 // TestNomadPorts is TestPorts on real Nomad under raw_exec, where the
 // workspaces of a node share its network.
 func TestNomadPorts(t *testing.T) {
 	agent := nomadtest.Start(t, "")
-	portsScenario(t, nomadConfig(t, agent), func(_ *server, id string) string { return volumePath(t, agent, id) })
+	portsScenario(t, nomadConfig(t, agent), func(_ *server, id string) string { return volumePath(t, agent, id) }, hostPrograms(t))
 }
 
-func portsScenario(t *testing.T, cfg serverConfig, homeOf func(srv *server, id string) string) {
+// TestNomadDockerPorts is TestPorts on real Nomad under docker with the
+// locally built image and host networking: the programs are the image's
+// Node.js and the dev server, copied into the home; the agent in each
+// container tells its own listeners from the others' on the shared
+// network by the container's processes.
+func TestNomadDockerPorts(t *testing.T) {
+	cfg, agent, _ := dockerNomadConfig(t)
+	portsScenario(t, cfg, func(_ *server, id string) string { return volumePath(t, agent, id) }, portPrograms{
+		setup: []portSetup{
+			{"cat > static.js", staticJS},
+			{"cat > echo.js", echoJS},
+		},
+		dev:        "exec /home/coder/devserver --bind-addr 127.0.0.1:%d",
+		devBinary:  devServer(t),
+		static:     "cd site && exec node ../static.js %d",
+		echo:       "exec node echo.js %d",
+		staticName: "node",
+		// The pid files hold the container's pids: the engine ends them.
+		containerPids: true,
+	})
+}
+
+// portPrograms are the servers a ports test starts in a workspace, from
+// what its image has. The commands take the port as %d and run in the
+// home.
+type portPrograms struct {
+	setup []portSetup
+	// Each ends in exec, so that the pid a server's shell writes is the
+	// server's. dev is the dev server (HTTP, WebSocket, server-sent events);
+	// devBinary, when set, is copied into the home first as devserver.
+	dev, devBinary string
+	// static serves site/index.html; staticName is its process's name.
+	static, staticName string
+	// echo is a TCP echo service.
+	echo string
+	// containerPids: the pids the servers write are not this host's.
+	containerPids bool
+}
+
+// portSetup is a command run before the servers start, with its stdin.
+type portSetup struct{ command, stdin string }
+
+// hostPrograms run the dev server and Python from this machine.
+func hostPrograms(t *testing.T) portPrograms {
 	python := program(t, "CODEHUB_TEST_PYTHON", "/usr/bin/python3", "python3", "apt-get install python3")
+	return portPrograms{
+		setup:      []portSetup{{"cat > echo.py", echoScript}},
+		dev:        "exec " + devServer(t) + " --bind-addr 127.0.0.1:%d",
+		static:     "cd site && exec " + python + " -m http.server %d --bind 127.0.0.1",
+		staticName: "python3",
+		echo:       "exec " + python + " echo.py %d",
+	}
+}
+
+// staticJS and echoJS are the static site and the TCP echo for an image
+// with Node.js only.
+const staticJS = `require("http").createServer((req, res) => {
+  require("fs").createReadStream("index.html").on("error", () => { res.statusCode = 404; res.end(); }).pipe(res);
+}).listen(+process.argv[2], "127.0.0.1");
+`
+const echoJS = `require("net").createServer((c) => c.pipe(c)).listen(+process.argv[2], "127.0.0.1");
+`
+
+func portsScenario(t *testing.T, cfg serverConfig, homeOf func(srv *server, id string) string, progs portPrograms) {
 	cfg.publicHost, cfg.subdomainBase, cfg.maxPortShare = "localhost", "localhost", "authenticated"
 	cfg.maxRunning = 2
 	srv := startServer(t, cfg)
@@ -167,13 +235,24 @@ func portsScenario(t *testing.T, cfg serverConfig, homeOf func(srv *server, id s
 	web := createRunning(t, admin, "web")
 	other := createRunning(t, admin, "other")
 	me := newSSHUser(t, srv, admin)
-	run := shellIn(t, srv, me, web, homeOf(srv, web.ID))
+	home := homeOf(srv, web.ID)
+	run := shellIn(t, srv, me, web, home, !progs.containerPids)
+	if progs.devBinary != "" {
+		copyExecutable(t, progs.devBinary, filepath.Join(home, "devserver"))
+	}
+	for _, c := range progs.setup {
+		run(c.command, c.stdin)
+	}
 	devPort, httpPort, echoPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	run(fmt.Sprintf("nohup %s --bind-addr 127.0.0.1:%d </dev/null >/dev/null 2>&1 & echo $! > dev.pid", devServer(t), devPort), "")
-	run("mkdir -p site && echo hello-from-python > site/index.html", "")
-	run(fmt.Sprintf("cd site; nohup %s -m http.server %d --bind 127.0.0.1 </dev/null >/dev/null 2>&1 & echo $! > ../http.pid", python, httpPort), "")
-	run("cat > echo.py", echoScript)
-	run(fmt.Sprintf("nohup %s echo.py %d </dev/null >/dev/null 2>&1 & echo $! > echo.pid", python, echoPort), "")
+	// A hangup when the session ends must not end the server; images
+	// may lack nohup, so the shell ignores it, across the exec.
+	start := func(command, pidFile string) {
+		run(fmt.Sprintf(`sh -c 'trap "" HUP; %s' </dev/null >/dev/null 2>&1 & echo $! > %s`, command, pidFile), "")
+	}
+	start(fmt.Sprintf(progs.dev, devPort), "dev.pid")
+	run("mkdir -p site && echo hello-from-the-site > site/index.html", "")
+	start(fmt.Sprintf(progs.static, httpPort), "http.pid")
+	start(fmt.Sprintf(progs.echo, echoPort), "echo.pid")
 
 	portURL := func(id string, port int) string { return portAddress(srv, id, port) }
 	owner, bob, anon := visitor(t, srv), visitor(t, srv), visitor(t, srv)
@@ -206,8 +285,8 @@ func portsScenario(t *testing.T, cfg serverConfig, homeOf func(srv *server, id s
 		if c := h.Get("Cookie"); c != "" {
 			t.Fatalf("the dev server got cookies %q", c)
 		}
-		if status, _, body := open(t, owner, portURL(web.ID, httpPort)); status != http.StatusOK || !strings.Contains(body, "hello-from-python") {
-			t.Fatalf("python3 -m http.server: %d %s", status, body)
+		if status, _, body := open(t, owner, portURL(web.ID, httpPort)); status != http.StatusOK || !strings.Contains(body, "hello-from-the-site") {
+			t.Fatalf("the static site: %d %s", status, body)
 		}
 	})
 
@@ -291,7 +370,7 @@ func portsScenario(t *testing.T, cfg serverConfig, homeOf func(srv *server, id s
 		if err != nil {
 			t.Fatalf("codehub ws ports: %v\n%s", err, out)
 		}
-		for _, want := range []string{fmt.Sprint(devPort), fmt.Sprint(httpPort), fmt.Sprint(echoPort), "python3", portURL(web.ID, httpPort)} {
+		for _, want := range []string{fmt.Sprint(devPort), fmt.Sprint(httpPort), fmt.Sprint(echoPort), progs.staticName, portURL(web.ID, httpPort)} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("codehub ws ports lacks %q:\n%s", want, out)
 			}

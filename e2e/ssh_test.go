@@ -592,7 +592,10 @@ func (b *programBuild) path(t *testing.T, pkg, name string) string {
 			return
 		}
 		b.dir, b.bin = dir, filepath.Join(dir, name)
-		if out, err := exec.Command("go", "build", "-o", b.bin, pkg).CombinedOutput(); err != nil {
+		// Static, so that it runs in a container's image as well.
+		cmd := exec.Command("go", "build", "-o", b.bin, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("%w\n%s", err, out)
 		}
 	})
