@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -222,7 +223,7 @@ func (u *userCLI) forward(address, ref, ports string) error {
 
 // openForward opens one connection to port of workspace id through the
 // server.
-func (c *client) openForward(ctx context.Context, id string, port int) (io.ReadWriteCloser, error) {
+func (c *client) openForward(ctx context.Context, id string, port int) (*forwardConn, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/api/v1/workspaces/%s/ports/%d/forward", c.base, id, port), nil)
 	if err != nil {
 		return nil, err
@@ -232,8 +233,9 @@ func (c *client) openForward(ctx context.Context, id string, port int) (io.ReadW
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	fc := &forwardConn{}
 	// No client timeout: after the switch the body is the connection.
-	res, err := (&http.Client{Transport: c.http.Transport}).Do(req)
+	res, err := (&http.Client{Transport: fc.transport(req)}).Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -247,16 +249,68 @@ func (c *client) openForward(ctx context.Context, id string, port int) (io.ReadW
 		res.Body.Close()
 		return nil, errors.New("the server switched protocols but gave no connection")
 	}
-	return rwc, nil
+	fc.ReadWriteCloser = rwc
+	return fc, nil
 }
 
-// pipe copies both ways until both directions ended. The server's side
-// cannot be half-closed, so the local side's end closes it.
-func pipe(a net.Conn, b io.ReadWriteCloser) {
+// forwardConn is a connection to a workspace's port through the server.
+// Its sending half can end alone when the connection to the server is
+// this client's own, plain or TLS: a client that half-closes (sends its
+// request, then reads the answer) still gets the answer. Through an HTTP
+// proxy it can only close.
+type forwardConn struct {
+	io.ReadWriteCloser
+	half interface{ CloseWrite() error }
+}
+
+// transport dials the server for req, keeping the connection so that its
+// sending half can end.
+func (fc *forwardConn) transport(req *http.Request) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = true
+	if proxy, err := tr.Proxy(req); err != nil || proxy != nil {
+		return tr
+	}
+	var d net.Dialer
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if tc, ok := conn.(*net.TCPConn); ok {
+			fc.half = tc
+		}
+		return conn, err
+	}
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(addr)
+		tc := tls.Client(conn, &tls.Config{ServerName: host})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		fc.half = tc
+		return tc, nil
+	}
+	return tr
+}
+
+// CloseWrite ends the sending half, or, where it cannot, the connection.
+func (fc *forwardConn) CloseWrite() error {
+	if fc.half == nil {
+		return fc.Close()
+	}
+	return fc.half.CloseWrite()
+}
+
+// pipe copies both ways until both directions ended, passing each end of
+// stream on to the other side.
+func pipe(a net.Conn, b *forwardConn) {
 	done := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(b, a)
-		_ = b.Close()
+		_ = b.CloseWrite()
 		close(done)
 	}()
 	_, _ = io.Copy(a, b)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -31,6 +32,32 @@ func echoServer(t *testing.T) string {
 			go func() {
 				defer conn.Close()
 				_, _ = io.Copy(conn, conn)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// replyAtEOFServer is a TCP service that answers only once its client
+// has sent everything and half-closed, as a request/response protocol
+// over a bare connection does.
+func replyAtEOFServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				n, _ := io.Copy(io.Discard, conn)
+				fmt.Fprintf(conn, "got %d bytes\n", n)
 			}()
 		}
 	}()
@@ -112,6 +139,24 @@ func TestPortForward(t *testing.T) {
 		if err != nil || got != msg {
 			t.Fatalf("round trip %d: %d bytes back, %v; want %d", i, len(got), err, len(msg))
 		}
+	}
+	// A client that half-closes gets the answer sent after its end.
+	c.env.Ports.Set(w.ID, 5432, replyAtEOFServer(t))
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "select 1;\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(conn)
+	conn.Close()
+	if err != nil || string(got) != "got 10 bytes\n" {
+		t.Fatalf("answer after a half-close: %q, %v", got, err)
 	}
 	cancel()
 	if code := <-done; code != exitOK {
