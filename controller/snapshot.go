@@ -75,10 +75,15 @@ type SnapshotRunner struct {
 	cfg    SnapshotConfig
 	now    func() time.Time
 
+	// slots bounds the snapshots running at once; wg waits for them.
+	slots chan struct{}
+	wg    sync.WaitGroup
+
 	mu sync.Mutex
-	// failedAt is when the last snapshot of a run failed, keyed by
-	// workspace id and run id: the next waits snapshotRetry.
-	failedAt map[string]time.Time
+	// notBefore is when a run may be snapshotted again after a failure
+	// (keyed by workspace id and run id); inFlight, the runs being read.
+	notBefore map[string]time.Time
+	inFlight  map[string]bool
 }
 
 // snapshotParallel is how many snapshots run at once by default: each
@@ -89,17 +94,23 @@ const snapshotParallel = 2
 // next attempt (at most the interval).
 const snapshotRetry = time.Minute
 
+// ErrSnapshotUnsupported marks a run that cannot be snapshotted at all (it
+// runs without the workspace agent): it is not asked again.
+var ErrSnapshotUnsupported = errors.New("the run cannot be snapshotted")
+
 // NewSnapshotRunner returns a snapshot runner.
 func NewSnapshotRunner(logger hclog.Logger, svc SnapshotWorkspaces, st SnapshotStore, source SnapshotSource, cfg SnapshotConfig) *SnapshotRunner {
 	if cfg.Parallel < 1 {
 		cfg.Parallel = snapshotParallel
 	}
 	return &SnapshotRunner{logger: logger, svc: svc, store: st, source: source, cfg: cfg, now: time.Now,
-		failedAt: map[string]time.Time{}}
+		slots: make(chan struct{}, cfg.Parallel), notBefore: map[string]time.Time{}, inFlight: map[string]bool{}}
 }
 
-// Run looks for due snapshots a few times per interval until ctx ends.
+// Run looks for due snapshots a few times per interval until ctx ends,
+// then waits for those it started.
 func (r *SnapshotRunner) Run(ctx context.Context) error {
+	defer r.wg.Wait()
 	if r.cfg.Interval <= 0 {
 		<-ctx.Done()
 		return nil
@@ -124,45 +135,49 @@ func snapshotTick(interval time.Duration) time.Duration {
 	return min(max(interval/10, time.Second), 30*time.Second)
 }
 
-// RunOnce snapshots every running home that is due, Parallel at a time,
-// and returns once all are done.
+// RunOnce starts the snapshots that are due, as many as free slots allow,
+// and returns without waiting for them: one slow home holds up only its
+// own slot. Wait waits for them.
 func (r *SnapshotRunner) RunOnce(ctx context.Context) error {
 	ws, err := r.svc.ProgramsRunning(ctx)
 	if err != nil {
 		return err
 	}
-	now := r.now()
 	r.mu.Lock()
-	due := SnapshotsDue(ws, now, r.cfg.Interval, r.failedAt)
+	defer r.mu.Unlock()
 	r.forgetGone(ws)
-	r.mu.Unlock()
-	sem := make(chan struct{}, r.cfg.Parallel)
-	var wg sync.WaitGroup
-	for _, w := range due {
+	for _, w := range SnapshotsDue(ws, r.now(), r.cfg.Interval, r.notBefore, r.inFlight) {
 		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
+		case r.slots <- struct{}{}:
+		default:
 			return nil
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		r.inFlight[runKey(w)] = true
+		r.wg.Go(func() {
+			defer func() {
+				r.mu.Lock()
+				delete(r.inFlight, runKey(w))
+				r.mu.Unlock()
+				<-r.slots
+			}()
 			r.snapshot(ctx, w)
 		})
 	}
-	wg.Wait()
 	return nil
 }
 
-// forgetGone drops the failures of runs no longer running.
+// Wait waits for the snapshots RunOnce started.
+func (r *SnapshotRunner) Wait() { r.wg.Wait() }
+
+// forgetGone drops the failures of runs no longer running; r.mu is held.
 func (r *SnapshotRunner) forgetGone(ws []workspace.Workspace) {
 	live := make(map[string]bool, len(ws))
 	for _, w := range ws {
 		live[runKey(w)] = true
 	}
-	for k := range r.failedAt {
+	for k := range r.notBefore {
 		if !live[k] {
-			delete(r.failedAt, k)
+			delete(r.notBefore, k)
 		}
 	}
 }
@@ -171,9 +186,9 @@ func runKey(w workspace.Workspace) string { return w.ID + "/" + w.RunID }
 
 // SnapshotsDue picks the workspaces to snapshot at now: running with no
 // operation, their volume going on from their archive (or never
-// archived), what S3 holds of their home at least interval old, and no
-// failed snapshot of the run within snapshotRetry.
-func SnapshotsDue(ws []workspace.Workspace, now time.Time, interval time.Duration, failedAt map[string]time.Time) []workspace.Workspace {
+// archived), what S3 holds of their home at least interval old, not
+// being read already, and not held back after a failure (notBefore).
+func SnapshotsDue(ws []workspace.Workspace, now time.Time, interval time.Duration, notBefore map[string]time.Time, inFlight map[string]bool) []workspace.Workspace {
 	var due []workspace.Workspace
 	for _, w := range ws {
 		if w.Phase != workspace.PhaseRunning || w.Operation != workspace.OpNone || w.RunID == "" {
@@ -182,7 +197,7 @@ func SnapshotsDue(ws []workspace.Workspace, now time.Time, interval time.Duratio
 		if w.ArchiveKey != nil && (w.RestoreMarker == nil || *w.RestoreMarker != *w.ArchiveKey) {
 			continue
 		}
-		if t, ok := failedAt[runKey(w)]; ok && now.Sub(t) < min(snapshotRetry, interval) {
+		if inFlight[runKey(w)] || now.Before(notBefore[runKey(w)]) {
 			continue
 		}
 		if now.Sub(recoveryPointOf(w)) >= interval {
@@ -216,13 +231,16 @@ func (r *SnapshotRunner) snapshot(ctx context.Context, w workspace.Workspace) {
 	}
 	key := archive.Key(w.ID, workspace.NewID())
 	res, err := r.take(ctx, w, key, parent)
-	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			return
-		}
-		r.mu.Lock()
-		r.failedAt[runKey(w)] = r.now()
-		r.mu.Unlock()
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrSnapshotUnsupported):
+		r.hold(w, farFuture)
+		log.Info("this run is not snapshotted", "reason", err)
+		return
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return
+	default:
+		r.hold(w, r.now().Add(min(snapshotRetry, r.cfg.Interval)))
 		r.cfg.Metrics.snapshot(snapshotFailed, 0)
 		log.Warn("snapshot failed", "error", err)
 		return
@@ -248,6 +266,16 @@ func (r *SnapshotRunner) snapshot(ctx context.Context, w workspace.Workspace) {
 		log.Info("snapshot committed", "key", key, "unchanged", res.Unchanged, "files", res.Files,
 			"stored", res.Stored, "bytes", res.Meta.Size, "took", r.now().Sub(began).Round(time.Millisecond))
 	}
+}
+
+// farFuture holds a run back for as long as it runs.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// hold keeps the run of w from being snapshotted before until.
+func (r *SnapshotRunner) hold(w workspace.Workspace, until time.Time) {
+	r.mu.Lock()
+	r.notBefore[runKey(w)] = until
+	r.mu.Unlock()
 }
 
 // take asks the agent for the snapshot and writes it to S3.

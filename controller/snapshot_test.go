@@ -25,31 +25,33 @@ func TestSnapshotsDue(t *testing.T) {
 	tests := []struct {
 		name     string
 		w        workspace.Workspace
-		failedAt map[string]time.Time
+		held     map[string]time.Time
+		inFlight map[string]bool
 		want     bool
 	}{
-		{"recovery point older than the interval", running(nil), nil, true},
-		{"recovery point younger", running(func(w *workspace.Workspace) { w.ArchivedAt = ago(9 * time.Minute) }), nil, false},
-		{"exactly the interval", running(func(w *workspace.Workspace) { w.ArchivedAt = ago(interval) }), nil, true},
+		{"recovery point older than the interval", running(nil), nil, nil, true},
+		{"recovery point younger", running(func(w *workspace.Workspace) { w.ArchivedAt = ago(9 * time.Minute) }), nil, nil, false},
+		{"exactly the interval", running(func(w *workspace.Workspace) { w.ArchivedAt = ago(interval) }), nil, nil, true},
 		{"never archived, running long enough", running(func(w *workspace.Workspace) {
 			w.ArchiveKey, w.RestoreMarker, w.ArchivedAt, w.ArchiveRunID = nil, nil, nil, ""
-		}), nil, true},
+		}), nil, nil, true},
 		{"never archived, just started", running(func(w *workspace.Workspace) {
 			w.ArchiveKey, w.RestoreMarker, w.ArchivedAt, w.ArchiveRunID = nil, nil, nil, ""
 			w.PhaseChangedAt = now.Add(-time.Minute)
-		}), nil, false},
-		{"an operation works on it", running(func(w *workspace.Workspace) { w.Operation = workspace.OpStopping }), nil, false},
-		{"not running", running(func(w *workspace.Workspace) { w.Phase = workspace.PhaseStandby }), nil, false},
-		{"no run", running(func(w *workspace.Workspace) { w.RunID = "" }), nil, false},
-		{"volume not from its archive", running(func(w *workspace.Workspace) { w.RestoreMarker = &other }), nil, false},
-		{"no restore marker", running(func(w *workspace.Workspace) { w.RestoreMarker = nil }), nil, false},
-		{"failed a moment ago", running(nil), map[string]time.Time{"ws/run2": now.Add(-30 * time.Second)}, false},
-		{"failed over a minute ago", running(nil), map[string]time.Time{"ws/run2": now.Add(-2 * time.Minute)}, true},
-		{"an earlier run failed", running(nil), map[string]time.Time{"ws/run1": now}, true},
+		}), nil, nil, false},
+		{"an operation works on it", running(func(w *workspace.Workspace) { w.Operation = workspace.OpStopping }), nil, nil, false},
+		{"not running", running(func(w *workspace.Workspace) { w.Phase = workspace.PhaseStandby }), nil, nil, false},
+		{"no run", running(func(w *workspace.Workspace) { w.RunID = "" }), nil, nil, false},
+		{"volume not from its archive", running(func(w *workspace.Workspace) { w.RestoreMarker = &other }), nil, nil, false},
+		{"no restore marker", running(func(w *workspace.Workspace) { w.RestoreMarker = nil }), nil, nil, false},
+		{"held back after a failure", running(nil), map[string]time.Time{"ws/run2": now.Add(30 * time.Second)}, nil, false},
+		{"the hold is over", running(nil), map[string]time.Time{"ws/run2": now.Add(-time.Second)}, nil, true},
+		{"an earlier run held", running(nil), map[string]time.Time{"ws/run1": now.Add(time.Hour)}, nil, true},
+		{"being read", running(nil), nil, map[string]bool{"ws/run2": true}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := len(SnapshotsDue([]workspace.Workspace{tc.w}, now, interval, tc.failedAt)) == 1
+			got := len(SnapshotsDue([]workspace.Workspace{tc.w}, now, interval, tc.held, tc.inFlight)) == 1
 			if got != tc.want {
 				t.Fatalf("due = %v, want %v", got, tc.want)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -272,6 +273,9 @@ func newAgentKeys(ctx context.Context, d *deps) (*agent.Keys, error) {
 func snapshotSource(agents *agent.Connector) controller.SnapshotSource {
 	return func(ctx context.Context, wsID, runID string, req archive.SnapshotRequest) (io.ReadCloser, error) {
 		c, err := agents.Client(ctx, wsID, runID)
+		if errors.Is(err, agent.ErrNoAgent) {
+			return nil, fmt.Errorf("%w: %w", controller.ErrSnapshotUnsupported, err)
+		}
 		if err != nil {
 			return nil, err
 		}
