@@ -9,6 +9,7 @@ mover_task, and the batch jobs are mover_job around it. Both are given
   .Op      the mover's command: "archive" (also for "stop-archive") or
            "restore"
   .OnStop  true for "stop-archive", the workspace job's poststop task
+  .ReadOnly true when the task only reads the home (archives)
 
 An operator's _helpers.tpl is read after this file: a define there
 replaces this one in every job, and a define in a job's own template
