@@ -488,8 +488,11 @@ metrics {
 }
 
 jobspecs {
-  # Directory with jobspec template overrides (workspace.nomad.hcl,
-  # archive.nomad.hcl, restore.nomad.hcl); empty uses the built-in templates.
+  # Directory with jobspec template overrides: each of workspace.nomad.hcl,
+  # archive.nomad.hcl and restore.nomad.hcl there replaces the built-in one,
+  # and the defines of _helpers.tpl there replace the built-in helpers of
+  # the same name (docs/nomad.md, "Jobspec templates"). Empty uses the
+  # built-in templates.
   dir = ""
 }
 

@@ -48,6 +48,10 @@ func ParseKind(s string) (Kind, error) {
 // FileName is the template file of a kind, embedded or in an operator's dir.
 func (k Kind) FileName() string { return string(k) + ".nomad.hcl" }
 
+// HelpersFile holds the templates the jobs share (define blocks, such as
+// the data mover's task), embedded or in an operator's dir.
+const HelpersFile = "_helpers.tpl"
+
 // Placeholders operators put in workspace args (config's syntax); the
 // renderer replaces them with Nomad's runtime interpolation of the assigned
 // port and with the home directory the task sees.
@@ -56,7 +60,7 @@ const (
 	PlaceholderHome = config.PlaceholderHome
 )
 
-//go:embed templates/*.nomad.hcl
+//go:embed templates/*.nomad.hcl templates/_helpers.tpl
 var embedded embed.FS
 
 // Renderer holds the parsed templates. It is safe for concurrent use.
@@ -64,41 +68,100 @@ type Renderer struct {
 	templates map[Kind]*template.Template
 }
 
-// NewRenderer loads the embedded templates, or the operator's copies from dir
-// when dir is not empty (all three must exist there).
+// Errors of an operator's template dir.
+var (
+	errUnknownTemplate = errors.New("not a jobspec template codehub knows")
+	errNoTemplates     = errors.New("holds no jobspec template")
+)
+
+// NewRenderer loads the embedded templates. When dir is not empty, each
+// template file the operator put there replaces the embedded one of its
+// name, and the operator's helpers file is read after the embedded one,
+// so its define blocks replace those of the same name in every job; a
+// define in a job's own file replaces it in that job only.
 func NewRenderer(dir string) (*Renderer, error) {
+	own, err := readDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	shared := template.New(HelpersFile).
+		Delims("[[", "]]").
+		Option("missingkey=error").
+		Funcs(funcs)
+	helpers, err := embedded.ReadFile("templates/" + HelpersFile)
+	if err != nil {
+		return nil, fmt.Errorf("read embedded jobspec helpers: %w", err)
+	}
+	if _, err := shared.Parse(string(helpers)); err != nil {
+		return nil, fmt.Errorf("parse jobspec helpers %s: %w", HelpersFile, err)
+	}
+	if f, ok := own[HelpersFile]; ok {
+		if _, err := shared.New(f.path).Parse(f.text); err != nil {
+			return nil, fmt.Errorf("parse jobspec helpers: %w", err)
+		}
+	}
 	r := &Renderer{templates: make(map[Kind]*template.Template, len(Kinds))}
 	for _, k := range Kinds {
-		text, err := readTemplate(dir, k)
-		if err != nil {
-			return nil, err
+		f, ok := own[k.FileName()]
+		if !ok {
+			b, err := embedded.ReadFile("templates/" + k.FileName())
+			if err != nil {
+				return nil, fmt.Errorf("read embedded jobspec template: %w", err)
+			}
+			f = templateFile{path: k.FileName(), text: string(b)}
 		}
-		t, err := template.New(k.FileName()).
-			Delims("[[", "]]").
-			Option("missingkey=error").
-			Funcs(funcs).
-			Parse(text)
+		set, err := shared.Clone()
 		if err != nil {
-			return nil, fmt.Errorf("parse jobspec template %s: %w", k.FileName(), err)
+			return nil, fmt.Errorf("copy jobspec helpers: %w", err)
+		}
+		t, err := set.New(f.path).Parse(f.text)
+		if err != nil {
+			return nil, fmt.Errorf("parse jobspec template %s: %w", f.path, err)
 		}
 		r.templates[k] = t
 	}
 	return r, nil
 }
 
-func readTemplate(dir string, k Kind) (string, error) {
+// templateFile is one template an operator supplied.
+type templateFile struct{ path, text string }
+
+// readDir reads the templates in an operator's dir, by file name. A file
+// named like a template (*.nomad.hcl, *.tpl) that is none, or a dir with
+// no template at all, is refused: a misspelt name would otherwise leave
+// the embedded template in use unnoticed.
+func readDir(dir string) (map[string]templateFile, error) {
 	if dir == "" {
-		b, err := embedded.ReadFile("templates/" + k.FileName())
-		if err != nil {
-			return "", fmt.Errorf("read embedded jobspec template: %w", err)
-		}
-		return string(b), nil
+		return nil, nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, k.FileName()))
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("read jobspec template: %w", err)
+		return nil, fmt.Errorf("read jobspec template dir: %w", err)
 	}
-	return string(b), nil
+	known := []string{HelpersFile}
+	for _, k := range Kinds {
+		known = append(known, k.FileName())
+	}
+	own := make(map[string]templateFile)
+	for _, e := range entries {
+		name := e.Name()
+		if !slices.Contains(known, name) {
+			if strings.HasSuffix(name, ".nomad.hcl") || strings.HasSuffix(name, ".tpl") {
+				return nil, fmt.Errorf("%s: %w (want %s)", filepath.Join(dir, name), errUnknownTemplate, strings.Join(known, ", "))
+			}
+			continue
+		}
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read jobspec template: %w", err)
+		}
+		own[name] = templateFile{path: path, text: string(b)}
+	}
+	if len(own) == 0 {
+		return nil, fmt.Errorf("%s: %w (want any of %s)", dir, errNoTemplates, strings.Join(known, ", "))
+	}
+	return own, nil
 }
 
 // Render executes the template of kind with v. A template that names a
@@ -216,6 +279,43 @@ type Values struct {
 	StopVariablePath string
 }
 
+// Mover is what the data mover's shared templates (mover_job and
+// mover_task in HelpersFile) are given: a job's values and which of the
+// mover's tasks to write. Templates make one with (mover . TASK).
+type Mover struct {
+	Values
+	// Task names the task, and the batch job's group.
+	Task string
+	// Op is the mover's command: MoverArchive or MoverRestore.
+	Op string
+	// OnStop makes it the workspace job's poststop task, which archives
+	// the home of the run that stopped (StopArchiveURL, StopVariablePath).
+	OnStop bool
+}
+
+// The data mover's tasks.
+const (
+	MoverArchive     = "archive"
+	MoverRestore     = "restore"
+	MoverStopArchive = "stop-archive"
+)
+
+// errUnknownMover reports a task the data mover has not.
+var errUnknownMover = errors.New("not a data mover task")
+
+func mover(v Values, task string) (Mover, error) {
+	switch task {
+	case MoverArchive, MoverRestore:
+		return Mover{Values: v, Task: task, Op: task}, nil
+	case MoverStopArchive:
+		return Mover{Values: v, Task: task, Op: MoverArchive, OnStop: true}, nil
+	}
+	return Mover{}, fmt.Errorf("%q: %w (want %s, %s or %s)", task, errUnknownMover, MoverArchive, MoverRestore, MoverStopArchive)
+}
+
+// ReadOnly reports whether the task only reads the home.
+func (m Mover) ReadOnly() bool { return m.Op == MoverArchive }
+
 // Items of a workspace job's Nomad Variable that its tasks read as
 // environment files (EnvFile): values a user typed travel this way, never
 // in an env block. Nomad replaces every "${name}" it knows in an env
@@ -299,6 +399,7 @@ var funcs = template.FuncMap{
 	"agentContainerPort": func() int { return AgentContainerPort },
 	"required":           required,
 	"ident":              ident,
+	"mover":              mover,
 }
 
 // envName is what may stand unquoted as a name in an env block.

@@ -299,13 +299,159 @@ func TestOperatorTemplates(t *testing.T) {
 		t.Fatalf("err = %v, want an error naming the missing key", err)
 	}
 
-	// All three templates must exist in an operator's dir.
-	if err := os.Remove(filepath.Join(dir, KindArchive.FileName())); err != nil {
+}
+
+// writeTemplates puts an operator's template files, by name, in a new dir.
+func writeTemplates(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// renderGolden renders kind with the base values of driver and checks the
+// text against a golden file of TestRenderGolden.
+func renderGolden(t *testing.T, r *Renderer, kind Kind, driver, golden string) string {
+	t.Helper()
+	got, err := r.Render(kind, baseValues(kind, driver))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewRenderer(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("err = %v, want not-exist", err)
+	want, err := os.ReadFile(filepath.Join("testdata", golden+".golden"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	if got != string(want) {
+		t.Errorf("%s rendered:\n%s\nwant %s.golden", kind, got, golden)
+	}
+	return got
+}
+
+// An operator who replaces one template gets the embedded others, and
+// the shared helpers in their own: here an archive job of their own
+// around the embedded data mover task.
+func TestOperatorOverridesOneTemplate(t *testing.T) {
+	dir := writeTemplates(t, map[string]string{
+		KindArchive.FileName(): `# Our archive of [[ .WorkspaceID ]].
+job [[ hcl .JobID ]] {
+  type = "batch"
+  priority = 30
+  group "archive" {
+    [[ template "mover_task" (mover . "archive") ]]
+  }
+}
+`,
+		"README": "notes of the operator, not a template",
+	})
+	r, err := NewRenderer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Render(KindArchive, baseValues(KindArchive, "raw_exec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded := renderGolden(t, mustRenderer(t, ""), KindArchive, "raw_exec", "archive-raw_exec")
+	task := embedded[strings.Index(embedded, `    task "archive" {`):strings.LastIndex(embedded, "    }")]
+	if !strings.HasPrefix(got, "# Our archive of "+testWorkspaceID) || !strings.Contains(got, "priority = 30") || !strings.Contains(got, task) {
+		t.Errorf("operator's archive rendered:\n%s\nwant its own job around the embedded task:\n%s", got, task)
+	}
+	renderGolden(t, r, KindRestore, "raw_exec", "restore-raw_exec")
+	renderGolden(t, r, KindWorkspace, "raw_exec", "workspace-raw_exec")
+}
+
+// An operator's helpers replace the embedded defines of the same name in
+// every job, and a define in a job's own file replaces one in that job
+// only; the defines they leave alone stay the embedded ones.
+func TestOperatorOverridesHelpers(t *testing.T) {
+	helpers := `[[ define "mover_args" ]]["nice", "-n", "10", "codehub", "job", [[ hcl .Op ]], [[ hcl .HomeDir ]]][[ end ]]`
+	r, err := NewRenderer(writeTemplates(t, map[string]string{HelpersFile: helpers}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kind Kind
+		want string
+	}{
+		{KindArchive, `args    = ["nice", "-n", "10", "codehub", "job", "archive", "/opt/`},
+		{KindRestore, `args    = ["nice", "-n", "10", "codehub", "job", "restore", "/opt/`},
+		{KindWorkspace, `args    = ["nice", "-n", "10", "codehub", "job", "archive", "/opt/`},
+	} {
+		got, err := r.Render(tc.kind, baseValues(tc.kind, "raw_exec"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(got, tc.want) || !strings.Contains(got, `kill_timeout = "30s"`) {
+			t.Errorf("%s rendered:\n%s\nwant the operator's args %q in the embedded task", tc.kind, got, tc.want)
+		}
+	}
+
+	// A job's own define wins over the helpers' in that job alone.
+	restore := `[[ define "mover_args" ]]["restore-only"][[ end ]]` +
+		`[[ template "mover_job" (mover . "restore") ]]`
+	r, err = NewRenderer(writeTemplates(t, map[string]string{HelpersFile: helpers, KindRestore.FileName(): restore}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Render(KindRestore, baseValues(KindRestore, "raw_exec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, `args    = ["restore-only"]`) {
+		t.Errorf("restore rendered:\n%s\nwant its own args", got)
+	}
+	got, err = r.Render(KindArchive, baseValues(KindArchive, "raw_exec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, `"nice", "-n", "10"`) {
+		t.Errorf("archive rendered:\n%s\nwant the helpers' args", got)
+	}
+}
+
+// A dir that is missing, holds no template, or holds a file named like a
+// template codehub does not know is refused, not quietly left unused.
+func TestOperatorTemplateDirRefused(t *testing.T) {
+	if _, err := NewRenderer(filepath.Join(t.TempDir(), "nope")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing dir: err = %v, want not-exist", err)
+	}
+	if _, err := NewRenderer(writeTemplates(t, map[string]string{"README": "x"})); !errors.Is(err, errNoTemplates) {
+		t.Errorf("no template: err = %v, want errNoTemplates", err)
+	}
+	for _, name := range []string{"archives.nomad.hcl", "helpers.tpl"} {
+		dir := writeTemplates(t, map[string]string{name: "job {}", KindRestore.FileName(): "job {}"})
+		if _, err := NewRenderer(dir); !errors.Is(err, errUnknownTemplate) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: err = %v, want errUnknownTemplate naming it", name, err)
+		}
+	}
+	broken := writeTemplates(t, map[string]string{HelpersFile: `[[ define "mover_task" ]]`})
+	if _, err := NewRenderer(broken); err == nil || !strings.Contains(err.Error(), filepath.Join(broken, HelpersFile)) {
+		t.Errorf("broken helpers: err = %v, want a parse error naming the file", err)
+	}
+}
+
+// A data mover task a template names that does not exist fails the render.
+func TestRenderRefusesUnknownMoverTask(t *testing.T) {
+	dir := writeTemplates(t, map[string]string{
+		KindArchive.FileName(): `[[ template "mover_job" (mover . "prebuild") ]]`,
+	})
+	r := mustRenderer(t, dir)
+	if _, err := r.Render(KindArchive, baseValues(KindArchive, "raw_exec")); !errors.Is(err, errUnknownMover) {
+		t.Errorf("err = %v, want errUnknownMover", err)
+	}
+}
+
+func mustRenderer(t *testing.T, dir string) *Renderer {
+	t.Helper()
+	r, err := NewRenderer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func TestQuote(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
-	"github.com/minio/minio-go/v7"
 
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
@@ -211,20 +210,7 @@ func TestE2EACLPolicy(t *testing.T) {
 		return !o.ContainerLive && o.StopArchive != nil && o.StopArchive.Status == controller.JobSucceeded
 	})
 
-	opID := "01jb3xa00000000000000000op"
-	key := "archives/" + wsID + "/" + opID + "/home.tar.zst"
-	if err := b.SubmitArchive(ctx, controller.JobSpec{WorkspaceID: wsID, OpID: opID, ArchiveKey: key, Attempt: 1}); err != nil {
-		t.Fatal(err)
-	}
-	o := observeUntil(t, b, wsID, "archive finished", func(o controller.Observed) bool {
-		return o.Archive != nil && (o.Archive.Status == controller.JobSucceeded || o.Archive.Status == controller.JobFailed)
-	})
-	if o.Archive.Status != controller.JobSucceeded {
-		t.Fatalf("archive result = %+v", o.Archive)
-	}
-	if _, err := s3.Client.StatObject(ctx, s3.Bucket, key, minio.StatObjectOptions{}); err != nil {
-		t.Fatalf("archive object %s: %v", key, err)
-	}
+	archiveHome(t, b, s3, wsID, "01jb3xa00000000000000000op")
 	if err := b.PurgeJob(ctx, wsID, controller.JobArchive); err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +220,7 @@ func TestE2EACLPolicy(t *testing.T) {
 	if err := b.SubmitRestore(ctx, missing); err != nil {
 		t.Fatal(err)
 	}
-	o = observeUntil(t, b, wsID, "failed restore", func(o controller.Observed) bool {
+	o := observeUntil(t, b, wsID, "failed restore", func(o controller.Observed) bool {
 		return o.Restore != nil && o.Restore.Status == controller.JobFailed
 	})
 	if o.Restore.ErrorCode != "ARCHIVE_NOT_FOUND" {

@@ -49,6 +49,8 @@ type e2eConfig struct {
 	cpu, memory   int // default 100 MHz, 64 MiB
 	s3            testenv.S3
 	client        *api.Client // default the agent's
+	// jobspecsDir is jobspecs.dir, the operator's templates; default none.
+	jobspecsDir string
 }
 
 // e2eBackend builds the backend the way `codehub server` does: the settings
@@ -109,7 +111,8 @@ workspace {
   memory        = %d
 }
 `, c.publicURL, a.Addr, c.driver, hclStrings(c.datacenters), c.codehubPath,
-		c.command, hclStrings(c.args), auth, c.uid, c.gid, c.cpu, c.memory))
+		c.command, hclStrings(c.args), auth, c.uid, c.gid, c.cpu, c.memory)+
+		fmt.Sprintf("jobspecs {\n  dir = %q\n}\n", c.jobspecsDir))
 	opts, err := OptionsFromConfig(cfg, c.artifactChecksum)
 	if err != nil {
 		t.Fatal(err)
