@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,9 @@ import (
 // Nomad's check alone and with the direct probe, back to back on one agent.
 // Besides the percentiles it reports, from Nomad's own timestamps, the
 // median time to place the allocation (sched), to start its task (task:
-// prestart hooks, template, driver) and from there to ready (boot).
+// prestart hooks, template, driver) and from there to ready (boot), and
+// the median time from the start until the event stream reported the
+// allocation running (running), which is when a probe can begin.
 func BenchmarkWakeToReady(b *testing.B) {
 	nomadtest.Binary(b)
 	bins := b.TempDir()
@@ -94,8 +97,9 @@ func benchWake(b *testing.B, a *nomadtest.Agent, bins string, conf e2eConfig, ch
 		b.Fatal(err)
 	}
 	waitObserved(b, backend, wsID, func(o controller.Observed) bool { return o.VolumeReady })
+	running := runningEvents(ctx, b, a.Client, jobID(wsID))
 
-	var samples, sched, task, boot []time.Duration
+	var samples, sched, task, boot, seen []time.Duration
 	run := 0
 	for b.Loop() {
 		run++
@@ -112,10 +116,13 @@ func benchWake(b *testing.B, a *nomadtest.Agent, bins string, conf e2eConfig, ch
 		if o := observed(b, backend, wsID); o.Failure != nil {
 			b.Fatalf("workspace failed: %+v", o.Failure)
 		}
-		if created, started, ok := allocTimes(b, a.Client, jobID(wsID)); ok {
+		if allocID, created, started, ok := allocTimes(b, a.Client, jobID(wsID)); ok {
 			sched = append(sched, created.Sub(start))
 			task = append(task, started.Sub(created))
 			boot = append(boot, ready.Sub(started))
+			if at, ok := running.at(allocID); ok {
+				seen = append(seen, at.Sub(start))
+			}
 		}
 		if err := backend.StopWorkspace(ctx, wsID, controller.StopSave); err != nil {
 			b.Fatal(err)
@@ -137,15 +144,57 @@ func benchWake(b *testing.B, a *nomadtest.Agent, bins string, conf e2eConfig, ch
 	b.ReportMetric(median(sched), "sched-p50-s")
 	b.ReportMetric(median(task), "task-p50-s")
 	b.ReportMetric(median(boot), "boot-p50-s")
+	b.ReportMetric(median(seen), "running-p50-s")
 }
 
-// allocTimes reads, of the job's newest allocation, when Nomad created it
-// and when its main task last started.
-func allocTimes(tb testing.TB, client *api.Client, job string) (created, started time.Time, ok bool) {
+// firstRunning records when the event stream first reported each
+// allocation of one job running.
+type firstRunning struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (f *firstRunning) at(allocID string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.seen[allocID]
+	return t, ok
+}
+
+// runningEvents follows the allocation events of job until ctx ends.
+func runningEvents(ctx context.Context, tb testing.TB, client *api.Client, job string) *firstRunning {
+	tb.Helper()
+	f := &firstRunning{seen: make(map[string]time.Time)}
+	ch, err := client.EventStream().Stream(ctx, map[api.Topic][]string{api.TopicAllocation: {"*"}}, 0, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go func() {
+		for events := range ch {
+			now := time.Now()
+			for _, ev := range events.Events {
+				a, err := ev.Allocation()
+				if err != nil || a == nil || a.JobID != job || a.ClientStatus != api.AllocClientStatusRunning {
+					continue
+				}
+				f.mu.Lock()
+				if _, ok := f.seen[a.ID]; !ok {
+					f.seen[a.ID] = now
+				}
+				f.mu.Unlock()
+			}
+		}
+	}()
+	return f
+}
+
+// allocTimes reads, of the job's newest allocation, its id, when Nomad
+// created it and when its main task last started.
+func allocTimes(tb testing.TB, client *api.Client, job string) (allocID string, created, started time.Time, ok bool) {
 	tb.Helper()
 	stubs, _, err := client.Jobs().Allocations(job, false, nil)
 	if err != nil || len(stubs) == 0 {
-		return created, started, false
+		return "", created, started, false
 	}
 	newest := stubs[0]
 	for _, s := range stubs {
@@ -155,7 +204,7 @@ func allocTimes(tb testing.TB, client *api.Client, job string) (created, started
 	}
 	alloc, _, err := client.Allocations().Info(newest.ID, nil)
 	if err != nil {
-		return created, started, false
+		return "", created, started, false
 	}
 	created = time.Unix(0, alloc.CreateTime)
 	for _, ts := range alloc.TaskStates {
@@ -163,7 +212,7 @@ func allocTimes(tb testing.TB, client *api.Client, job string) (created, started
 			started = ts.StartedAt
 		}
 	}
-	return created, started, !started.IsZero()
+	return alloc.ID, created, started, !started.IsZero()
 }
 
 func observed(tb testing.TB, backend *Backend, wsID string) controller.Observed {
