@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -171,8 +172,8 @@ func (p *prober) run(ctx context.Context) {
 }
 
 // probe reads the allocation once, for its address and run, then probes
-// its program until it answers, the allocation is read as no longer
-// running, or the window ends.
+// its program until it answers, an observation finds the allocation no
+// longer starting, or the window ends.
 func (p *prober) probe(ctx context.Context, allocID string) {
 	ctx, cancel := context.WithTimeout(ctx, probeWindow)
 	defer cancel()
@@ -204,7 +205,19 @@ func (p *prober) probe(ctx context.Context, allocID string) {
 		case <-time.After(wait):
 		}
 		wait = min(wait*3/2, probeMax)
+		if !p.wanted(allocID) {
+			return
+		}
 	}
+}
+
+// wanted: allocID is still offered, that is an observation since the offer
+// has not found it done starting (ready by its checks, failed or gone).
+func (p *prober) wanted(allocID string) bool {
+	s := p.backend.answered
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.offered[allocID]
 }
 
 type probeAddr struct {
@@ -234,14 +247,14 @@ func probeTarget(a *api.Allocation, namespace string) (probeAddr, bool) {
 // startingAlloc reports an allocation event's allocation that is worth
 // probing: a workspace job's, running, meant to run, health unknown.
 func startingAlloc(ev api.Event) (string, bool) {
-	if ev.Topic != api.TopicAllocation {
+	if ev.Topic != api.TopicAllocation || !slices.ContainsFunc(ev.FilterKeys, isWorkspaceJob) {
 		return "", false
 	}
 	a, err := ev.Allocation()
 	if err != nil || a == nil {
 		return "", false
 	}
-	if _, kind, ok := controller.ParseJobName(a.JobID); !ok || kind != controller.JobWorkspace {
+	if !isWorkspaceJob(a.JobID) {
 		return "", false
 	}
 	if a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun ||
@@ -249,4 +262,11 @@ func startingAlloc(ev api.Event) (string, bool) {
 		return "", false
 	}
 	return a.ID, true
+}
+
+// isWorkspaceJob: id names a workspace job. An allocation event's filter
+// keys hold its job id, so the payload is decoded for workspaces only.
+func isWorkspaceJob(id string) bool {
+	_, kind, ok := controller.ParseJobName(id)
+	return ok && kind == controller.JobWorkspace
 }

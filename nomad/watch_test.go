@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+
+	"github.com/hashicorp/nomad/api"
 )
 
 func TestWatchWakesAndResumes(t *testing.T) {
@@ -47,5 +49,38 @@ func TestWatchWakesAndResumes(t *testing.T) {
 	// the heartbeat or the foreign node event.
 	if n := wakes.Load(); n != 2 {
 		t.Errorf("wake called %d times, want 2", n)
+	}
+}
+
+func TestStartingAlloc(t *testing.T) {
+	job := "ws-01jb3x7k9q2m5n8p4r6s0tprbe"
+	event := func(jobID, client, desired string, healthy *bool) api.Event {
+		alloc := map[string]any{"ID": "a1", "JobID": jobID, "ClientStatus": client, "DesiredStatus": desired}
+		if healthy != nil {
+			alloc["DeploymentStatus"] = map[string]any{"Healthy": *healthy}
+		}
+		return api.Event{Topic: api.TopicAllocation, Key: "a1", FilterKeys: []string{jobID, ""}, Payload: map[string]any{"Allocation": alloc}}
+	}
+	yes := true
+	cases := []struct {
+		name string
+		ev   api.Event
+		want bool
+	}{
+		{"workspace allocation running", event(job, "running", "run", nil), true},
+		{"still pending", event(job, "pending", "run", nil), false},
+		{"being stopped", event(job, "running", "stop", nil), false},
+		{"health known", event(job, "running", "run", &yes), false},
+		{"archive job", event(job+"-archive", "running", "run", nil), false},
+		{"another job", event("web", "running", "run", nil), false},
+		{"not an allocation", api.Event{Topic: api.TopicJob, Key: job}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id, ok := startingAlloc(tc.ev)
+			if ok != tc.want || ok && id != "a1" {
+				t.Fatalf("startingAlloc = %q, %v, want %v", id, ok, tc.want)
+			}
+		})
 	}
 }
