@@ -48,8 +48,8 @@ var probeClient = &http.Client{
 	},
 }
 
-// programAnswers reports whether the program at addr answers its health path as
-// Nomad's check asks it (GET /healthz, 200).
+// programAnswers reports whether the program at addr answers its health
+// path as Nomad's check asks it (GET /healthz, 200).
 func programAnswers(ctx context.Context, addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -102,6 +102,18 @@ func (s *answered) snapshot(keep map[string]bool) map[string]answer {
 		out[id] = a
 	}
 	return out
+}
+
+// dropOffers forgets the offers no probe answered, once the prober that
+// took them stopped: a later prober takes them again.
+func (s *answered) dropOffers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.offered {
+		if _, ok := s.answers[id]; !ok {
+			delete(s.offered, id)
+		}
+	}
 }
 
 // failedSince: a check has run and not passed after t. Nomad stamps check

@@ -44,6 +44,7 @@ func (b *Backend) Watch(ctx context.Context, wake func()) error {
 			b.prober.CompareAndSwap(p, nil)
 			cancel()
 			<-done
+			b.answered.dropOffers()
 		}()
 	}
 	var index uint64

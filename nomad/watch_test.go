@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -82,5 +83,36 @@ func TestStartingAlloc(t *testing.T) {
 				t.Fatalf("startingAlloc = %q, %v, want %v", id, ok, tc.want)
 			}
 		})
+	}
+}
+
+// Each starting allocation is probed once while a prober runs; the offers
+// a stopped prober left unanswered go to the next one, and an observation
+// drops what is no longer starting.
+func TestProbeOffers(t *testing.T) {
+	b := &Backend{answered: newAnswered()}
+	first := &prober{backend: b, queue: make(chan string, 4)}
+	first.offer("a1")
+	first.offer("a1")
+	first.offer("a2")
+	if n := len(first.queue); n != 2 {
+		t.Fatalf("%d allocations queued, want 2 (a1 once, a2)", n)
+	}
+	b.answered.answers["a2"] = answer{run: "r1", at: time.Now()}
+
+	b.answered.dropOffers()
+	next := &prober{backend: b, queue: make(chan string, 4)}
+	next.offer("a1")
+	next.offer("a2")
+	if got := len(next.queue); got != 1 || <-next.queue != "a1" {
+		t.Fatalf("next prober got %d allocation(s), want only a1, which no probe answered", got)
+	}
+
+	got := b.answered.snapshot(map[string]bool{"a1": true})
+	if len(got) != 0 {
+		t.Fatalf("snapshot kept %v, want nothing of a2, no longer starting", got)
+	}
+	if !next.wanted("a1") || next.wanted("a2") {
+		t.Fatal("a1 still starting must stay wanted, a2 must not")
 	}
 }
