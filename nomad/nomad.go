@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -56,6 +57,9 @@ type Options struct {
 	// ServiceProvider is "nomad" (native service discovery) or "consul".
 	ServiceProvider string
 	CheckInterval   time.Duration
+	// CheckOnly leaves readiness to Nomad's check alone: no direct probe
+	// of a starting workspace's program (probe.go).
+	CheckOnly bool
 
 	// How batch jobs get the codehub binary: JobImage for docker; for exec
 	// and raw_exec an artifact (URL + "sha256:…" checksum) or CodehubPath,
@@ -207,6 +211,11 @@ type Backend struct {
 	// allocs caches details of client-terminal allocations, so a failed
 	// job's events and log are read once, not on every observation.
 	allocs *allocCache
+
+	// answered and prober: direct probes of starting workspaces (probe.go);
+	// prober is set while Watch runs.
+	answered *answered
+	prober   atomic.Pointer[prober]
 }
 
 var (
@@ -222,6 +231,7 @@ func New(logger hclog.Logger, client *api.Client, opts Options, renderer *jobspe
 		opts:     opts.withDefaults(),
 		renderer: renderer,
 		allocs:   newAllocCache(),
+		answered: newAnswered(),
 	}
 }
 

@@ -40,6 +40,9 @@ type listing struct {
 	// whose own registration the server has: any job may register a
 	// service named ws-{id}, so only that one counts.
 	ownRegistration map[string]bool
+	// answered holds the starting allocations whose program answered a
+	// direct probe.
+	answered map[string]answer
 	// outputs holds the end of the stderr of failed workspace allocations.
 	outputs map[string]string
 	// errorCodes holds CODEHUB_ERROR of failed batch allocations.
@@ -67,8 +70,19 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 
 	// Nomad reports check results only for its own service provider; with
 	// Consul, readiness waits for the deployment health Consul's checks set.
+	// A direct probe may find the program answering before the check.
 	if b.opts.ServiceProvider == ProviderNomad {
-		l.checks, l.ownRegistration = b.readChecks(ctx, allocsNeedingChecks(byID, current))
+		starting := allocsNeedingChecks(byID, current)
+		keep := make(map[string]bool, len(starting))
+		p := b.prober.Load()
+		for _, a := range starting {
+			keep[a.ID] = true
+			if p != nil {
+				p.offer(a.ID)
+			}
+		}
+		l.answered = b.answered.snapshot(keep)
+		l.checks, l.ownRegistration = b.readChecks(ctx, starting, l.answered)
 	}
 	if err := b.readTaskStates(ctx, allocsNeedingEvents(byID, current)); err != nil {
 		return controller.Snapshot{}, err
@@ -125,10 +139,11 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 const checkReaders = 8
 
 // readChecks reads the check results of allocs, a few at a time, and for
-// those whose checks all pass, whether the server holds the registration
-// the allocation made itself. A client that cannot answer leaves its
+// those whose checks all pass, or whose program answered a probe since
+// which no check failed, whether the server holds the registration the allocation made
+// itself. A client that cannot answer leaves its
 // allocation not ready for this pass.
-func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListStub) (map[string]api.AllocCheckStatuses, map[string]bool) {
+func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListStub, answered map[string]answer) (map[string]api.AllocCheckStatuses, map[string]bool) {
 	out := make(map[string]api.AllocCheckStatuses, len(allocs))
 	own := make(map[string]bool, len(allocs))
 	var mu sync.Mutex
@@ -145,7 +160,8 @@ func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListSt
 				b.logger.Debug("read allocation checks", "alloc_id", a.ID, "error", err)
 				return
 			}
-			registered := allPassing(checks) && b.registeredBy(ctx, a)
+			ans, probed := answered[a.ID]
+			registered := (allPassing(checks) || probed && !failedSince(checks, "", ans.at)) && b.registeredBy(ctx, a)
 			mu.Lock()
 			out[a.ID] = checks
 			own[a.ID] = registered
@@ -562,7 +578,9 @@ func assemble(l listing) controller.Snapshot {
 		switch kind {
 		case controller.JobWorkspace:
 			if !j.Stop {
-				o.UpstreamReady = upstreamReady(current[id], l.checks, l.ownRegistration, l.services == nil || l.services[serviceName(wsID)])
+				o.UpstreamReady = upstreamReady(current[id], readiness{
+					checks: l.checks, own: l.ownRegistration, answered: l.answered, run: j.Meta[MetaRunID],
+				}, l.services == nil || l.services[serviceName(wsID)])
 				o.Failure = workspaceFailure(current[id], l.placement[id], l.outputs)
 			}
 			o.StopArchive = stopArchive(wsID, j, current[id], l.stops)
@@ -608,13 +626,27 @@ func stopArchive(wsID string, j *api.JobListStub, allocs []*api.AllocationListSt
 	return res
 }
 
+// readiness is what an observation knows of starting allocations.
+type readiness struct {
+	checks map[string]api.AllocCheckStatuses
+	// own: the server holds the registration the allocation made itself.
+	own map[string]bool
+	// answered: the allocation's program answered a direct probe.
+	answered map[string]answer
+	// run is the run the job's registration names now.
+	run string
+}
+
 // upstreamReady: a running allocation whose deployment health is known good,
-// or, while that is unknown, whose checks all pass and whose own
-// registration the server holds (own). registered gates both on a
-// registration of the service's name existing at all: that is no trust
-// decision (the resolvers accept only the allocation's own), it keeps
-// RUNNING from showing before the catalog can route to it.
-func upstreamReady(allocs []*api.AllocationListStub, checks map[string]api.AllocCheckStatuses, own map[string]bool, registered bool) bool {
+// or, while that is unknown, whose own registration the server holds and
+// whose checks all pass, or whose program, of the job's current run,
+// answered a direct probe that no failed check followed: a check that
+// fails after the answer wins, Nomad's check is the authority on failure.
+// registered gates all
+// on a registration of the service's name existing at all: that is no
+// trust decision (the resolvers accept only the allocation's own), it
+// keeps RUNNING from showing before the catalog can route to it.
+func upstreamReady(allocs []*api.AllocationListStub, r readiness, registered bool) bool {
 	if !registered {
 		return false
 	}
@@ -628,7 +660,12 @@ func upstreamReady(allocs []*api.AllocationListStub, checks map[string]api.Alloc
 			}
 			continue
 		}
-		if allPassing(checks[a.ID]) && own[a.ID] {
+		if !r.own[a.ID] {
+			continue
+		}
+		ans, probed := r.answered[a.ID]
+		if allPassing(r.checks[a.ID]) ||
+			probed && r.run != "" && ans.run == r.run && !failedSince(r.checks[a.ID], "", ans.at) {
 			return true
 		}
 	}

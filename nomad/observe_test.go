@@ -239,34 +239,68 @@ func TestObserve(t *testing.T) {
 
 func TestObserveNotReadyUntilRegisteredAndPassing(t *testing.T) {
 	passing := api.AllocCheckStatuses{"c": {Status: "success"}}
+	pending := api.AllocCheckStatuses{"c": {Status: "pending"}}
+	// Nomad stamps check results in whole seconds.
+	at := time.Unix(1_800_000_000, 300_000_000)
+	failedAt := func(sec int64) api.AllocCheckStatuses {
+		return api.AllocCheckStatuses{"c": {Status: "failure", Timestamp: sec}}
+	}
+	const run = "run-2"
+	answeredBy := func(id, run string) map[string]answer { return map[string]answer{id: {run: run, at: at}} }
 	cases := []struct {
 		name       string
 		deployment *api.AllocDeploymentStatus
 		checks     api.AllocCheckStatuses
 		own        bool
+		answered   map[string]answer // alloc id -> run of its job version, when
 		registered bool
 		want       bool
 	}{
-		{"healthy deployment", healthy(true), nil, false, true, true},
-		{"unhealthy deployment", healthy(false), nil, false, true, false},
-		{"checks pending", nil, api.AllocCheckStatuses{"c": {Status: "pending"}}, true, true, false},
-		{"one of two checks failing", nil, api.AllocCheckStatuses{"c": {Status: "success"}, "d": {Status: "failure"}}, true, true, false},
-		{"no checks yet", nil, api.AllocCheckStatuses{}, true, true, false},
-		{"checks passing", nil, passing, true, true, true},
+		{"healthy deployment", healthy(true), nil, false, nil, true, true},
+		{"unhealthy deployment", healthy(false), nil, false, nil, true, false},
+		{"checks pending", nil, pending, true, nil, true, false},
+		{"one of two checks failing", nil, api.AllocCheckStatuses{"c": {Status: "success"}, "d": {Status: "failure"}}, true, nil, true, false},
+		{"no checks yet", nil, api.AllocCheckStatuses{}, true, nil, true, false},
+		{"checks passing", nil, passing, true, nil, true, true},
 		// Another job registered ws-{id}; this allocation's own
 		// registration has not reached the server yet.
-		{"checks passing, only a registration by another job", nil, passing, false, true, false},
-		{"not registered", healthy(true), nil, false, false, false},
+		{"checks passing, only a registration by another job", nil, passing, false, nil, true, false},
+		{"not registered", healthy(true), nil, false, nil, false, false},
+
+		// The program answered a direct probe before Nomad's check ran.
+		{"probe answered, no check result yet", nil, api.AllocCheckStatuses{}, true, answeredBy("a", run), true, true},
+		{"probe answered, checks pending", nil, pending, true, answeredBy("a", run), true, true},
+		// The check that ran as the task started, before the program
+		// listened.
+		{"probe answered after a failed check", nil, failedAt(at.Unix() - 1), true, answeredBy("a", run), true, true},
+		{"probe answered within the second of a failed check", nil, failedAt(at.Unix()), true, answeredBy("a", run), true, true},
+		{"check failed after the probe answered", nil, failedAt(at.Unix() + 1), true, answeredBy("a", run), true, false},
+		{"probe answered, deployment unhealthy", healthy(false), nil, true, answeredBy("a", run), true, false},
+		{"probe answered by an older run's program", nil, pending, true, answeredBy("a", "run-1"), true, false},
+		{"probe answered, only a registration by another job", nil, pending, false, answeredBy("a", run), true, false},
+		{"probe answered, not registered", nil, pending, true, answeredBy("a", run), false, false},
+		{"another allocation answered", nil, pending, true, answeredBy("b", run), true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &api.AllocationListStub{ID: "a", ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: tc.deployment}
-			got := upstreamReady([]*api.AllocationListStub{a}, map[string]api.AllocCheckStatuses{"a": tc.checks}, map[string]bool{"a": tc.own}, tc.registered)
-			if got != tc.want {
+			r := readiness{
+				checks: map[string]api.AllocCheckStatuses{"a": tc.checks}, own: map[string]bool{"a": tc.own},
+				answered: tc.answered, run: run,
+			}
+			if got := upstreamReady([]*api.AllocationListStub{a}, r, tc.registered); got != tc.want {
 				t.Fatalf("upstreamReady = %v, want %v", got, tc.want)
 			}
 		})
 	}
+
+	t.Run("a job without a run never counts a probe", func(t *testing.T) {
+		a := &api.AllocationListStub{ID: "a", ClientStatus: "running", DesiredStatus: "run"}
+		r := readiness{own: map[string]bool{"a": true}, answered: map[string]answer{"a": {at: at}}}
+		if upstreamReady([]*api.AllocationListStub{a}, r, true) {
+			t.Fatal("upstreamReady = true for a probe of a job without a run")
+		}
+	})
 }
 
 func TestObserveErrors(t *testing.T) {

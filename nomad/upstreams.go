@@ -31,7 +31,8 @@ type ResolverOptions struct {
 // ws-{id}, and the proxy sends the workspace's traffic and upstream token to
 // whatever it resolves, so only registrations of job ws-{id} from its
 // running allocation count. Registration happens before the program
-// listens, so only instances whose allocation checks pass count.
+// listens, so an instance counts once its allocation's checks pass or,
+// before the first check result, once its program answers /healthz.
 type ServiceResolver struct {
 	logger hclog.Logger
 	client *api.Client
@@ -40,6 +41,9 @@ type ServiceResolver struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedAddr
+	// answered: when the program of a starting allocation first answered
+	// a direct probe, by allocation id.
+	answered map[string]time.Time
 }
 
 type cachedAddr struct {
@@ -55,11 +59,12 @@ func NewServiceResolver(logger hclog.Logger, client *api.Client, opts ResolverOp
 		opts.CacheTTL = 2 * time.Second
 	}
 	return &ServiceResolver{
-		logger: logger,
-		client: client,
-		opts:   opts,
-		allocs: newAllocVerifier(logger, client, opts.Namespace, opts.Region),
-		cache:  make(map[string]cachedAddr),
+		logger:   logger,
+		client:   client,
+		opts:     opts,
+		allocs:   newAllocVerifier(logger, client, opts.Namespace, opts.Region),
+		cache:    make(map[string]cachedAddr),
+		answered: make(map[string]time.Time),
 	}
 }
 
@@ -88,10 +93,13 @@ func (r *ServiceResolver) Resolve(ctx context.Context, wsID string) (string, err
 			r.logger.Debug("read allocation checks", "alloc_id", reg.AllocID, "error", err)
 			continue
 		}
-		if !servicePassing(checks, name) {
+		addr := net.JoinHostPort(reg.Address, strconv.Itoa(reg.Port))
+		// Until its checks pass, the program answering its health path
+		// directly counts, as it does for the controller, unless a check
+		// failed since.
+		if !servicePassing(checks, name) && !r.answers(ctx, reg.AllocID, addr, checks, name) {
 			continue
 		}
-		addr := net.JoinHostPort(reg.Address, strconv.Itoa(reg.Port))
 		r.mu.Lock()
 		r.cache[name] = cachedAddr{addr: addr, expires: time.Now().Add(r.opts.CacheTTL)}
 		r.mu.Unlock()
@@ -116,6 +124,32 @@ func servicePassing(checks api.AllocCheckStatuses, service string) bool {
 		n++
 	}
 	return n > 0
+}
+
+// answers reports whether the program of allocation allocID answered a
+// direct probe, now or before, that no failed check of service followed.
+// A first answer is kept for the probe window, so a check that fails
+// later refuses the instance.
+func (r *ServiceResolver) answers(ctx context.Context, allocID, addr string, checks api.AllocCheckStatuses, service string) bool {
+	now := time.Now()
+	r.mu.Lock()
+	at, ok := r.answered[allocID]
+	for id, t := range r.answered {
+		if now.Sub(t) > probeWindow {
+			delete(r.answered, id)
+		}
+	}
+	r.mu.Unlock()
+	if !ok {
+		if !programAnswers(ctx, addr) {
+			return false
+		}
+		at = now
+		r.mu.Lock()
+		r.answered[allocID] = at
+		r.mu.Unlock()
+	}
+	return !failedSince(checks, service, at)
 }
 
 // allocVerifier tells whether an allocation is the running allocation of a

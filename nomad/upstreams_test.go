@@ -3,6 +3,7 @@ package nomad
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -282,5 +283,45 @@ func TestServiceResolver(t *testing.T) {
 	r2 := NewServiceResolver(hclog.NewNullLogger(), f2.client(), ResolverOptions{})
 	if _, err := r2.Resolve(t.Context(), testWS); !errors.Is(err, controller.ErrNoUpstream) {
 		t.Fatalf("err = %v, want ErrNoUpstream while checks are pending", err)
+	}
+}
+
+// Before Nomad's check passes, an instance whose program answers /healthz
+// directly counts, though the check that ran as its task started failed;
+// a check that fails after that answer refuses it again.
+func TestServiceResolverEarlyAnswer(t *testing.T) {
+	prog := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+		}
+	}))
+	defer prog.Close()
+	host, port, err := net.SplitHostPort(prog.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	portNum, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeNomad(t)
+	name := "ws-" + testWS
+	f.json("GET /v1/service/"+name, []*api.ServiceRegistration{{ID: "s1", ServiceName: name, JobID: name, AllocID: "a1", Address: host, Port: portNum}})
+	workspaceAllocFixture(f, "a1", name, testWS)
+	checks := "GET /v1/client/allocation/a1/checks"
+	f.json(checks, api.AllocCheckStatuses{"c": {Service: name, Status: "failure", Timestamp: time.Now().Unix() - 1}})
+	r := NewServiceResolver(hclog.NewNullLogger(), f.client(), ResolverOptions{Namespace: "default", CacheTTL: time.Nanosecond})
+
+	addr, err := r.Resolve(t.Context(), testWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr != prog.Listener.Addr().String() {
+		t.Fatalf("addr = %q, want the program that answered, %s", addr, prog.Listener.Addr())
+	}
+
+	f.json(checks, api.AllocCheckStatuses{"c": {Service: name, Status: "failure", Timestamp: time.Now().Unix() + 1}})
+	if _, err := r.Resolve(t.Context(), testWS); !errors.Is(err, controller.ErrNoUpstream) {
+		t.Fatalf("err = %v, want ErrNoUpstream once a check failed after the answer", err)
 	}
 }

@@ -27,7 +27,26 @@ var watchTopics = map[api.Topic][]string{
 // codehub's objects. It resumes after the last index it saw; events lost
 // while disconnected only delay the controller until its next periodic
 // pass, so correctness never depends on this.
+//
+// With Nomad's service discovery it also probes starting workspaces (see
+// probe.go) and wakes the controller the moment one answers.
 func (b *Backend) Watch(ctx context.Context, wake func()) error {
+	if b.opts.ServiceProvider == ProviderNomad && !b.opts.CheckOnly {
+		p := &prober{logger: b.logger, backend: b, wake: wake, queue: make(chan string, probeQueue)}
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.run(ctx)
+		}()
+		b.prober.Store(p)
+		defer func() {
+			b.prober.CompareAndSwap(p, nil)
+			cancel()
+			<-done
+			b.answered.dropOffers()
+		}()
+	}
 	var index uint64
 	backoff := time.Second
 	for {
@@ -72,6 +91,13 @@ func (b *Backend) stream(ctx context.Context, index uint64, wake func()) (uint64
 		}
 		if relevant(events.Events) {
 			wake()
+		}
+		if p := b.prober.Load(); p != nil {
+			for _, ev := range events.Events {
+				if id, ok := startingAlloc(ev); ok {
+					p.offer(id)
+				}
+			}
 		}
 		index = max(index, events.Index)
 	}

@@ -2,12 +2,15 @@ package nomad
 
 import (
 	"context"
+	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/codehub-io/codehub/controller"
@@ -190,4 +193,71 @@ func registerSleeper(t *testing.T, client *api.Client, id string) {
 	if _, _, err := client.Jobs().Register(job, nil); err != nil {
 		t.Fatalf("register %s: %v", id, err)
 	}
+}
+
+// TestE2EWatchProbe starts a workspace whose program listens only after a
+// while, under a check interval so long that Nomad's check never passes
+// during the test: the check that may run as the task starts finds nothing
+// listening. Watch's direct probe alone makes the upstream ready, wakes
+// the controller, and lets the resolver route to it.
+func TestE2EWatchProbe(t *testing.T) {
+	nomadtest.Binary(t)
+	bins := t.TempDir()
+	nomadtest.BuildProgram(t, bins, "./testdata/wsserver", "wsserver")
+	a := nomadtest.Start(t, "")
+	b := e2eBackend(t, a, bins, e2eConfig{
+		args:          []string{"-listen", "127.0.0.1:%PORT%", "-home", "%HOME%", "-listen-delay", "1s"},
+		upstreamToken: func(wsID, runID string) string { return "tok-" + wsID + "-" + runID },
+	})
+	b.opts.CheckInterval = time.Hour
+	ctx := t.Context()
+	const wsID = "01jb3x7k9q2m5n8p4r6s0tprbe"
+
+	var wakes atomic.Int64
+	watchInBackground(t, b, func() { wakes.Add(1) })
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: wsID, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "volume ready", func(o controller.Observed) bool { return o.VolumeReady })
+	if err := b.StartWorkspace(ctx, controller.WorkspaceSpec{WorkspaceID: wsID, RunID: "run-1"}); err != nil {
+		t.Fatal(err)
+	}
+	observeUntil(t, b, wsID, "upstream ready by the probe alone", func(o controller.Observed) bool { return o.UpstreamReady })
+
+	allocs, _, err := a.Client.Jobs().Allocations(jobID(wsID), false, nil)
+	if err != nil || len(allocs) != 1 {
+		t.Fatalf("allocations of %s: %d, %v", jobID(wsID), len(allocs), err)
+	}
+	checks, err := a.Client.Allocations().Checks(allocs[0].ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allPassing(checks) {
+		t.Fatalf("Nomad's check passed (%+v): the test cannot tell the probe's part", checks)
+	}
+	if n := wakes.Load(); n == 0 {
+		t.Fatal("no wake from Watch")
+	}
+	addr, err := NewServiceResolver(hclog.NewNullLogger(), a.Client, ResolverOptions{Namespace: "default"}).Resolve(ctx, wsID)
+	if err != nil {
+		t.Fatalf("resolve while only the probe answered: %v", err)
+	}
+	if _, port, _ := net.SplitHostPort(addr); port != strconv.Itoa(allocPort(t, a.Client, allocs[0].ID)) {
+		t.Fatalf("resolved %s, want the allocation's http port", addr)
+	}
+}
+
+func allocPort(t *testing.T, client *api.Client, allocID string) int {
+	t.Helper()
+	alloc, _, err := client.Allocations().Info(allocID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range alloc.AllocatedResources.Shared.Ports {
+		if p.Label == "http" {
+			return p.Value
+		}
+	}
+	t.Fatalf("allocation %s has no http port", allocID)
+	return 0
 }

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
 )
 
 func TestWatchWakesAndResumes(t *testing.T) {
@@ -47,5 +50,69 @@ func TestWatchWakesAndResumes(t *testing.T) {
 	// the heartbeat or the foreign node event.
 	if n := wakes.Load(); n != 2 {
 		t.Errorf("wake called %d times, want 2", n)
+	}
+}
+
+func TestStartingAlloc(t *testing.T) {
+	job := "ws-01jb3x7k9q2m5n8p4r6s0tprbe"
+	event := func(jobID, client, desired string, healthy *bool) api.Event {
+		alloc := map[string]any{"ID": "a1", "JobID": jobID, "ClientStatus": client, "DesiredStatus": desired}
+		if healthy != nil {
+			alloc["DeploymentStatus"] = map[string]any{"Healthy": *healthy}
+		}
+		return api.Event{Topic: api.TopicAllocation, Key: "a1", FilterKeys: []string{jobID, ""}, Payload: map[string]any{"Allocation": alloc}}
+	}
+	yes := true
+	cases := []struct {
+		name string
+		ev   api.Event
+		want bool
+	}{
+		{"workspace allocation running", event(job, "running", "run", nil), true},
+		{"still pending", event(job, "pending", "run", nil), false},
+		{"being stopped", event(job, "running", "stop", nil), false},
+		{"health known", event(job, "running", "run", &yes), false},
+		{"archive job", event(job+"-archive", "running", "run", nil), false},
+		{"another job", event("web", "running", "run", nil), false},
+		{"not an allocation", api.Event{Topic: api.TopicJob, Key: job}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id, ok := startingAlloc(tc.ev)
+			if ok != tc.want || ok && id != "a1" {
+				t.Fatalf("startingAlloc = %q, %v, want %v", id, ok, tc.want)
+			}
+		})
+	}
+}
+
+// Each starting allocation is probed once while a prober runs; the offers
+// a stopped prober left unanswered go to the next one, and an observation
+// drops what is no longer starting.
+func TestProbeOffers(t *testing.T) {
+	b := &Backend{answered: newAnswered()}
+	first := &prober{backend: b, queue: make(chan string, 4)}
+	first.offer("a1")
+	first.offer("a1")
+	first.offer("a2")
+	if n := len(first.queue); n != 2 {
+		t.Fatalf("%d allocations queued, want 2 (a1 once, a2)", n)
+	}
+	b.answered.answers["a2"] = answer{run: "r1", at: time.Now()}
+
+	b.answered.dropOffers()
+	next := &prober{backend: b, queue: make(chan string, 4)}
+	next.offer("a1")
+	next.offer("a2")
+	if got := len(next.queue); got != 1 || <-next.queue != "a1" {
+		t.Fatalf("next prober got %d allocation(s), want only a1, which no probe answered", got)
+	}
+
+	got := b.answered.snapshot(map[string]bool{"a1": true})
+	if len(got) != 0 {
+		t.Fatalf("snapshot kept %v, want nothing of a2, no longer starting", got)
+	}
+	if !next.wanted("a1") || next.wanted("a2") {
+		t.Fatal("a1 still starting must stay wanted, a2 must not")
 	}
 }

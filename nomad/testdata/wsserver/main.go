@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // sessionCookie is the cookie code-server reads its session from.
@@ -27,6 +28,8 @@ func main() {
 	// Stands in for code-server, so it takes the flag codehub gives
 	// code-server with upstream_auth = "code-server".
 	flag.Bool("ignore-last-opened", false, "accepted and ignored, like code-server's")
+	// Stands in for a program that takes a while to boot.
+	listenDelay := flag.Duration("listen-delay", 0, "wait this long before listening")
 	flag.Parse()
 	if err := os.WriteFile(filepath.Join(*home, ".wsserver-started"), []byte("ok\n"), 0o600); err != nil {
 		log.Fatal(err)
@@ -55,6 +58,7 @@ func main() {
 		}
 		handler = requireSession(token, mux)
 	}
+	time.Sleep(*listenDelay)
 	log.Fatal(http.ListenAndServe(*listen, handler))
 }
 
