@@ -138,12 +138,11 @@ func TestPortShareLevels(t *testing.T) {
 	}
 }
 
-// TestPortKeptConnection: the plain requests that follow one another on a
-// connection to a port are served on a connection the proxy took over,
-// each judged by the port's share level as it stands: another user's
-// connection gets nothing more once the owner lowers the level, and a
-// visitor's requests to a public port are served likewise.
-func TestPortKeptConnection(t *testing.T) {
+// sharedPort is a server capped at public with alice's running workspace,
+// whose port 8000 she shares with every logged-in user, and the clients
+// of alice and bob.
+func sharedPort(t *testing.T) (portEnv, workspace.Workspace, *http.Client, *http.Client) {
+	t.Helper()
 	env := newPortEnv(t, ports.Public)
 	alice := env.CreateUser("alice", false)
 	bob := env.CreateUser("bob", false)
@@ -153,6 +152,16 @@ func TestPortKeptConnection(t *testing.T) {
 	if res := env.share(a, w.ID, 8000, "authenticated"); res.StatusCode != http.StatusOK {
 		t.Fatalf("share authenticated: %d %s", res.StatusCode, res.Body)
 	}
+	return env, w, a, b
+}
+
+// TestPortKeptConnection: the plain requests that follow one another on a
+// connection to a port are served on a connection the proxy took over,
+// each judged by the port's share level as it stands: another user's
+// connection gets nothing more once the owner lowers the level, and a
+// visitor's requests to a public port are served likewise.
+func TestPortKeptConnection(t *testing.T) {
+	env, w, a, b := sharedPort(t)
 	host := env.host(w.ID, 8000)
 	taken := func() string {
 		metrics := string(get(t, env.Client(), env.URL+"/metrics", "Authorization", "Bearer "+apitest.MetricsToken).Body)
@@ -507,15 +516,7 @@ func TestPortStreams(t *testing.T) {
 // TestPortShareLoweredCutsSocket: once the owner lowers a port's level,
 // another user's open WebSocket to it ends, with a close frame.
 func TestPortShareLoweredCutsSocket(t *testing.T) {
-	env := newPortEnv(t, ports.Public)
-	alice := env.CreateUser("alice", false)
-	bob := env.CreateUser("bob", false)
-	w := runningWorkspace(t, env.Env, alice, "web", startUpstream(t))
-	env.Ports.Set(w.ID, 8000, startUpstream(t))
-	a, b := env.Login(alice), env.Login(bob)
-	if res := env.share(a, w.ID, 8000, "authenticated"); res.StatusCode != http.StatusOK {
-		t.Fatalf("share: %d", res.StatusCode)
-	}
+	env, w, a, b := sharedPort(t)
 	host := env.host(w.ID, 8000)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

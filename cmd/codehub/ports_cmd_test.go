@@ -14,9 +14,8 @@ import (
 	"github.com/codehub-io/codehub/workspace"
 )
 
-// echoServer is a TCP service that sends back every line it reads; it
-// stands in for a database or any non-HTTP program of a workspace.
-func echoServer(t *testing.T) string {
+// tcpService serves every connection with handle until the test ends.
+func tcpService(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,37 +30,27 @@ func echoServer(t *testing.T) string {
 			}
 			go func() {
 				defer conn.Close()
-				_, _ = io.Copy(conn, conn)
+				handle(conn)
 			}()
 		}
 	}()
 	return ln.Addr().String()
 }
 
+// echoServer is a TCP service that sends back every line it reads; it
+// stands in for a database or any non-HTTP program of a workspace.
+func echoServer(t *testing.T) string {
+	return tcpService(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
 // replyAtEOFServer is a TCP service that answers only once its client
 // has sent everything and half-closed, as a request/response protocol
 // over a bare connection does.
 func replyAtEOFServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				n, _ := io.Copy(io.Discard, conn)
-				fmt.Fprintf(conn, "got %d bytes\n", n)
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return tcpService(t, func(c net.Conn) {
+		n, _ := io.Copy(io.Discard, c)
+		fmt.Fprintf(c, "got %d bytes\n", n)
+	})
 }
 
 // TestWsPorts: "ws ports" sets a port's level and lists it with its
