@@ -34,11 +34,15 @@ type wsInfo struct {
 	DesiredBy     string     `json:"desired_by"`
 	DesiredAt     *time.Time `json:"desired_at"`
 	LastAccessAt  time.Time  `json:"last_access_at"`
-	URL           string     `json:"url"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	Version       int64      `json:"version"`
-	Conditions    map[string]struct {
+	RecoveryPoint struct {
+		ArchivedAt *time.Time `json:"archived_at"`
+		Current    bool       `json:"current"`
+	} `json:"recovery_point"`
+	URL        string    `json:"url"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	Version    int64     `json:"version"`
+	Conditions map[string]struct {
 		Status             string    `json:"status"`
 		Reason             string    `json:"reason"`
 		Message            string    `json:"message"`
@@ -274,6 +278,18 @@ func (u *userCLI) printJSON(raw []byte) error {
 	return err
 }
 
+// saved says what of the home S3 holds: what losing its node would cost.
+func (ws wsInfo) saved() string {
+	rp := ws.RecoveryPoint
+	switch {
+	case rp.ArchivedAt == nil:
+		return "never"
+	case rp.Current:
+		return "all of it"
+	}
+	return "as of " + rp.ArchivedAt.Local().Format("2006-01-02 15:04")
+}
+
 func (u *userCLI) wsList(c *client, asJSON bool) error {
 	all, err := u.listAll(c)
 	if err != nil {
@@ -287,13 +303,14 @@ func (u *userCLI) wsList(c *client, asJSON bool) error {
 		return u.printJSON(raw)
 	}
 	tw := tabwriter.NewWriter(u.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPHASE\tDESIRED\tLAST USED")
+	fmt.Fprintln(tw, "ID\tNAME\tPHASE\tDESIRED\tLAST USED\tSAVED TO S3")
 	for _, raw := range all {
 		var ws wsInfo
 		if err := decodeAnswer(raw, &ws); err != nil {
 			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ws.ID, ws.Name, ws.Phase, ws.DesiredState, ws.LastAccessAt.Local().Format("2006-01-02 15:04"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ws.ID, ws.Name, ws.Phase, ws.DesiredState,
+			ws.LastAccessAt.Local().Format("2006-01-02 15:04"), ws.saved())
 	}
 	return tw.Flush()
 }

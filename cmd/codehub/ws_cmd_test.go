@@ -179,6 +179,26 @@ func TestWsCommands(t *testing.T) {
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(r.stdout, "backend") || !strings.Contains(r.stdout, front.ID) {
 		t.Fatalf("list:\n%s", r.stdout)
 	}
+	// What S3 holds of each home: nothing yet, all of it, or the home as
+	// of a time (it ran since).
+	if !strings.HasSuffix(lines[0], "SAVED TO S3") || !strings.HasSuffix(lines[1], "never") || !strings.HasSuffix(lines[2], "never") {
+		t.Fatalf("list before any archive:\n%s", r.stdout)
+	}
+	at := time.Date(2026, 11, 27, 16, 7, 0, 0, time.Local)
+	if _, err := c.env.Pool.Exec(t.Context(), `UPDATE workspaces SET archive_key = 'archives/' || id || '/01jb3x8a000000000000000001/home.tar.zst',
+		archived_at = $2, run_id = CASE WHEN id = $1 THEN 'run2' ELSE 'run1' END, archive_run_id = 'run1'`, front.ID, at); err != nil {
+		t.Fatal(err)
+	}
+	r = c.must("", "ws", "list")
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+		want := "all of it"
+		if strings.HasPrefix(line, front.ID) {
+			want = "as of 2026-11-27 16:07"
+		}
+		if !strings.HasSuffix(line, want) {
+			t.Fatalf("list after archives: %q, want it to end in %q\n%s", line, want, r.stdout)
+		}
+	}
 	r = c.must("", "ws", "list", "-json")
 	var listed []wsInfo
 	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != 2 {
