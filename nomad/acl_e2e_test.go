@@ -87,7 +87,9 @@ func tokenClient(t *testing.T, a *nomadtest.Agent, secretID string) (*api.Client
 func streamWatch(t *testing.T, client *api.Client) (<-chan struct{}, *nomadtest.LockedBuffer) {
 	t.Helper()
 	logged := &nomadtest.LockedBuffer{}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "watch", Level: hclog.Debug, Output: logged})
+	// Only the stream's ends are kept: the prober's lines are no sign of one.
+	logger := hclog.New(&hclog.LoggerOptions{Name: "watch", Level: hclog.Debug, Output: logged,
+		Exclude: func(_ hclog.Level, msg string, _ ...any) bool { return msg != msgStreamEnded }})
 	b := New(logger, client, Options{Namespace: "default"}, nil)
 	wakes := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(t.Context())

@@ -10,6 +10,9 @@ import (
 	"github.com/codehub-io/codehub/controller"
 )
 
+// msgStreamEnded is what Watch logs each time Nomad's event stream ends.
+const msgStreamEnded = "event stream ended, reconnecting"
+
 // topicHostVolume is Nomad's event topic for host volumes (>= 1.10), which
 // the api package has no constant for.
 const topicHostVolume api.Topic = "HostVolume"
@@ -32,7 +35,7 @@ var watchTopics = map[api.Topic][]string{
 // probe.go) and wakes the controller the moment one answers.
 func (b *Backend) Watch(ctx context.Context, wake func()) error {
 	if b.opts.ServiceProvider == ProviderNomad && !b.opts.CheckOnly {
-		p := &prober{logger: b.logger, backend: b, wake: wake, queue: make(chan string, probeQueue)}
+		p := &prober{logger: b.logger.Named("probe"), backend: b, wake: wake, queue: make(chan string, probeQueue)}
 		ctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
@@ -58,7 +61,7 @@ func (b *Backend) Watch(ctx context.Context, wake func()) error {
 			index = next
 			backoff = time.Second
 		}
-		b.logger.Debug("event stream ended, reconnecting", "index", index, "error", err)
+		b.logger.Debug(msgStreamEnded, "index", index, "error", err)
 		// A reconnect may have missed events: one early pass covers them.
 		wake()
 		select {
