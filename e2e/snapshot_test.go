@@ -173,6 +173,11 @@ func TestNomadSnapshotNodeLoss(t *testing.T) {
 		if err := json.NewDecoder(resp.Body).Decode(&refusal); err != nil {
 			t.Fatal(err)
 		}
+		// Until the server sees the node down it refuses otherwise: the
+		// node still serves the home.
+		if refusal.Error.Code != "CONFIRMATION_REQUIRED" {
+			return false
+		}
 		key = archive.Key(ws.ID, as[0].ID)
 		return true
 	})

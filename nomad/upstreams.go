@@ -111,6 +111,15 @@ func (r *ServiceResolver) Resolve(ctx context.Context, wsID string) (string, err
 	return "", fmt.Errorf("%s: %w", name, controller.ErrNoUpstream)
 }
 
+// Forget drops the cached address of workspace wsID: the proxy found it
+// dead (the workspace stopped, or started again elsewhere within the
+// cache's life), so the next Resolve asks Nomad.
+func (r *ServiceResolver) Forget(wsID string) {
+	r.mu.Lock()
+	delete(r.cache, serviceName(wsID))
+	r.mu.Unlock()
+}
+
 // servicePassing: the service has checks in this allocation and all pass.
 func servicePassing(checks api.AllocCheckStatuses, service string) bool {
 	n := 0

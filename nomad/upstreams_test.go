@@ -275,6 +275,18 @@ func TestServiceResolver(t *testing.T) {
 	if n := len(f.calls("GET /v1/service/" + name)); n != 1 {
 		t.Fatalf("%d service reads, want 1 (cached)", n)
 	}
+	// The workspace started again at another address within the cache's
+	// life: once the proxy forgets the dead one, Nomad is asked again.
+	f.json("GET /v1/service/"+name, []*api.ServiceRegistration{
+		{ID: "s3", ServiceName: name, JobID: name, AllocID: "a-new", Address: "127.0.0.1", Port: 20003},
+	})
+	if addr, _ := r.Resolve(t.Context(), testWS); addr != "127.0.0.1:20002" {
+		t.Fatalf("addr before Forget = %q, want the cached one", addr)
+	}
+	r.Forget(testWS)
+	if addr, err := r.Resolve(t.Context(), testWS); err != nil || addr != "127.0.0.1:20003" {
+		t.Fatalf("addr after Forget = %q, %v, want the new registration", addr, err)
+	}
 
 	f2 := newFakeNomad(t)
 	f2.json("GET /v1/service/"+name, []*api.ServiceRegistration{{ID: "s1", JobID: name, AllocID: "a1", Address: "127.0.0.1", Port: 1}})

@@ -703,6 +703,9 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, t target, err error) {
 	p.routes.forget(t.id)
 	p.transport.forget(t.hostport)
+	if f, ok := p.upstreams.(forgetter); ok {
+		f.Forget(t.id)
+	}
 	if errors.Is(err, context.Canceled) {
 		// The client went away; nobody reads an answer.
 		w.WriteHeader(499)
@@ -734,6 +737,11 @@ func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, t target, err err
 	t.rejudged = true
 	p.answer(rec, r, t, ws, decideFor(ws, isNavigation(r)))
 }
+
+// forgetter is a resolver that caches addresses: a dead one is dropped, so
+// that a workspace started again since is found at its new address rather
+// than the cached one until it expires.
+type forgetter interface{ Forget(wsID string) }
 
 func (p *Proxy) badGateway(w http.ResponseWriter, r *http.Request) {
 	render(w, r, page{Status: http.StatusBadGateway, Code: CodeUpstreamUnavailable,
