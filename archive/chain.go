@@ -52,7 +52,7 @@ func (s *Store) openChain(ctx context.Context, key string, meta Meta) (*chain, e
 		}
 		inChain[k] = true
 	}
-	m, err := s.readManifest(ctx, key, meta, inChain)
+	m, _, err := s.readManifest(ctx, key, meta, inChain)
 	if err != nil {
 		return nil, err
 	}

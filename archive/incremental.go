@@ -40,25 +40,31 @@ func (s *Store) loadParent(ctx context.Context, log hclog.Logger, out *lineWrite
 }
 
 func (s *Store) readParent(ctx context.Context, key, parent string) (*base, error) {
+	b, _, err := s.readParentData(ctx, key, parent)
+	return b, err
+}
+
+// readParentData is readParent, with the parent's manifest as stored.
+func (s *Store) readParentData(ctx context.Context, key, parent string) (*base, []byte, error) {
 	if parent == key || OpID(parent) == "" || workspacePrefix(parent) != workspacePrefix(key) {
-		return nil, fmt.Errorf("%q is not another archive of the same workspace", parent)
+		return nil, nil, fmt.Errorf("%q is not another archive of the same workspace", parent)
 	}
 	meta, err := s.Stat(ctx, parent)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if meta.Manifest == nil {
-		return nil, fmt.Errorf("%s has no manifest (made before incremental archives)", parent)
+		return nil, nil, fmt.Errorf("%s has no manifest (made before incremental archives)", parent)
 	}
 	chain := map[string]bool{parent: true}
 	for _, k := range meta.Chain {
 		chain[k] = true
 	}
-	m, err := s.readManifest(ctx, parent, meta, chain)
+	m, data, err := s.readManifest(ctx, parent, meta, chain)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &base{key: parent, meta: meta, m: m}, nil
+	return &base{key: parent, meta: meta, m: m}, data, nil
 }
 
 // workspacePrefix is "archives/{workspace}/" of an archive key.
@@ -74,27 +80,27 @@ func workspacePrefix(key string) string {
 // against the archive's meta and chain. A missing manifest is
 // META_NOT_FOUND, one whose bytes differ from the meta's record
 // CHECKSUM_MISMATCH, one intact but malformed TAR_EXTRACT_FAILED.
-func (s *Store) readManifest(ctx context.Context, key string, meta Meta, chain map[string]bool) (*manifest, error) {
+func (s *Store) readManifest(ctx context.Context, key string, meta Meta, chain map[string]bool) (*manifest, []byte, error) {
 	ref := meta.Manifest
 	obj, err := s.client.GetObject(ctx, s.bucket, ManifestKey(key), minio.GetObjectOptions{})
 	if err != nil {
-		return nil, s3Error(fmt.Errorf("get manifest of %s: %w", key, err), CodeMetaNotFound)
+		return nil, nil, s3Error(fmt.Errorf("get manifest of %s: %w", key, err), CodeMetaNotFound)
 	}
 	defer obj.Close()
 	data, err := io.ReadAll(io.LimitReader(obj, ref.Size+1))
 	if err != nil {
-		return nil, s3Error(fmt.Errorf("read manifest of %s: %w", key, err), CodeMetaNotFound)
+		return nil, nil, s3Error(fmt.Errorf("read manifest of %s: %w", key, err), CodeMetaNotFound)
 	}
 	sum := sha256.Sum256(data)
 	if got := hex.EncodeToString(sum[:]); got != ref.SHA256 || int64(len(data)) != ref.Size {
-		return nil, withCode(CodeChecksumMismatch, fmt.Errorf("manifest of %s: %d bytes with sha256 %s, meta says %d bytes with %s",
+		return nil, nil, withCode(CodeChecksumMismatch, fmt.Errorf("manifest of %s: %d bytes with sha256 %s, meta says %d bytes with %s",
 			key, len(data), got, ref.Size, ref.SHA256))
 	}
 	m, err := decodeManifest(data, key, chain)
 	if err != nil {
-		return nil, withCode(CodeTarExtractFailed, fmt.Errorf("manifest of %s: %w", key, err))
+		return nil, nil, withCode(CodeTarExtractFailed, fmt.Errorf("manifest of %s: %w", key, err))
 	}
-	return m, nil
+	return m, data, nil
 }
 
 // putManifest stores m beside the archive at key.

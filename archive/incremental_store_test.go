@@ -273,7 +273,7 @@ func rewriteManifest(t *testing.T, store *Store, key string, edit func(entries [
 	for _, k := range meta.Chain {
 		chain[k] = true
 	}
-	m, err := store.readManifest(ctx, key, meta, chain)
+	m, _, err := store.readManifest(ctx, key, meta, chain)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,34 +125,13 @@ func (s *Store) SnapshotRequestFor(ctx context.Context, key, parent string) Snap
 	if parent == "" {
 		return req
 	}
-	b, data, err := s.readParentRaw(ctx, key, parent)
+	b, data, err := s.readParentData(ctx, key, parent)
 	if err != nil {
 		s.logger.Warn("parent archive unusable, the snapshot stores the whole home", "key", key, "parent", parent, "error", err)
 		return req
 	}
 	req.Parent, req.ParentMeta, req.ParentManifest = parent, &b.meta, data
 	return req
-}
-
-// readParentRaw is readParent, with the manifest's stored bytes.
-func (s *Store) readParentRaw(ctx context.Context, key, parent string) (*base, []byte, error) {
-	b, err := s.readParent(ctx, key, parent)
-	if err != nil {
-		return nil, nil, err
-	}
-	obj, err := s.client.GetObject(ctx, s.bucket, ManifestKey(parent), minio.GetObjectOptions{})
-	if err != nil {
-		return nil, nil, s3Error(fmt.Errorf("get manifest of %s: %w", parent, err), CodeMetaNotFound)
-	}
-	defer obj.Close()
-	data, err := io.ReadAll(io.LimitReader(obj, b.meta.Manifest.Size+1))
-	if err != nil {
-		return nil, nil, s3Error(fmt.Errorf("read manifest of %s: %w", parent, err), CodeMetaNotFound)
-	}
-	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != b.meta.Manifest.SHA256 {
-		return nil, nil, withCode(CodeChecksumMismatch, fmt.Errorf("manifest of %s changed while read", parent))
-	}
-	return b, data, nil
 }
 
 // WriteSnapshot snapshots the home at root as req asks and writes the
