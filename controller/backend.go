@@ -37,6 +37,12 @@ type Backend interface {
 	// StopSave a backend that can saves the home as the program stops
 	// (Observed.StopArchive reports it).
 	StopWorkspace(ctx context.Context, wsID string, mode StopMode) error
+	// GiveUpStopArchive ends the stop archive of the workspace job, which
+	// keeps trying while S3 is away, with its failure as its result, so
+	// the stop can end; a backup saves the home later. It reaches only an
+	// attempt under way, so a caller repeats it until the stop ends. A
+	// backend without stop archives does nothing.
+	GiveUpStopArchive(ctx context.Context, wsID string) error
 	// SubmitArchive and SubmitRestore start the attempt unless it was
 	// started already, and return ErrNoVolume when the workspace has no
 	// volume.
@@ -208,6 +214,11 @@ type Observed struct {
 	Move       bool
 	// ContainerLive: some allocation/process of ws-{id} is not terminal.
 	ContainerLive bool
+	// RunStarted: an allocation of the workspace job's current
+	// registration was placed and left pending (its program may have run
+	// and written to the home). Read only for a start on a node that
+	// takes no new allocation.
+	RunStarted bool
 	// UpstreamReady: the workspace passes its health check.
 	UpstreamReady bool
 	// Failure is set when the workspace job cannot run (image pull failure,

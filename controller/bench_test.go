@@ -33,6 +33,7 @@ func (s *staticBackend) ProvisionVolume(context.Context, VolumeSpec) error     {
 func (s *staticBackend) DeleteVolume(context.Context, string, string) error    { return s.act() }
 func (s *staticBackend) StartWorkspace(context.Context, WorkspaceSpec) error   { return s.act() }
 func (s *staticBackend) StopWorkspace(context.Context, string, StopMode) error { return s.act() }
+func (s *staticBackend) GiveUpStopArchive(context.Context, string) error       { return s.act() }
 func (s *staticBackend) SubmitArchive(context.Context, JobSpec) error          { return s.act() }
 func (s *staticBackend) SubmitRestore(context.Context, JobSpec) error          { return s.act() }
 func (s *staticBackend) PurgeJob(context.Context, string, JobKind) error       { return s.act() }

@@ -487,6 +487,7 @@ func (c *WorkspaceController) write(ctx context.Context, epoch int64, prev, next
 		RestoreMarker:   next.RestoreMarker,
 		RunID:           next.RunID,
 		ArchiveRunID:    next.ArchiveRunID,
+		PreviousRunID:   next.PreviousRunID,
 		ErrorReason:     next.ErrorReason,
 		ErrorMessage:    next.ErrorMessage,
 		ErrorCount:      next.ErrorCount,
@@ -544,6 +545,8 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 		return c.backend.StopWorkspace(ctx, w.ID, StopSave)
 	case StepDiscardWorkspace:
 		return c.backend.StopWorkspace(ctx, w.ID, StopDiscard)
+	case StepGiveUpStopArchive:
+		return c.backend.GiveUpStopArchive(ctx, w.ID)
 	case StepStopArchiveJob:
 		return c.backend.StopJob(ctx, w.ID, JobArchive)
 	case StepStopRestoreJob:

@@ -332,29 +332,46 @@ func TestPlanDrainNeverRan(t *testing.T) {
 }
 
 // TestPlanStoppingWhileSaving: STOPPING lasts until the allocation ends,
-// which includes the stop archive's upload. That upload is bounded by the
-// archive timeout, not the stop timeout: a large first archive is no
-// failed stop.
+// which includes the stop archive, and the stop archive tries again until
+// S3 takes the home. On a node in service it is given up (after its next
+// failed attempt) once the stop has taken the stop timeout, and bounded by
+// the archive timeout; on a node being drained it is the home's only way
+// off, and goes on, however long, with no failure.
 func TestPlanStoppingWhileSaving(t *testing.T) {
 	const run = "01jb3x7k9q2m5n8p4r6s0t1run"
-	obs := observed(workspace.PhaseRunning)
-	obs.UpstreamReady = false
-	w := stored(workspace.PhaseRunning, workspace.DesiredStandby, obs)
-	w.RunID, w.Operation = run, workspace.OpStopping
-	obs.StopArchive = &JobResult{OpID: run, ArchiveKey: archive.Key(wsID, run), Status: JobRunning}
+	stopT, archiveT := testCfg.Timeouts[workspace.OpStopping], testCfg.Timeouts[workspace.OpArchiving]
 	for _, c := range []struct {
-		after time.Duration
-		fail  bool
+		name     string
+		away     string
+		draining bool
+		after    time.Duration
+		giveUp   bool
+		fail     bool
 	}{
-		{testCfg.Timeouts[workspace.OpStopping] + time.Minute, false},
-		{testCfg.Timeouts[workspace.OpArchiving] + time.Minute, true},
+		{"within the stop timeout", "", false, stopT - time.Second, false, false},
+		{"past the stop timeout", "", false, stopT + time.Minute, true, false},
+		{"past the archive timeout", "", false, archiveT + time.Minute, false, true},
+		{"drained, past the archive timeout", workspace.ReasonNodeIneligible, true, archiveT + time.Minute, false, false},
+		{"drained for a day", workspace.ReasonNodeIneligible, true, 24 * time.Hour, false, false},
+		{"draining and down", workspace.ReasonNodeDown, true, stopT + time.Minute, false, false},
 	} {
-		started := t0.Add(-c.after)
-		w.OpStartedAt = &started
-		a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
-		if failed := deref(a.Next.ErrorReason) == workspace.ReasonTimeout; failed != c.fail || (!c.fail && a.Next.Operation != workspace.OpStopping) {
-			t.Errorf("after %s: op %s error %s, want failed %v", c.after, a.Next.Operation, deref(a.Next.ErrorReason), c.fail)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			obs := observed(workspace.PhaseRunning)
+			obs.UpstreamReady = false
+			obs.NodeAway, obs.NodeDraining = c.away, c.draining
+			w := stored(workspace.PhaseRunning, workspace.DesiredStandby, obs)
+			w.RunID, w.Operation = run, workspace.OpStopping
+			obs.StopArchive = &JobResult{OpID: run, ArchiveKey: archive.Key(wsID, run), Status: JobRunning}
+			started := t0.Add(-c.after)
+			w.OpStartedAt = &started
+			a := Plan(w, obs, ArchiveCheck{}, t0, testCfg)
+			if failed := deref(a.Next.ErrorReason) == workspace.ReasonTimeout; failed != c.fail {
+				t.Fatalf("op %s phase %s error %s; want failed %v", a.Next.Operation, a.Next.Phase, deref(a.Next.ErrorReason), c.fail)
+			}
+			if got := slices.Contains(a.Steps, StepGiveUpStopArchive); got != c.giveUp {
+				t.Errorf("steps %v: give up %v, want %v", a.Steps, got, c.giveUp)
+			}
+		})
 	}
 }
 

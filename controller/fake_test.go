@@ -276,6 +276,16 @@ func (b *fakeBackend) StartWorkspace(ctx context.Context, spec WorkspaceSpec) er
 	return nil
 }
 
+func (b *fakeBackend) GiveUpStopArchive(ctx context.Context, _ string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.call(ctx, "GiveUpStopArchive"); err != nil {
+		return err
+	}
+	b.acted("GiveUpStopArchive")
+	return nil
+}
+
 func (b *fakeBackend) StopWorkspace(ctx context.Context, wsID string, _ StopMode) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

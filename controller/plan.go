@@ -28,6 +28,7 @@ const (
 	StepPurgeArchiveJob    Step = "purge-archive-job"
 	StepPurgeRestoreJob    Step = "purge-restore-job"
 	StepPurgeWorkspaceJob  Step = "purge-workspace-job"
+	StepGiveUpStopArchive  Step = "give-up-stop-archive"
 )
 
 // submits reports whether a failure of the step fails the operation (it is
@@ -407,8 +408,13 @@ func (p *planner) inFlight() Action {
 	limit := p.cfg.Timeouts[w.Operation]
 	if w.Operation == workspace.OpStopping && savingStop(w, p.obs) {
 		// The program has stopped; its home is being archived, which
-		// may take as long as any archive.
+		// may take as long as any archive. On a node being emptied the
+		// task tries again until S3 takes the home, however long: the
+		// home is safe on its volume meanwhile, and nothing is broken.
 		limit = max(limit, p.cfg.Timeouts[workspace.OpArchiving])
+		if nodeLeaving(p.obs) {
+			limit = 0
+		}
 	}
 	if a.Next.Operation == workspace.OpNone || limit <= 0 || w.OpStartedAt == nil || p.now.Sub(*w.OpStartedAt) <= limit {
 		return a
@@ -492,6 +498,9 @@ func (p *planner) operation() Action {
 		if !p.obs.ContainerLive {
 			return p.complete()
 		}
+		if p.giveUpStopArchive() {
+			return p.settle(StepStopWorkspace, StepGiveUpStopArchive)
+		}
 		return p.settle(StepStopWorkspace)
 	case workspace.OpRestoring:
 		return p.restoring()
@@ -503,6 +512,22 @@ func (p *planner) operation() Action {
 		return p.deleting()
 	}
 	return p.settle()
+}
+
+// giveUpStopArchive reports a stop archive to end after its next failed
+// attempt: it has tried for the stop timeout on a node in service, where a
+// backup saves the home later, and the workspace must not stay STOPPING
+// (nor its user locked out) until S3 comes back. On a node being drained
+// the archive is the home's only way off it, and it goes on.
+func (p *planner) giveUpStopArchive() bool {
+	return savingStop(p.w, p.obs) && !nodeLeaving(p.obs) && p.w.OpStartedAt != nil &&
+		p.now.Sub(*p.w.OpStartedAt) > p.cfg.Timeouts[workspace.OpStopping]
+}
+
+// nodeLeaving reports a home whose node is being emptied: drained or
+// ineligible, whatever its status.
+func nodeLeaving(obs Observed) bool {
+	return obs.NodeAway == workspace.ReasonNodeIneligible || obs.NodeDraining
 }
 
 // provisionSteps makes the volume of a new home; a new volume never takes

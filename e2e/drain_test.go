@@ -258,3 +258,154 @@ func onNode(t *testing.T, agent *nomadtest.Agent, id, nodeID string) bool {
 	t.Helper()
 	return slices.ContainsFunc(volumes(t, agent, id), func(v *api.HostVolumeStub) bool { return v.NodeID == nodeID })
 }
+
+// TestNomadFleetDrainS3Away drains a client while S3 is away, under a
+// server started from a configuration file with the defaults. A workspace
+// stopped during the outage on a node in service is given up after the
+// stop timeout: its user can start it again on its node without S3. Then
+// the drain: the running homes it stops and one stopping as it begins
+// cannot be saved, and their stop archives keep trying (far longer than
+// the stop timeout and the few tries they used to have) while the drain
+// waits for them; nothing is deleted or fails. Once S3 is back every home
+// moves to the other client with its files, and the drain command returns.
+func TestNomadFleetDrainS3Away(t *testing.T) {
+	nomadBin, err := exec.LookPath("nomad")
+	if err != nil {
+		t.Skip("no nomad binary on PATH")
+	}
+	cluster := nomadtest.StartCluster(t, "node-a", "node-b")
+	agent := &nomadtest.Agent{Addr: cluster.Addr, Client: cluster.Client}
+	cfg := nomadConfig(t, agent)
+	cfg.maxRunning = 4
+	s3 := newGate(t, cfg.s3.Endpoint)
+	cfg.s3.Endpoint = s3.addr()
+	srv := startServer(t, cfg)
+	c := login(t, srv)
+	a, b := cluster.Node(t, "node-a"), cluster.Node(t, "node-b")
+	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	running, stopped, reopened := c.create("running"), c.create("stopped"), c.create("reopened")
+	files := map[string]map[string][]byte{}
+	for _, id := range []string{running, stopped, reopened} {
+		c.settle(id, "RUNNING", time.Now())
+		files[id] = writeHomeFiles(t, volumePath(t, agent, id))
+	}
+	get := func(id string) apiWorkspace {
+		var ws apiWorkspace
+		if code := c.do("GET", "/api/v1/workspaces/"+id, nil, &ws); code != http.StatusOK {
+			t.Fatalf("get %s: %d", id, code)
+		}
+		if ws.Phase == "ERROR" {
+			t.Fatalf("workspace %s in ERROR: %+v", id, ws)
+		}
+		return ws
+	}
+
+	s3.set(false)
+	c.setDesired(reopened, "STANDBY")
+	waitFor(t, 5*time.Minute, "the stop during the outage given up", func() bool {
+		ws := get(reopened)
+		return ws.Phase == "STANDBY" && ws.Operation == "NONE"
+	})
+	if recoveryPoint(t, c, reopened).Current {
+		t.Fatal("a home stopped while S3 was away is called saved")
+	}
+	c.setDesired(reopened, "RUNNING")
+	c.settle(reopened, "RUNNING", time.Now())
+	if !onNode(t, agent, reopened, a.NodeID) {
+		t.Fatal("the reopened workspace left its node")
+	}
+
+	c.setDesired(stopped, "STANDBY")
+	stopping := time.Now()
+	waitFor(t, time.Minute, "the program stopped, its home being saved", func() bool {
+		return get(stopped).Operation == "STOPPING" && stopArchiveStarted(t, agent, stopped)
+	})
+	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Nomad checks whether a drain is done only as an allocation it
+	// migrates ends; when the last to end is one codehub stopped itself
+	// (the stop begun before the drain), the drain completes at its
+	// deadline instead (docs/nomad.md).
+	const deadline = 6 * time.Minute
+	args := []string{"node", "drain", "-address", cluster.Addr, "-enable", "-yes", "-deadline", deadline.String(), a.NodeID}
+	drain := exec.CommandContext(t.Context(), nomadBin, args...)
+	var out bytes.Buffer
+	drain.Stdout, drain.Stderr = &out, &out
+	drainStart := time.Now()
+	if err := drain.Start(); err != nil {
+		t.Fatal(err)
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- drain.Wait() }()
+
+	// Well past the stop timeout and the few tries a stop archive used
+	// to have.
+	for time.Since(stopping) < 4*time.Minute {
+		for _, id := range []string{running, stopped, reopened} {
+			get(id)
+		}
+		time.Sleep(5 * time.Second)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("the drain completed while homes needed the node (%v):\n%s", err, out.String())
+	default:
+	}
+	for _, id := range []string{running, stopped, reopened} {
+		if !onNode(t, agent, id, a.NodeID) {
+			t.Errorf("the home of %s left node-a before it was saved", id)
+		}
+	}
+
+	s3.set(true)
+	want := map[string]string{running: "RUNNING", stopped: "STANDBY", reopened: "RUNNING"}
+	nomadtest.Eventually(t, 8*time.Minute, "every home off node-a in its desired state", func() bool {
+		for id, phase := range want {
+			ws := get(id)
+			if ws.Phase != phase || ws.Operation != "NONE" || onNode(t, agent, id, a.NodeID) {
+				return false
+			}
+		}
+		return homesOn(t, c, "node-a") == 0
+	})
+	select {
+	case err := <-drained:
+		if err != nil {
+			t.Fatalf("nomad node drain: %v\n%s", err, out.String())
+		}
+	case <-time.After(max(time.Until(drainStart.Add(deadline+time.Minute)), time.Minute)):
+		t.Fatalf("the drain command did not return:\n%s", out.String())
+	}
+	for id, content := range files {
+		vols := volumes(t, agent, id)
+		if len(vols) != 1 || vols[0].NodeID != b.NodeID {
+			t.Errorf("workspace %s volumes %+v, want one on node-b", id, vols)
+			continue
+		}
+		checkHomeFiles(t, id, volumePath(t, agent, id), content)
+	}
+}
+
+// stopArchiveStarted reports that the stop-archive task of the workspace's
+// newest allocation has started: its program has stopped.
+func stopArchiveStarted(t *testing.T, agent *nomadtest.Agent, id string) bool {
+	t.Helper()
+	allocs, _, err := agent.Client.Jobs().Allocations("ws-"+id, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest *api.AllocationListStub
+	for _, a := range allocs {
+		if newest == nil || a.CreateIndex > newest.CreateIndex {
+			newest = a
+		}
+	}
+	if newest == nil {
+		return false
+	}
+	ts := newest.TaskStates["stop-archive"]
+	return ts != nil && !ts.StartedAt.IsZero()
+}

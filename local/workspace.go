@@ -337,6 +337,9 @@ func resetDir(dir string) error {
 	return os.MkdirAll(dir, 0o700)
 }
 
+// GiveUpStopArchive does nothing: a local stop archives nothing.
+func (b *Backend) GiveUpStopArchive(context.Context, string) error { return nil }
+
 // StopWorkspace kills the workspace process and everything it started at
 // once, including processes that left its process tree. Its state stays
 // until PurgeJob, so Observe keeps reporting it until it is gone. Homes

@@ -308,6 +308,36 @@ func (b *Backend) StopWorkspace(ctx context.Context, wsID string, mode controlle
 	return b.deregister(ctx, id, false)
 }
 
+// GiveUpStopArchive sends SIGUSR1 to the stop-archive task of every live
+// allocation of the workspace job where that task runs now: codehub job
+// archive --on-stop then ends its attempt and exits 0 with its failure, so
+// Nomad runs it no more and the allocation ends. Between attempts (Nomad's
+// restart delay) there is nothing to signal; the controller's next pass
+// asks again.
+func (b *Backend) GiveUpStopArchive(ctx context.Context, wsID string) error {
+	id := jobID(wsID)
+	allocs, _, err := b.client.Jobs().Allocations(id, true, b.query(ctx))
+	switch {
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return classify("list allocations of "+id, err)
+	}
+	for _, a := range allocs {
+		ts := a.TaskStates[stopArchiveTask]
+		if clientTerminal(a.ClientStatus) || ts == nil || ts.State != "running" {
+			continue
+		}
+		if err := b.client.Allocations().Signal(&api.Allocation{ID: a.ID}, b.query(ctx), stopArchiveTask, giveUpSignal); err != nil {
+			return classify("signal the stop archive of "+a.ID, err)
+		}
+	}
+	return nil
+}
+
+// giveUpSignal is what ends a stop archive's attempts (cmd/codehub's job).
+const giveUpSignal = "SIGUSR1"
+
 // stopArchiveVariable is the variable of the job's stop-archive task: it
 // archives this run's home if something other than codehub stops it. A
 // start without a run id (every start the controller makes has one) has

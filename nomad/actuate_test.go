@@ -715,3 +715,34 @@ func TestProvisionVolumeInDatacenters(t *testing.T) {
 		})
 	}
 }
+
+// TestGiveUpStopArchive: giving up signals the stop-archive task of the
+// workspace's live allocation where it runs now, and nothing where it waits
+// to be run again or has ended.
+func TestGiveUpStopArchive(t *testing.T) {
+	f := newFakeNomad(t)
+	id := "ws-" + testWS
+	f.json("GET /v1/job/"+id+"/allocations", []*api.AllocationListStub{
+		{ID: "a-saving", ClientStatus: "running", TaskStates: map[string]*api.TaskState{stopArchiveTask: {State: "running"}}},
+		{ID: "a-waiting", ClientStatus: "running", TaskStates: map[string]*api.TaskState{stopArchiveTask: {State: "pending"}}},
+		{ID: "a-program", ClientStatus: "running", TaskStates: map[string]*api.TaskState{"workspace": {State: "running"}}},
+		{ID: "a-done", ClientStatus: "complete", TaskStates: map[string]*api.TaskState{stopArchiveTask: {State: "running"}}},
+	})
+	f.json("PUT /v1/client/allocation/a-saving/signal", &api.GenericResponse{})
+	if err := newTestBackend(t, f, testOptions()).GiveUpStopArchive(t.Context(), testWS); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.calls("PUT /v1/client/allocation/a-saving/signal")
+	if len(calls) != 1 {
+		t.Fatalf("%d signals to the saving allocation, want 1 (routes %v)", len(calls), f.routesCalled())
+	}
+	var req api.AllocSignalRequest
+	if err := json.Unmarshal([]byte(calls[0].Body), &req); err != nil || req.Task != stopArchiveTask || req.Signal != "SIGUSR1" {
+		t.Fatalf("signal request %+v (%v), want SIGUSR1 to %s", req, err, stopArchiveTask)
+	}
+	for _, r := range f.routesCalled() {
+		if strings.HasSuffix(r, "/signal") && !strings.Contains(r, "a-saving") {
+			t.Errorf("signalled %s", r)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -66,7 +67,8 @@ func stopArchiveAsked(getenv func(string) string) bool {
 // controller reads (the last one is RESULT=OK or RESULT=FAIL with
 // CODEHUB_ERROR, or RESULT=SKIPPED for a stop archive not asked for);
 // stderr carries diagnostic logs. Exit 0 on success, 1 on
-// any failure.
+// any failure, except a stop archive's failure once codehub gave it up
+// (SIGUSR1).
 func runJob(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "archive" && args[0] != "restore") {
 		fmt.Fprintln(stderr, "usage: codehub job archive [--on-stop] [--parent KEY] --src DIR | codehub job restore --dst DIR")
@@ -113,11 +115,43 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "job-" + kind, Output: stderr, Level: hclog.Info})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var givenUp atomic.Bool
+	if onStop {
+		ctx = giveUpOn(ctx, syscall.SIGUSR1, &givenUp)
+	}
 	if err := moveArchive(ctx, logger, env, kind, *dir, stdout); err != nil {
-		return jobFailed(stdout, err)
+		code := jobFailed(stdout, err)
+		if givenUp.Load() {
+			// The failure is the task's result: Nomad runs it no more.
+			return 0
+		}
+		return code
 	}
 	archive.WriteFields(stdout, "RESULT", "OK", "ARCHIVE_URL", env.url)
 	return 0
+}
+
+// giveUpOn returns a context that sig ends, with givenUp set. A stop
+// archive fails with exit 1 and Nomad runs it again (its restart policy's
+// mode is delay) for as long as S3 is away: the allocation, and a drain of
+// its node, ends only once the home is in S3. codehub sends sig only on a
+// node in service, once the stop has taken its stop timeout; the attempt
+// then ends with its failure as the task's result, and a backup saves the
+// home later.
+func giveUpOn(parent context.Context, sig os.Signal, givenUp *atomic.Bool) context.Context {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sig)
+	go func() {
+		defer signal.Stop(ch)
+		select {
+		case <-ch:
+			givenUp.Store(true)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx
 }
 
 func moveArchive(ctx context.Context, logger hclog.Logger, env jobEnv, kind, dir string, stdout io.Writer) error {

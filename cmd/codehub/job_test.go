@@ -1,11 +1,15 @@
 package main
 
 import (
+	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -160,6 +164,50 @@ func TestJobUsage(t *testing.T) {
 		if code := runJob(args, &stdout, &stderr); code != 1 || stderr.Len() == 0 {
 			t.Errorf("runJob(%q) = %d, stderr %q; want 1 and a usage message", args, code, stderr.String())
 		}
+	}
+}
+
+// TestJobArchiveOnStopKeepsTrying: a stop archive that fails (S3 away)
+// exits 1, so Nomad runs it again, until codehub gives it up with SIGUSR1:
+// then its failure is its result and it exits 0.
+func TestJobArchiveOnStopKeepsTrying(t *testing.T) {
+	s3 := testenv.NewS3(t)
+	// A port nothing listens on: S3 is away.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	away := l.Addr().String()
+	l.Close()
+	// Caught here too, so that a signal never takes the default action
+	// of ending the test binary.
+	held := make(chan os.Signal, 1)
+	signal.Notify(held, syscall.SIGUSR1)
+	defer signal.Stop(held)
+	src := t.TempDir()
+	const run = "01jb3x8a0000000000000000r1"
+	for _, tc := range []struct {
+		name   string
+		giveUp bool
+		want   int
+	}{
+		{"not given up", false, 1},
+		{"given up", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setJobEnv(t, s3, "s3://"+s3.Bucket+"/"+archive.Key("01jb3x7k9q2m5n8p4r6s0t1v2w", run))
+			t.Setenv("S3_ENDPOINT", away)
+			t.Setenv("CODEHUB_RUN_ID", run)
+			t.Setenv("CODEHUB_STOP_ARCHIVE_RUN", run)
+			if tc.giveUp {
+				timer := time.AfterFunc(500*time.Millisecond, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGUSR1) })
+				defer timer.Stop()
+			}
+			code, lines := runJobLines(t, "archive", "--on-stop", "--src", src)
+			if code != tc.want || result(lines) != "RESULT=FAIL" {
+				t.Fatalf("exit %d, lines %q; want exit %d and RESULT=FAIL", code, lines, tc.want)
+			}
+		})
 	}
 }
 

@@ -84,13 +84,15 @@ task [[ hcl .Task ]] {
 [[- if .OnStop ]]
 
       # An upload that fails (S3, or the codehub server serving the
-      # artifact, briefly away) is tried again for a few minutes rather
-      # than leaving the home unsaved.
+      # artifact, away) is tried again every 15 s until it succeeds: the
+      # allocation, and a drain of its node, ends only once the home is in
+      # S3. codehub gives it up (SIGUSR1) only on a node in service, once
+      # the stop has taken coordinator.stop_timeout.
       restart {
-        attempts = 8
-        interval = "10m"
+        attempts = 20
+        interval = "5m"
         delay    = "15s"
-        mode     = "fail"
+        mode     = "delay"
       }
 [[- end ]]
 [[- if eq .Driver "docker" ]]
