@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -302,6 +303,40 @@ func TestPlanArchiveOnStop(t *testing.T) {
 	obs.ContainerLive = true
 	if needsArchiveCheck(w, obs) != "" {
 		t.Error("an archive still being made is looked for in S3")
+	}
+}
+
+// TestPlanDrainStartNeverPlaced: a saved home whose start was claimed just
+// before its node was drained, so that Nomad never placed the program, is
+// as the run before left it: the start ends, the home gets that run back,
+// and it leaves the node as any home its archive holds. A start whose
+// program was placed may have written to the home: it stays.
+func TestPlanDrainStartNeverPlaced(t *testing.T) {
+	for _, started := range []bool{false, true} {
+		t.Run(fmt.Sprintf("started=%v", started), func(t *testing.T) {
+			w, obs := drainedHome("run1", "run1")
+			obs.Move = false
+			w.DesiredState = workspace.DesiredRunning
+			claim := Plan(w, Observed{VolumeExists: true, VolumeReady: true, NodeID: "n1", Node: "node-a"}, ArchiveCheck{}, t0, testCfg)
+			if claim.Next.Operation != workspace.OpStarting || claim.Next.PreviousRunID != "run1" || claim.Next.RunID == "run1" {
+				t.Fatalf("claim: op %s run %q previous %q; want STARTING a new run after run1", claim.Next.Operation, claim.Next.RunID, claim.Next.PreviousRunID)
+			}
+			obs.RunStarted = started
+			ended := Plan(claim.Next, obs, ArchiveCheck{}, t0.Add(time.Second), testCfg)
+			if ended.Next.Operation != workspace.OpNone || !slices.Contains(ended.Steps, StepStopWorkspace) {
+				t.Fatalf("on the drained node: op %s steps %v; want the start ended and its job stopped", ended.Next.Operation, ended.Steps)
+			}
+			wantRun := claim.Next.RunID
+			if !started {
+				wantRun = "run1"
+			}
+			if ended.Next.RunID != wantRun {
+				t.Errorf("run %q after the start ended, want %q", ended.Next.RunID, wantRun)
+			}
+			if got := DrainMove(ended.Next, obs); got != !started {
+				t.Errorf("DrainMove = %v, want %v", got, !started)
+			}
+		})
 	}
 }
 

@@ -244,6 +244,7 @@ func (p *planner) claim(op workspace.Operation, steps ...Step) Action {
 		n.OpID = nil
 		// Every start is a new run with a new upstream token; retries
 		// within the operation keep it.
+		n.PreviousRunID = p.w.RunID
 		n.RunID = p.cfg.NewOpID()
 		if v := p.cfg.templateVersion(p.w.Template); v != "" {
 			n.TemplateVersion = v
@@ -451,6 +452,11 @@ func (p *planner) nodeAway() (Action, bool) {
 	case workspace.OpStarting:
 		if p.obs.ContainerLive {
 			return Action{}, false
+		}
+		if !p.obs.RunStarted {
+			// Nomad never placed the program: the home is as the run
+			// before left it, and an archive that held it still does.
+			p.next.RunID = p.w.PreviousRunID
 		}
 		return p.complete(StepStopWorkspace), true
 	case workspace.OpArchiving:

@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -582,6 +583,9 @@ func assemble(l listing) controller.Snapshot {
 					checks: l.checks, own: l.ownRegistration, answered: l.answered, run: j.Meta[MetaRunID],
 				}, l.services == nil || l.services[serviceName(wsID)])
 				o.Failure = workspaceFailure(current[id], l.placement[id], l.outputs)
+				o.RunStarted = slices.ContainsFunc(current[id], func(a *api.AllocationListStub) bool {
+					return a.ClientStatus != api.AllocClientStatusPending
+				})
 			}
 			o.StopArchive = stopArchive(wsID, j, current[id], l.stops)
 		case controller.JobArchive:

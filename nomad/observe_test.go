@@ -145,8 +145,10 @@ func TestObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]controller.Observed{
-		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", NodeID: "n-up", Node: "node-up", ContainerLive: true, UpstreamReady: true},
-		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, UpstreamReady: true},
+		// A placed run started (RunStarted); one pulling its image (a
+		// pending allocation) or never placed has not.
+		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, UpstreamReady: true},
+		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, UpstreamReady: true},
 		wsStopping: {VolumeExists: true, VolumeID: "v3", NodeID: "n-up", Node: "node-up", ContainerLive: true},
 		wsDown:     {VolumeExists: true, VolumeID: "v5", NodeID: "n-down", Node: "node-down", NodeAway: workspace.ReasonNodeDown},
 		wsDrained:  {VolumeExists: true, VolumeReady: true, VolumeID: "v6", NodeID: "n-drained", Node: "node-drained", NodeAway: workspace.ReasonNodeIneligible, NodeDraining: true},

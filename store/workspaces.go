@@ -16,7 +16,7 @@ import (
 
 // WorkspaceColumns lists every column of workspaces in a fixed order.
 const WorkspaceColumns = `id, owner_id, name, description, image, desired_state, phase, operation,
-	op_id, op_started_at, op_attempt, op_backup, conditions, archive_key, archived_at, restore_marker, run_id, archive_run_id, error_reason,
+	op_id, op_started_at, op_attempt, op_backup, conditions, archive_key, archived_at, restore_marker, run_id, archive_run_id, previous_run_id, error_reason,
 	error_message, error_count, next_attempt_at, observed_at, phase_changed_at, last_access_at,
 	standby_ttl, archive_ttl, desired_by, desired_at, keep_until, autostart_days, autostart_at, autostart_tz,
 	autostart_done, version, created_at, updated_at, deleted_at, template, template_version, parameters`
@@ -327,6 +327,7 @@ type ControllerState struct {
 	RestoreMarker *string
 	RunID         string
 	ArchiveRunID  string
+	PreviousRunID string
 	// TemplateVersion is the version of the template a start runs.
 	TemplateVersion string
 	ErrorReason     *string
@@ -348,12 +349,12 @@ func WriteControllerState(ctx context.Context, q Querier, id string, version, ep
 			op_started_at = $8, op_attempt = $9, archive_key = $10, restore_marker = $11,
 			error_reason = $12, error_message = $13, error_count = $14, next_attempt_at = $15,
 			run_id = $16, archive_run_id = $17, op_backup = $18, template_version = $19, archived_at = $20,
-			observed_at = now()
+			previous_run_id = $21, observed_at = now()
 		WHERE id = $1 AND version = $2 AND EXISTS (SELECT 1 FROM fence)
 		RETURNING version`,
 		id, version, epoch, s.Conditions, s.Phase, s.Operation, s.OpID, s.OpStartedAt, s.OpAttempt,
 		s.ArchiveKey, s.RestoreMarker, s.ErrorReason, s.ErrorMessage, s.ErrorCount, s.NextAttemptAt,
-		s.RunID, s.ArchiveRunID, s.OpBackup, s.TemplateVersion, s.ArchivedAt,
+		s.RunID, s.ArchiveRunID, s.OpBackup, s.TemplateVersion, s.ArchivedAt, s.PreviousRunID,
 	).Scan(&newVersion)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrConflict
