@@ -261,3 +261,20 @@ func TestResolveAgentOfAWorkspaceWithoutOne(t *testing.T) {
 		t.Fatalf("ResolveAgent of a workspace without an agent = %v, want ErrNoAgent", err)
 	}
 }
+
+// TestAgentWithoutAbstractSockets: on a machine that forbids abstract Unix
+// sockets the agent serves on its port alone, and the server reaches it
+// there.
+func TestAgentWithoutAbstractSockets(t *testing.T) {
+	was := abstractSockets
+	abstractSockets = func() bool { return false }
+	t.Cleanup(func() { abstractSockets = was })
+	b, keys := agentBackend(t)
+	a := startWithAgent(t, b, keys, testID)
+	if addr, _ := b.ResolveAgent(context.Background(), testID); strings.HasPrefix(addr, agent.SocketPrefix) {
+		t.Fatalf("agent address %q, want its port", addr)
+	}
+	if out, err := sshRun(t, a, keys, testID, "echo reached"); err != nil || out != "reached" {
+		t.Fatalf("ssh over the port: %q, %v", out, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/codehub-io/codehub/agent"
@@ -207,12 +208,16 @@ func (b *Backend) StartWorkspace(_ context.Context, spec controller.WorkspaceSpe
 		// Abstract, so that it needs no directory the workspace's user
 		// and mount view can both reach; random, so that no other
 		// workspace can take the name first. Only a client with the
-		// run's token is served on it, as on the port.
+		// run's token is served on it, as on the port. Where the
+		// machine forbids abstract sockets (a seccomp or LSM rule), the
+		// agent serves on its port alone and relays what it dials.
 		suffix, err := newLaunchTag()
 		if err != nil {
 			return err
 		}
-		agentSocket = "@codehub-agent-" + suffix
+		if abstractSockets() {
+			agentSocket = "@codehub-agent-" + suffix
+		}
 	}
 	l := b.workspaceLaunch(spec, port, agentPort, agentSocket, home)
 	if l.tag, err = newLaunchTag(); err != nil {
@@ -418,6 +423,21 @@ func (b *Backend) ResolveAgent(_ context.Context, wsID string) (string, error) {
 	}
 	return hostPort(st.AgentPort), nil
 }
+
+// abstractSockets reports whether this machine lets a process listen on
+// an abstract Unix socket; the agent, started here, is let or refused alike.
+var abstractSockets = sync.OnceValue(func() bool {
+	tag, err := newLaunchTag()
+	if err != nil {
+		return false
+	}
+	l, err := net.Listen("unix", "@codehub-probe-"+tag)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+})
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
