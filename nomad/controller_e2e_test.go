@@ -183,19 +183,26 @@ func (h *controllerHarness) tickUntil(id, what string, cond func(workspace.Works
 		if _, err := h.ctl.Tick(ctx, h.epoch); err != nil {
 			h.tb.Fatalf("tick: %v", err)
 		}
-		// Read the row even once it is soft-deleted, to see DELETED.
-		rows, err := h.pool.Query(ctx, `SELECT `+store.WorkspaceColumns+` FROM workspaces WHERE id = $1`, id)
-		if err == nil {
-			w, err = pgx.CollectOneRow(rows, pgx.RowToStructByName[workspace.Workspace])
-		}
-		if err != nil {
-			h.tb.Fatal(err)
-		}
+		w = h.row(h.tb, id)
 		if w.Phase == workspace.PhaseError {
 			h.tb.Fatalf("workspace in ERROR: %v %v", deref(w.ErrorReason), deref(w.ErrorMessage))
 		}
 		return cond(w)
 	})
+	return w
+}
+
+// row reads the workspace's row, even once it is soft-deleted (DELETED).
+func (h *controllerHarness) row(tb testing.TB, id string) workspace.Workspace {
+	tb.Helper()
+	rows, err := h.pool.Query(tb.Context(), `SELECT `+store.WorkspaceColumns+` FROM workspaces WHERE id = $1`, id)
+	var w workspace.Workspace
+	if err == nil {
+		w, err = pgx.CollectOneRow(rows, pgx.RowToStructByName[workspace.Workspace])
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return w
 }
 

@@ -160,7 +160,43 @@ func TestE2EFleetNodeLoss(t *testing.T) {
 
 	node.Start(t)
 	node.WaitReady(t)
-	f.tickUntil(id, "RUNNING once the node is back", settled(workspace.PhaseRunning))
+	// Nomad may keep a returned client's volumes unavailable for minutes
+	// (docs/nomad.md) and places nothing on them meanwhile: the workspace
+	// must run within 3 minutes of Nomad last calling its home ready.
+	var state api.HostVolumeState
+	var ready time.Time
+	deadline := time.Now().Add(8 * time.Minute)
+	for {
+		if _, err := f.ctl.Tick(t.Context(), f.epoch); err != nil {
+			t.Fatalf("tick: %v", err)
+		}
+		vols, _, err := f.cluster.Client.HostVolumes().List(nil, &api.QueryOptions{Prefix: controller.VolumeName(id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var now api.HostVolumeState
+		if len(vols) == 1 {
+			now = vols[0].State
+		}
+		if now != state {
+			t.Logf("home volume %q", now)
+			state = now
+			if now == api.HostVolumeStateReady {
+				ready = time.Now()
+			}
+		}
+		w := f.row(t, id)
+		if w.Phase == workspace.PhaseError {
+			t.Fatalf("workspace in ERROR: %v %v", deref(w.ErrorReason), deref(w.ErrorMessage))
+		}
+		if settled(workspace.PhaseRunning)(w) {
+			break
+		}
+		if time.Now().After(deadline) || (state == api.HostVolumeStateReady && time.Since(ready) > 3*time.Minute) {
+			t.Fatalf("workspace not RUNNING once its node was back (home volume %q): %s %s %v", state, w.Phase, w.Operation, deref(w.ErrorMessage))
+		}
+		time.Sleep(time.Second)
+	}
 	if !bytes.Equal(f.served(t, id), content) {
 		t.Fatal("the workspace came back with other files than it had")
 	}
