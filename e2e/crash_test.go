@@ -286,7 +286,7 @@ func homesOn(t *testing.T, c *apiClient, name string) int {
 // waitFor polls cond more often than nomadtest.Eventually: a home of a
 // few MiB is archived or restored in well under a second, and a kill must
 // land inside that.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {

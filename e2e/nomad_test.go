@@ -256,7 +256,7 @@ func openWorkbench(t *testing.T, c *apiClient, ws apiWorkspace, home string) {
 	}
 }
 
-func volumes(t *testing.T, agent *nomadtest.Agent, wsID string) []*api.HostVolumeStub {
+func volumes(t testing.TB, agent *nomadtest.Agent, wsID string) []*api.HostVolumeStub {
 	t.Helper()
 	vols, _, err := agent.Client.HostVolumes().List(&api.HostVolumeListRequest{}, nil)
 	if err != nil {
@@ -272,7 +272,7 @@ func volumes(t *testing.T, agent *nomadtest.Agent, wsID string) []*api.HostVolum
 }
 
 // volumePath is the host path of the workspace's one ready home volume.
-func volumePath(t *testing.T, agent *nomadtest.Agent, wsID string) string {
+func volumePath(t testing.TB, agent *nomadtest.Agent, wsID string) string {
 	t.Helper()
 	vols := volumes(t, agent, wsID)
 	if len(vols) != 1 {

@@ -26,7 +26,7 @@ import (
 // devServer is the program the port tests run inside a workspace: the
 // proxy tests' upstream, which echoes requests as JSON, streams server-sent
 // events until /release and echoes WebSocket messages.
-func devServer(t *testing.T) string {
+func devServer(t testing.TB) string {
 	return devServerBuild.path(t, "../proxy/testdata/upstream", "devserver")
 }
 
@@ -103,7 +103,7 @@ func open(t *testing.T, c *http.Client, address string) (int, string, string) {
 //
 // hostPids is false when the pids are a container's, which this host must
 // not signal.
-func shellIn(t *testing.T, srv *server, me *sshUser, ws apiWorkspace, home string, hostPids bool) func(command, stdin string) {
+func shellIn(t testing.TB, srv *server, me *sshUser, ws apiWorkspace, home string, hostPids bool) func(command, stdin string) {
 	t.Cleanup(func() {
 		if !hostPids {
 			return

@@ -583,7 +583,7 @@ type programBuild struct {
 
 // path builds the program of package pkg as name on first use and returns
 // where it is.
-func (b *programBuild) path(t *testing.T, pkg, name string) string {
+func (b *programBuild) path(t testing.TB, pkg, name string) string {
 	t.Helper()
 	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "codehub-e2e-"+name+"-")

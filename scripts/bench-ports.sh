@@ -15,7 +15,11 @@
 # with one connection too. Both are served to the owner's session cookie.
 #
 # Settings: ROUNDS (3), DURATION (10s), CONNS (64), SINGLE_DURATION (5s),
-# URL_PATH (/ok, 3 bytes).
+# URL_PATH (/ok, 3 bytes). RELAY=haproxy adds a third path, a peer's
+# relay: HAProxy in TCP mode, started inside the workspace on a port of
+# its own and relaying to the dev server, reached at that port's path
+# (proxy, HAProxy, dev server: the hop the agent makes on Nomad, where it
+# relays), installed from apt if missing.
 #
 # Everything listens on 127.0.0.1 on free ports and is stopped on exit.
 set -euo pipefail
@@ -25,7 +29,9 @@ log() { printf 'bench-ports: %s\n' "$*" >&2; }
 
 if [ -z "${CODEHUB_TEST_DATABASE_URL:-}" ]; then
 	missing=()
-	for cmd in wrk jq curl; do
+	tools=(wrk jq curl)
+	[ "${RELAY:-}" = haproxy ] && tools+=(haproxy)
+	for cmd in "${tools[@]}"; do
 		command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
@@ -48,9 +54,12 @@ server_pid=
 id=
 cleanup() {
 	local status=$?
-	if [ -n "$id" ] && [ -f "$dir/data/volumes/ws-$id-home/dev.pid" ]; then
-		kill -TERM "$(cat "$dir/data/volumes/ws-$id-home/dev.pid")" 2>/dev/null || true
-	fi
+	local pidfile
+	for pidfile in dev.pid relay.pid; do
+		if [ -n "$id" ] && [ -f "$dir/data/volumes/ws-$id-home/$pidfile" ]; then
+			kill -TERM "$(cat "$dir/data/volumes/ws-$id-home/$pidfile")" 2>/dev/null || true
+		fi
+	done
 	if [ -n "$server_pid" ]; then
 		kill -TERM "$server_pid" 2>/dev/null || true
 		wait "$server_pid" 2>/dev/null || true
@@ -153,6 +162,17 @@ declare -A url
 url[workbench]=$base/w/$id$URL_PATH
 url[port]=$base/w/$dev--$id$URL_PATH
 wait_ok "${url[port]}" -b "codehub_session=$session"
+paths=(workbench port)
+if [ "${RELAY:-}" = haproxy ]; then
+	relay=$(free_port)
+	printf 'defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\nlisten relay\n  bind 127.0.0.1:%s\n  server dev 127.0.0.1:%s\n' "$relay" "$dev" |
+		CODEHUB_URL=$base CODEHUB_TOKEN=$token XDG_CONFIG_HOME=$dir/config "$dir/codehub" ssh bench "cat > haproxy.cfg"
+	CODEHUB_URL=$base CODEHUB_TOKEN=$token XDG_CONFIG_HOME=$dir/config \
+		"$dir/codehub" ssh bench "nohup $(command -v haproxy) -f haproxy.cfg </dev/null >/dev/null 2>&1 & echo \$! > relay.pid"
+	url[relay]=$base/w/$relay--$id$URL_PATH
+	wait_ok "${url[relay]}" -b "codehub_session=$session"
+	paths+=(relay)
+fi
 
 # to_us VALUE: wrk's latency (e.g. 512.00us, 1.23ms, 1.01s) in µs.
 to_us() {
@@ -173,11 +193,23 @@ measure() {
 	printf '%s %s\n' "$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")" "$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")"
 }
 
-printf '| round | load | workbench req/s · p50 µs | port req/s · p50 µs | port/workbench | single: workbench p50 · port p50 µs |\n'
-printf '|---|---|---|---|---|---|\n'
+header='| round | load |'
+rule='|---|---|'
+for name in "${paths[@]}"; do
+	header+=" $name req/s · p50 µs |"
+	rule+='---|'
+done
+for name in "${paths[@]:1}"; do
+	header+=" $name/workbench |"
+	rule+='---|'
+done
+header+=' one connection p50 µs:'
+for name in "${paths[@]}"; do header+=" $name"; done
+printf '%s |\n%s---|\n' "$header" "$rule"
 for round in $(seq 1 "$ROUNDS"); do
-	order=(workbench port)
-	[ $((round % 2)) = 0 ] && order=(port workbench)
+	order=("${paths[@]}")
+	# Alternate which goes first.
+	[ $((round % 2)) = 0 ] && order=($(printf '%s\n' "${paths[@]}" | tac))
 	declare -A rps p50 one
 	for name in "${order[@]}"; do
 		read -r rps[$name] p50[$name] < <(measure "$name" "$CONNS" "$DURATION")
@@ -185,8 +217,12 @@ for round in $(seq 1 "$ROUNDS"); do
 	for name in "${order[@]}"; do
 		read -r _ one[$name] < <(measure "$name" 1 "$SINGLE_DURATION")
 	done
-	printf '| %s | %s | %s · %s | %s · %s | %.2f | %s · %s |\n' "$round" "$(cut -d' ' -f1 /proc/loadavg)" \
-		"${rps[workbench]}" "${p50[workbench]}" "${rps[port]}" "${p50[port]}" \
-		"$(awk -v a="${rps[port]}" -v b="${rps[workbench]}" 'BEGIN { print a / b }')" \
-		"${one[workbench]}" "${one[port]}"
+	line="| $round | $(cut -d' ' -f1 /proc/loadavg) |"
+	for name in "${paths[@]}"; do line+=" ${rps[$name]} · ${p50[$name]} |"; done
+	for name in "${paths[@]:1}"; do
+		line+=" $(awk -v a="${rps[$name]}" -v b="${rps[workbench]}" 'BEGIN { printf "%.2f", a / b }') |"
+	done
+	line+=""
+	for name in "${paths[@]}"; do line+=" ${one[$name]}"; done
+	printf '%s |\n' "$line"
 done
