@@ -69,15 +69,23 @@ func TestNomadFleetDrainForce(t *testing.T) {
 	drainFleet(t, drainNothingKilled, "-force")
 }
 
-func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
+// drainCluster starts two clients, node-a and node-b, and the
+// configuration of a server on them with the defaults; nomadBin is the
+// nomad command an operator drains with.
+func drainCluster(t *testing.T) (nomadBin string, cluster *nomadtest.Cluster, agent *nomadtest.Agent, cfg serverConfig) {
 	nomadBin, err := exec.LookPath("nomad")
 	if err != nil {
 		t.Skip("no nomad binary on PATH")
 	}
-	cluster := nomadtest.StartCluster(t, "node-a", "node-b")
-	agent := &nomadtest.Agent{Addr: cluster.Addr, Client: cluster.Client}
-	cfg := nomadConfig(t, agent)
+	cluster = nomadtest.StartCluster(t, "node-a", "node-b")
+	agent = &nomadtest.Agent{Addr: cluster.Addr, Client: cluster.Client}
+	cfg = nomadConfig(t, agent)
 	cfg.maxRunning = 4
+	return nomadBin, cluster, agent, cfg
+}
+
+func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
+	nomadBin, cluster, agent, cfg := drainCluster(t)
 	srv := startServer(t, cfg)
 	c := login(t, srv)
 	a, b := cluster.Node(t, "node-a"), cluster.Node(t, "node-b")
@@ -269,14 +277,7 @@ func onNode(t *testing.T, agent *nomadtest.Agent, id, nodeID string) bool {
 // waits for them; nothing is deleted or fails. Once S3 is back every home
 // moves to the other client with its files, and the drain command returns.
 func TestNomadFleetDrainS3Away(t *testing.T) {
-	nomadBin, err := exec.LookPath("nomad")
-	if err != nil {
-		t.Skip("no nomad binary on PATH")
-	}
-	cluster := nomadtest.StartCluster(t, "node-a", "node-b")
-	agent := &nomadtest.Agent{Addr: cluster.Addr, Client: cluster.Client}
-	cfg := nomadConfig(t, agent)
-	cfg.maxRunning = 4
+	nomadBin, cluster, agent, cfg := drainCluster(t)
 	s3 := newGate(t, cfg.s3.Endpoint)
 	cfg.s3.Endpoint = s3.addr()
 	srv := startServer(t, cfg)

@@ -30,6 +30,12 @@ import (
 // server refuses unless told otherwise (aclOptOut).
 func nomadConfig(t *testing.T, agent *nomadtest.Agent) serverConfig {
 	cfg := localConfig(t)
+	return nomadProgram(cfg, agent, cfg.codeServer, codeServerWorkspace)
+}
+
+// nomadProgram is cfg on agent under raw_exec, with command and the rest
+// of the workspace block (settings) as the workspace's program.
+func nomadProgram(cfg serverConfig, agent *nomadtest.Agent, command, settings string) serverConfig {
 	cfg.backend = fmt.Sprintf(`backend "nomad" {
   address = %q
   driver  = "raw_exec"
@@ -39,7 +45,7 @@ workspace {
   command = %q
   %s
 }
-`, agent.Addr, cfg.codeServer, codeServerWorkspace)
+`, agent.Addr, command, settings)
 	return cfg
 }
 

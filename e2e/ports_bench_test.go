@@ -33,19 +33,8 @@ func BenchmarkNomadPorts(b *testing.B) {
 		b.Skip("no wrk on PATH")
 	}
 	agent := nomadtest.Start(b, "")
-	cfg := localConfig(b)
 	upstream := devServer(b)
-	cfg.backend = fmt.Sprintf(`backend "nomad" {
-  address = %q
-  driver  = "raw_exec"
-`+aclOptOut+`}
-
-workspace {
-  command = %q
-  args    = ["--bind-addr", "127.0.0.1:%%PORT%%"]
-}
-`, agent.Addr, upstream)
-	srv := startServer(b, cfg)
+	srv := startServer(b, nomadProgram(localConfig(b), agent, upstream, `args = ["--bind-addr", "127.0.0.1:%PORT%"]`))
 	c := login(b, srv)
 	ws := createRunning(b, c, "bench")
 	me := newSSHUser(b, srv, c)

@@ -142,11 +142,11 @@ type Workspace struct {
 	RestoreMarker *string    `db:"restore_marker"`
 	// RunID names the current run of the workspace's program; every
 	// start is a new run (see UpstreamTokens).
-	RunID          string         `db:"run_id"`
-	ArchiveRunID   string         `db:"archive_run_id"` // the RunID archive_key was made under
+	RunID        string `db:"run_id"`
+	ArchiveRunID string `db:"archive_run_id"` // the RunID archive_key was made under
 	// PreviousRunID is the RunID the current start replaced: a start
 	// whose program never ran gives it back (its node drained first).
-	PreviousRunID string `db:"previous_run_id"`
+	PreviousRunID  string         `db:"previous_run_id"`
 	ErrorReason    *string        `db:"error_reason"`
 	ErrorMessage   *string        `db:"error_message"`
 	ErrorCount     int            `db:"error_count"`
