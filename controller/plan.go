@@ -520,8 +520,8 @@ func (p *planner) operation() Action {
 	return p.settle()
 }
 
-// giveUpStopArchive reports a stop archive to end after its next failed
-// attempt: it has tried for the stop timeout on a node in service, where a
+// giveUpStopArchive reports a stop archive to end with the attempt under
+// way: it has tried for the stop timeout on a node in service, where a
 // backup saves the home later, and the workspace must not stay STOPPING
 // (nor its user locked out) until S3 comes back. On a node being drained
 // the archive is the home's only way off it, and it goes on.
