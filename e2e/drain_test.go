@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,16 +162,7 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"node", "drain", "-address", cluster.Addr, "-enable", "-yes"}, drainArgs...)
-	drain := exec.CommandContext(t.Context(), nomadBin, append(args, a.NodeID)...)
-	var out bytes.Buffer
-	drain.Stdout, drain.Stderr = &out, &out
-	if err := drain.Start(); err != nil {
-		t.Fatal(err)
-	}
-	drained := make(chan error, 2)
-	go func() { drained <- drain.Wait() }()
-	t.Logf("%s %s", nomadBin, strings.Join(args, " "))
+	drain := startDrain(t, nomadBin, cluster.Addr, a.NodeID, drainArgs...)
 	switch kill {
 	case drainServerKilled:
 		srv.kill(t)
@@ -202,18 +194,10 @@ func drainFleet(t *testing.T, kill drainKill, drainArgs ...string) {
 		}
 		return homesOn(t, c, "node-a") == 0
 	})
-	if kill == drainClientKilled {
-		// A drain of a lost node never completes: Nomad has no client to
-		// hear it.
-		drained <- nil
-	}
-	select {
-	case err := <-drained:
-		if err != nil {
-			t.Fatalf("nomad node drain: %v\n%s", err, out.String())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the drain command did not return:\n%s", out.String())
+	// A drain of a lost node never completes: Nomad has no client to
+	// hear it.
+	if kill != drainClientKilled {
+		drain.wait(t)
 	}
 	for id, content := range files {
 		if want[id] == "ARCHIVED" {
@@ -326,21 +310,7 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Nomad checks whether a drain is done only as an allocation it
-	// migrates ends; when the last to end is one codehub stopped itself
-	// (the stop begun before the drain), the drain completes at its
-	// deadline instead (docs/nomad.md).
-	const deadline = 6 * time.Minute
-	args := []string{"node", "drain", "-address", cluster.Addr, "-enable", "-yes", "-deadline", deadline.String(), a.NodeID}
-	drain := exec.CommandContext(t.Context(), nomadBin, args...)
-	var out bytes.Buffer
-	drain.Stdout, drain.Stderr = &out, &out
-	drainStart := time.Now()
-	if err := drain.Start(); err != nil {
-		t.Fatal(err)
-	}
-	drained := make(chan error, 1)
-	go func() { drained <- drain.Wait() }()
+	drain := startDrain(t, nomadBin, cluster.Addr, a.NodeID, "-deadline", "6m")
 
 	// Well past the stop timeout and the few tries a stop archive used
 	// to have.
@@ -350,10 +320,8 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 		}
 		time.Sleep(5 * time.Second)
 	}
-	select {
-	case err := <-drained:
-		t.Fatalf("the drain completed while homes needed the node (%v):\n%s", err, out.String())
-	default:
+	if drain.returned() {
+		t.Fatalf("the drain completed while homes needed the node:\n%s", drain.output())
 	}
 	for _, id := range []string{running, stopped, reopened} {
 		if !onNode(t, agent, id, a.NodeID) {
@@ -372,14 +340,7 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 		}
 		return homesOn(t, c, "node-a") == 0
 	})
-	select {
-	case err := <-drained:
-		if err != nil {
-			t.Fatalf("nomad node drain: %v\n%s", err, out.String())
-		}
-	case <-time.After(max(time.Until(drainStart.Add(deadline+time.Minute)), time.Minute)):
-		t.Fatalf("the drain command did not return:\n%s", out.String())
-	}
+	drain.wait(t)
 	for id, content := range files {
 		vols := volumes(t, agent, id)
 		if len(vols) != 1 || vols[0].NodeID != b.NodeID {
@@ -409,4 +370,80 @@ func stopArchiveStarted(t *testing.T, agent *nomadtest.Agent, id string) bool {
 	}
 	ts := newest.TaskStates["stop-archive"]
 	return ts != nil && !ts.StartedAt.IsZero()
+}
+
+// drainRun is `nomad node drain -enable -yes` as an operator types it,
+// running in the background.
+type drainRun struct {
+	cmd      *exec.Cmd
+	started  time.Time
+	deadline time.Duration // 0 with -force
+	done     chan struct{}
+	err      error
+
+	mu  sync.Mutex
+	out bytes.Buffer
+}
+
+func startDrain(t *testing.T, nomadBin, addr, nodeID string, args ...string) *drainRun {
+	t.Helper()
+	args = append([]string{"node", "drain", "-address", addr, "-enable", "-yes"}, args...)
+	d := &drainRun{done: make(chan struct{})}
+	if i := slices.Index(args, "-deadline"); i >= 0 && i+1 < len(args) {
+		var err error
+		if d.deadline, err = time.ParseDuration(args[i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.cmd = exec.CommandContext(t.Context(), nomadBin, append(args, nodeID)...)
+	d.cmd.Stdout, d.cmd.Stderr = d, d
+	d.started = time.Now()
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	t.Logf("%s %s %s", nomadBin, strings.Join(args, " "), nodeID)
+	return d
+}
+
+func (d *drainRun) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.Write(p)
+}
+
+func (d *drainRun) output() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.String()
+}
+
+func (d *drainRun) returned() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait fails the test unless the command returns without error. Nomad
+// checks whether a drain is done only as an allocation it migrates ends;
+// when the last allocation to end is one codehub stopped itself (a stop
+// begun before the drain), the drain completes at its deadline instead
+// (docs/nomad.md), so the wait lasts until then, or 2 minutes.
+func (d *drainRun) wait(t *testing.T) {
+	t.Helper()
+	limit := max(time.Until(d.started.Add(d.deadline+time.Minute)), 2*time.Minute)
+	select {
+	case <-d.done:
+		if d.err != nil {
+			t.Fatalf("nomad node drain: %v\n%s", d.err, d.output())
+		}
+	case <-time.After(limit):
+		t.Fatalf("the drain command did not return:\n%s", d.output())
+	}
 }
