@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -321,7 +320,7 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 		time.Sleep(5 * time.Second)
 	}
 	if drain.returned() {
-		t.Fatalf("the drain completed while homes needed the node:\n%s", drain.output())
+		t.Fatalf("the drain completed while homes needed the node:\n%s", drain.out.String())
 	}
 	for _, id := range []string{running, stopped, reopened} {
 		if !onNode(t, agent, id, a.NodeID) {
@@ -380,9 +379,7 @@ type drainRun struct {
 	deadline time.Duration // 0 with -force
 	done     chan struct{}
 	err      error
-
-	mu  sync.Mutex
-	out bytes.Buffer
+	out      syncBuffer
 }
 
 func startDrain(t *testing.T, nomadBin, addr, nodeID string, args ...string) *drainRun {
@@ -396,7 +393,7 @@ func startDrain(t *testing.T, nomadBin, addr, nodeID string, args ...string) *dr
 		}
 	}
 	d.cmd = exec.CommandContext(t.Context(), nomadBin, append(args, nodeID)...)
-	d.cmd.Stdout, d.cmd.Stderr = d, d
+	d.cmd.Stdout, d.cmd.Stderr = &d.out, &d.out
 	d.started = time.Now()
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -407,18 +404,6 @@ func startDrain(t *testing.T, nomadBin, addr, nodeID string, args ...string) *dr
 	}()
 	t.Logf("%s %s %s", nomadBin, strings.Join(args, " "), nodeID)
 	return d
-}
-
-func (d *drainRun) Write(p []byte) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.out.Write(p)
-}
-
-func (d *drainRun) output() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.out.String()
 }
 
 func (d *drainRun) returned() bool {
@@ -441,9 +426,9 @@ func (d *drainRun) wait(t *testing.T) {
 	select {
 	case <-d.done:
 		if d.err != nil {
-			t.Fatalf("nomad node drain: %v\n%s", d.err, d.output())
+			t.Fatalf("nomad node drain: %v\n%s", d.err, d.out.String())
 		}
 	case <-time.After(limit):
-		t.Fatalf("the drain command did not return:\n%s", d.output())
+		t.Fatalf("the drain command did not return:\n%s", d.out.String())
 	}
 }
