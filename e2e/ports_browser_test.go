@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -20,13 +21,23 @@ import (
 // own) and a WebSocket from that page reaches the dev server; a browser
 // without a session is sent to the login page.
 func TestBrowserPorts(t *testing.T) {
+	browserPorts(t, localConfig(t), localHome)
+}
+
+// TestNomadBrowserPorts is TestBrowserPorts on real Nomad under raw_exec,
+// where the agent relays the port's connections.
+func TestNomadBrowserPorts(t *testing.T) {
+	agent := nomadtest.Start(t, "")
+	browserPorts(t, nomadConfig(t, agent), func(_ *server, id string) string { return volumePath(t, agent, id) })
+}
+
+func browserPorts(t *testing.T, cfg serverConfig, homeOf func(srv *server, id string) string) {
 	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
-	cfg := localConfig(t)
 	cfg.publicHost, cfg.subdomainBase, cfg.maxPortShare = "localhost", "localhost", "authenticated"
 	srv := startServer(t, cfg)
 	admin := login(t, srv)
 	web := createRunning(t, admin, "web")
-	run := shellIn(t, srv, newSSHUser(t, srv, admin), web, localHome(srv, web.ID), true)
+	run := shellIn(t, srv, newSSHUser(t, srv, admin), web, homeOf(srv, web.ID), true)
 	port := testenv.FreePort(t)
 	run(fmt.Sprintf("nohup %s --bind-addr 127.0.0.1:%d </dev/null >/dev/null 2>&1 & echo $! > dev.pid", devServer(t), port), "")
 	address := portAddress(srv, web.ID, port)
