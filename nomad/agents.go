@@ -81,13 +81,6 @@ func (r *AgentResolver) ResolveAgent(ctx context.Context, wsID string) (string, 
 	return "", fmt.Errorf("agent of %s: %w", wsID, controller.ErrNoUpstream)
 }
 
-// Forget drops the cached agent address of workspace wsID, found dead.
-func (r *AgentResolver) Forget(wsID string) {
-	r.mu.Lock()
-	delete(r.cache, wsID)
-	r.mu.Unlock()
-}
-
 // agentAddr is the agent port of a, the running allocation of codehub's
 // job ws-{wsID}.
 func agentAddr(a *api.Allocation, namespace, wsID string) (string, bool) {
