@@ -158,6 +158,10 @@ type JobSpec struct {
 	// Parent is the workspace's archive an archive job uploads only the
 	// changes since ("" for a full archive).
 	Parent string
+	// Backup marks the archive job of a backup: the home stays on its
+	// volume, and a backend that can keeps the job trying until S3 takes
+	// it, so that something holds the home's way off its node.
+	Backup bool
 }
 
 // Snapshot is one consistent observation of every workspace.

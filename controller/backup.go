@@ -124,3 +124,33 @@ func backupFailed(w workspace.Workspace, now time.Time, cfg Config) workspace.Wo
 	}
 	return w
 }
+
+// yieldBackup ends a backup that stands between the user and what they
+// asked for: a wake, or a deletion. A backup tries again until S3 takes
+// the home, which may be long while S3 is away; the home is safe on its
+// volume meanwhile, and the next stop archives it again. Its job is
+// stopped first, and the backup ends once nothing of it runs, with no
+// backoff: the wish goes ahead at once. On a node being emptied nothing
+// yields: the backup is the home's way off it, and no wake could run
+// there anyway. Nor does a backup whose archive is made: it commits.
+func (p *planner) yieldBackup() (Action, bool) {
+	w := p.w
+	if !backingUp(w) || nodeLeaving(p.obs) || p.home.Archived() {
+		return Action{}, false
+	}
+	if w.DeletedAt == nil && p.target() != workspace.PhaseRunning {
+		return Action{}, false
+	}
+	job := p.obs.Archive
+	switch {
+	case job != nil && job.Status == JobSucceeded && currentArchiveJob(w, p.obs) != nil:
+		return Action{}, false
+	case jobLive(job):
+		return p.settle(StepStopArchiveJob), true
+	}
+	n := &p.next
+	n.Operation = workspace.OpNone
+	n.OpBackup = false
+	n.OpStartedAt = nil
+	return p.settle(), true
+}

@@ -328,3 +328,83 @@ func TestGCKeepsBackups(t *testing.T) {
 	}
 	h.expect(w.ID, workspace.PhaseStandby, "volume")
 }
+
+// TestPlanBackupYields: a backup tries until S3 takes the home, so it must
+// not stand between the user and a wake or a deletion on a node in
+// service: its job is stopped, and once nothing of it runs the backup ends
+// with no backoff. On a node being emptied it is the home's way off and
+// goes on past any deadline; elsewhere the archive timeout ends it, job
+// and all.
+func TestPlanBackupYields(t *testing.T) {
+	archiveT := testCfg.Timeouts[workspace.OpArchiving]
+	for _, c := range []struct {
+		name     string
+		desired  workspace.DesiredState
+		deleted  bool
+		draining bool
+		status   JobStatus
+		after    time.Duration
+		check    ArchiveCheck
+		// want: the operation after the pass, whether the job is
+		// stopped, whether the backup failed (a backoff), committed.
+		wantOp     workspace.Operation
+		wantStop   bool
+		wantFailed bool
+		wantCommit bool
+	}{
+		{name: "standby wished: the backup goes on", desired: workspace.DesiredStandby, status: JobRunning,
+			wantOp: workspace.OpArchiving},
+		{name: "wake wished: its job is stopped", desired: workspace.DesiredRunning, status: JobRunning,
+			wantOp: workspace.OpArchiving, wantStop: true},
+		{name: "wake wished, not placed yet: stopped", desired: workspace.DesiredRunning, status: JobPending,
+			wantOp: workspace.OpArchiving, wantStop: true},
+		{name: "wake wished, its job ended: the backup ends", desired: workspace.DesiredRunning, status: JobFailed,
+			wantOp: workspace.OpNone},
+		{name: "deletion wished: its job is stopped", desired: workspace.DesiredStandby, deleted: true, status: JobRunning,
+			wantOp: workspace.OpArchiving, wantStop: true},
+		{name: "wake wished, archive made: it commits", desired: workspace.DesiredRunning, status: JobSucceeded,
+			check:  ArchiveCheck{Key: keyNew, Meta: archive.Meta{Format: archive.Format}},
+			wantOp: workspace.OpNone, wantCommit: true},
+		{name: "wake wished on a draining node: the backup goes on", desired: workspace.DesiredRunning, draining: true, status: JobRunning,
+			wantOp: workspace.OpArchiving},
+		{name: "draining, a day past the archive timeout: goes on", desired: workspace.DesiredStandby, draining: true, status: JobRunning,
+			after: archiveT + 24*time.Hour, wantOp: workspace.OpArchiving},
+		{name: "in service, past the archive timeout: given up, job stopped", desired: workspace.DesiredStandby, status: JobRunning,
+			after: archiveT + time.Minute, wantOp: workspace.OpNone, wantStop: true, wantFailed: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obs := observed(workspace.PhaseStandby)
+			if c.draining {
+				obs.NodeAway, obs.NodeDraining = workspace.ReasonNodeIneligible, true
+			}
+			w := standbyHome(t0.Add(-2 * time.Hour))
+			w.DesiredState = c.desired
+			if c.deleted {
+				w.DeletedAt = ptr(t0.Add(-time.Second))
+			}
+			w.Operation, w.OpBackup, w.OpID, w.OpAttempt = workspace.OpArchiving, true, ptr(opNew), 2
+			w.OpStartedAt = ptr(t0.Add(-time.Minute - c.after))
+			obs.Archive = &JobResult{OpID: opNew, ArchiveKey: keyNew, Attempt: 2, Status: c.status}
+			a := Plan(w, obs, c.check, t0, testCfg)
+			n := a.Next
+			if n.Operation != c.wantOp {
+				t.Fatalf("op %s, want %s (steps %v)", n.Operation, c.wantOp, a.Steps)
+			}
+			if got := slices.Contains(a.Steps, StepStopArchiveJob); got != c.wantStop {
+				t.Errorf("steps %v: stop %v, want %v", a.Steps, got, c.wantStop)
+			}
+			if got := n.NextAttemptAt != nil; got != c.wantFailed {
+				t.Errorf("next attempt %v, want a backoff %v", n.NextAttemptAt, c.wantFailed)
+			}
+			if got := deref(n.ArchiveKey) == keyNew; got != c.wantCommit {
+				t.Errorf("archive %s, want committed %v", deref(n.ArchiveKey), c.wantCommit)
+			}
+			if n.ErrorReason != nil || n.Phase == workspace.PhaseError || slices.Contains(a.Steps, StepDeleteVolume) {
+				t.Errorf("error %s phase %s steps %v", deref(n.ErrorReason), n.Phase, a.Steps)
+			}
+			if n.Operation == workspace.OpNone && n.OpBackup {
+				t.Error("the backup mark outlived the backup")
+			}
+		})
+	}
+}

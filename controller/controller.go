@@ -554,7 +554,7 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 	case StepSubmitArchive:
 		key := archive.Key(w.ID, deref(w.OpID))
 		return c.backend.SubmitArchive(ctx, JobSpec{WorkspaceID: w.ID, OpID: deref(w.OpID),
-			ArchiveKey: key, Attempt: w.OpAttempt, Parent: parentArchive(w, key)})
+			ArchiveKey: key, Attempt: w.OpAttempt, Parent: parentArchive(w, key), Backup: w.OpBackup})
 	case StepSubmitRestore:
 		return c.backend.SubmitRestore(ctx, JobSpec{WorkspaceID: w.ID, OpID: archive.OpID(deref(w.ArchiveKey)),
 			ArchiveKey: deref(w.ArchiveKey), Attempt: w.OpAttempt})

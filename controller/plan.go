@@ -382,11 +382,17 @@ func (p *planner) stepDown(phase workspace.Phase) Action {
 }
 
 // purgeStale forgets terminal batch jobs no operation waits for: their
-// results are recorded (or belong to an attempt given up).
+// results are recorded (or belong to an attempt given up). An archive job
+// that still runs for no operation (a backup that yielded before its job
+// was seen) is stopped: nothing would commit what it makes.
 func (p *planner) purgeStale() []Step {
 	var steps []Step
-	if j := p.obs.Archive; j != nil && terminalJob(j) && p.w.Operation != workspace.OpArchiving {
-		steps = append(steps, StepPurgeArchiveJob)
+	if j := p.obs.Archive; j != nil && p.w.Operation != workspace.OpArchiving {
+		if terminalJob(j) {
+			steps = append(steps, StepPurgeArchiveJob)
+		} else {
+			steps = append(steps, StepStopArchiveJob)
+		}
 	}
 	if j := p.obs.Restore; j != nil && terminalJob(j) && p.w.Operation != workspace.OpRestoring {
 		steps = append(steps, StepPurgeRestoreJob)
@@ -404,9 +410,18 @@ func (p *planner) inFlight() Action {
 	if a, ok := p.nodeAway(); ok {
 		return a
 	}
+	if a, ok := p.yieldBackup(); ok {
+		return a
+	}
 	a := p.operation()
 	w := p.w
 	limit := p.cfg.Timeouts[w.Operation]
+	if backingUp(w) && nodeLeaving(p.obs) && jobPlaced(currentArchiveJob(w, p.obs)) {
+		// The backup is the home's way off a node being emptied: it
+		// tries until S3 takes the home, however long, as a stop
+		// archive does there.
+		limit = 0
+	}
 	if w.Operation == workspace.OpStopping && savingStop(w, p.obs) {
 		// The program has stopped; its home is being archived, which
 		// may take as long as any archive. On a node being emptied the
@@ -426,7 +441,13 @@ func (p *planner) inFlight() Action {
 	}
 	msg := string(w.Operation) + " did not finish in time"
 	if w.Operation == workspace.OpArchiving {
-		return p.archiveFailed(workspace.ReasonTimeout, msg, true)
+		var steps []Step
+		if jobLive(currentArchiveJob(w, p.obs)) {
+			// Given up: the job must not go on writing an archive
+			// nobody will commit, nor hold the volume.
+			steps = append(steps, StepStopArchiveJob)
+		}
+		return p.archiveFailed(workspace.ReasonTimeout, msg, true, steps...)
 	}
 	return p.fail(workspace.ReasonTimeout, msg, true)
 }

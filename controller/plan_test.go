@@ -563,12 +563,12 @@ func TestPlanRules(t *testing.T) {
 			t.Errorf("operation %s", a.Next.Operation)
 		}
 	})
-	t.Run("stale batch jobs are purged when converged", func(t *testing.T) {
+	t.Run("stale batch jobs are purged when converged, an archive job of no operation stopped", func(t *testing.T) {
 		w := stored(workspace.PhaseStandby, workspace.DesiredStandby, observed(workspace.PhaseStandby))
 		obs := observed(workspace.PhaseStandby)
 		obs.Restore = &JobResult{Status: JobSucceeded}
 		obs.Archive = &JobResult{Status: JobRunning}
-		if a := Plan(w, obs, ArchiveCheck{}, t0, testCfg); a.Write || !slices.Equal(a.Steps, []Step{StepPurgeRestoreJob}) {
+		if a := Plan(w, obs, ArchiveCheck{}, t0, testCfg); a.Write || !slices.Equal(a.Steps, []Step{StepStopArchiveJob, StepPurgeRestoreJob}) {
 			t.Errorf("write %v steps %v", a.Write, a.Steps)
 		}
 	})

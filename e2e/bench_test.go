@@ -24,6 +24,7 @@ type apiWorkspace struct {
 	Image     string `json:"image"`
 	Phase     string `json:"phase"`
 	Operation string `json:"operation"`
+	Backup    bool   `json:"backup"`
 	Desired   string `json:"desired_state"`
 	Reason    string `json:"error_reason"`
 	ErrorStep string `json:"error_step"`

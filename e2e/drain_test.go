@@ -251,14 +251,18 @@ func onNode(t *testing.T, agent *nomadtest.Agent, id, nodeID string) bool {
 }
 
 // TestNomadFleetDrainS3Away drains a client while S3 is away, under a
-// server started from a configuration file with the defaults. A workspace
-// stopped during the outage on a node in service is given up after the
-// stop timeout: its user can start it again on its node without S3. Then
-// the drain: the running homes it stops and one stopping as it begins
-// cannot be saved, and their stop archives keep trying (far longer than
-// the stop timeout and the few tries they used to have) while the drain
-// waits for them; nothing is deleted or fails. Once S3 is back every home
-// moves to the other client with its files, and the drain command returns.
+// server started from a configuration file with the defaults. Two
+// workspaces stopped during the outage on a node in service are given up
+// after the stop timeout, and a backup of each begins at once, trying
+// until S3 takes the home. One's user starts it again: the backup yields,
+// and it runs on its node without S3. The other stays stopped, changed
+// since its last archive, with its backup in the middle of its tries.
+// Then the drain: the running homes it stops and one stopping as it
+// begins cannot be saved, and their stop archives keep trying (far longer
+// than the stop timeout and the few tries they used to have) while the
+// drain waits for them and for the backup; nothing is deleted or fails.
+// Once S3 is back every home moves to the other client with its files,
+// and the drain command returns.
 func TestNomadFleetDrainS3Away(t *testing.T) {
 	nomadBin, cluster, agent, cfg := drainCluster(t)
 	s3 := newGate(t, cfg.s3.Endpoint)
@@ -269,9 +273,10 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	running, stopped, reopened := c.create("running"), c.create("stopped"), c.create("reopened")
+	running, stopped, reopened, given := c.create("running"), c.create("stopped"), c.create("reopened"), c.create("given")
+	all := []string{running, stopped, reopened, given}
 	files := map[string]map[string][]byte{}
-	for _, id := range []string{running, stopped, reopened} {
+	for _, id := range all {
 		c.settle(id, "RUNNING", time.Now())
 		files[id] = writeHomeFiles(t, volumePath(t, agent, id))
 	}
@@ -288,12 +293,19 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 
 	s3.set(false)
 	c.setDesired(reopened, "STANDBY")
-	waitFor(t, 5*time.Minute, "the stop during the outage given up", func() bool {
-		ws := get(reopened)
-		return ws.Phase == "STANDBY" && ws.Operation == "NONE"
+	c.setDesired(given, "STANDBY")
+	waitFor(t, 5*time.Minute, "the stops during the outage given up, backups trying", func() bool {
+		for _, id := range []string{reopened, given} {
+			if ws := get(id); !ws.Backup || !backupTrying(t, agent, id, a.NodeID) {
+				return false
+			}
+		}
+		return true
 	})
-	if recoveryPoint(t, c, reopened).Current {
-		t.Fatal("a home stopped while S3 was away is called saved")
+	for _, id := range []string{reopened, given} {
+		if recoveryPoint(t, c, id).Current {
+			t.Fatal("a home stopped while S3 was away is called saved")
+		}
 	}
 	c.setDesired(reopened, "RUNNING")
 	c.settle(reopened, "RUNNING", time.Now())
@@ -314,7 +326,7 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 	// Well past the stop timeout and the few tries a stop archive used
 	// to have.
 	for time.Since(stopping) < 4*time.Minute {
-		for _, id := range []string{running, stopped, reopened} {
+		for _, id := range all {
 			get(id)
 		}
 		time.Sleep(5 * time.Second)
@@ -322,14 +334,17 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 	if drain.returned() {
 		t.Fatalf("the drain completed while homes needed the node:\n%s", drain.out.String())
 	}
-	for _, id := range []string{running, stopped, reopened} {
+	for _, id := range all {
 		if !onNode(t, agent, id, a.NodeID) {
 			t.Errorf("the home of %s left node-a before it was saved", id)
 		}
 	}
+	if !backupTrying(t, agent, given, a.NodeID) {
+		t.Error("the backup of the stopped home no longer runs on the drained node")
+	}
 
 	s3.set(true)
-	want := map[string]string{running: "RUNNING", stopped: "STANDBY", reopened: "RUNNING"}
+	want := map[string]string{running: "RUNNING", stopped: "STANDBY", reopened: "RUNNING", given: "STANDBY"}
 	nomadtest.Eventually(t, 8*time.Minute, "every home off node-a in its desired state", func() bool {
 		for id, phase := range want {
 			ws := get(id)
@@ -348,6 +363,20 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 		}
 		checkHomeFiles(t, id, volumePath(t, agent, id), content)
 	}
+}
+
+// backupTrying reports that the archive job of the workspace has an
+// allocation on the node that has not ended: running, or between two tries.
+func backupTrying(t *testing.T, agent *nomadtest.Agent, id, nodeID string) bool {
+	t.Helper()
+	allocs, _, err := agent.Client.Jobs().Allocations("ws-"+id+"-archive", true, nil)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(allocs, func(a *api.AllocationListStub) bool {
+		return a.NodeID == nodeID && a.DesiredStatus == api.AllocDesiredStatusRun &&
+			(a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending)
+	})
 }
 
 // stopArchiveStarted reports that the stop-archive task of the workspace's

@@ -235,7 +235,10 @@ type Values struct {
 	ArchiveURL string
 	// ArchiveParent is the archive an archive (the batch job's, or the
 	// stop archive) uploads only the changes since; "" for a full one.
-	ArchiveParent    string
+	ArchiveParent string
+	// Backup marks an archive job that backs up a home its volume keeps:
+	// its task tries again until S3 takes the home.
+	Backup           bool
 	JobImage         string
 	CodehubPath      string
 	ArtifactURL      string

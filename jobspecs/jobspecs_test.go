@@ -159,6 +159,10 @@ func TestRenderGolden(t *testing.T) {
 			v.ArchiveParent = "archives/" + testWorkspaceID + "/01jb3x7k9q2m5n8p4r6s0t1v2w/home.tar.zst"
 		}},
 		{"archive-raw_exec", KindArchive, "raw_exec", nil},
+		{"archive-raw_exec-backup", KindArchive, "raw_exec", func(v *Values) {
+			v.ArchiveParent = "archives/" + testWorkspaceID + "/01jb3x7k9q2m5n8p4r6s0t1v2w/home.tar.zst"
+			v.Backup = true
+		}},
 		{"archive-exec-artifact", KindArchive, "exec", func(v *Values) {
 			v.ArtifactURL = "https://codehub.example.com/dl/codehub"
 			v.ArtifactChecksum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"

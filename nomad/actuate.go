@@ -723,6 +723,7 @@ func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, h
 	v.ArchiveURL = archive.URL(b.opts.S3.Bucket, job.ArchiveKey)
 	if kind == controller.JobArchive {
 		v.ArchiveParent = job.Parent
+		v.Backup = job.Backup
 	}
 	v.NetworkMode = b.opts.Workspace.NetworkMode
 	v.UID, v.GID = b.opts.Workspace.UID, b.opts.Workspace.GID

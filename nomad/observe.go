@@ -344,7 +344,9 @@ func allocsNeedingEvents(jobs map[string]*api.JobListStub, current map[string][]
 		}
 		_, kind, _ := controller.ParseJobName(id)
 		if kind != controller.JobWorkspace {
-			if batchEnded(list[0]) {
+			// A pending one may be between two tries (a backup), which
+			// only its task states tell.
+			if batchEnded(list[0]) || list[0].ClientStatus == api.AllocClientStatusPending {
 				out = append(out, list[0])
 			}
 			continue
@@ -782,6 +784,12 @@ func batchRun(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[st
 	switch a.ClientStatus {
 	case api.AllocClientStatusRunning:
 		return controller.JobRun{State: controller.RunLive}
+	case api.AllocClientStatusPending:
+		if started(a) {
+			// Between two tries of a task that retries (a backup):
+			// Nomad reports it pending, but it holds its node.
+			return controller.JobRun{State: controller.RunLive}
+		}
 	case api.AllocClientStatusComplete:
 		if a.DesiredStatus == api.AllocDesiredStatusRun {
 			return controller.JobRun{State: controller.RunExited}
@@ -798,6 +806,16 @@ func batchRun(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[st
 		return run
 	}
 	return controller.JobRun{State: controller.RunPending}
+}
+
+// started reports an allocation one of whose tasks ran already.
+func started(a *api.AllocationListStub) bool {
+	for _, ts := range a.TaskStates {
+		if ts != nil && (!ts.StartedAt.IsZero() || ts.Restarts > 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // exitBeforeKill returns the exit code of the last task that terminated by

@@ -381,6 +381,12 @@ func TestBatchRun(t *testing.T) {
 		{"stopped: its allocations count as older", true, nil, controller.RunEnded, 0},
 		{"pending", false, alloc("pending", "run", nil), controller.RunPending, 0},
 		{"running", false, alloc("running", "run", nil), controller.RunLive, 0},
+		{"waiting to try again", false, alloc("pending", "run", map[string]*api.TaskState{
+			"archive": {State: "pending", Restarts: 1, Events: []*api.TaskEvent{started, exit(1), {Type: api.TaskRestarting, Time: 4}}},
+		}), controller.RunLive, 0},
+		{"fetching its artifact", false, alloc("pending", "run", map[string]*api.TaskState{
+			"archive": {State: "pending", Events: []*api.TaskEvent{{Type: api.TaskDownloadingArtifacts, Time: 1}}},
+		}), controller.RunPending, 0},
 		{"complete", false, alloc("complete", "run", nil), controller.RunExited, 0},
 		{"stopped while it ran", true, alloc("complete", "stop", events(started, killing, exit(1))), controller.RunEnded, 0},
 		{"stopped after it exited", true, alloc("complete", "stop", events(started, exit(0))), controller.RunExited, 0},
@@ -505,5 +511,33 @@ func TestStopArchive(t *testing.T) {
 				t.Errorf("stopArchive = %+v, want %+v", got, c.want)
 			}
 		})
+	}
+}
+
+// The task events of a batch job's newest allocation are read once it
+// ended, and while it is pending: between two tries of a backup only they
+// tell that its task ran.
+func TestAllocsNeedingEvents(t *testing.T) {
+	alloc := func(id, job, client, desired string) *api.AllocationListStub {
+		return &api.AllocationListStub{ID: id, JobID: job, ClientStatus: client, DesiredStatus: desired}
+	}
+	const ws = "01jb3x7k9q2m5n8p4r6s0t1v2w"
+	archiveJob, restoreJob := controller.JobName(ws, controller.JobArchive), controller.JobName(ws, controller.JobRestore)
+	jobs := map[string]*api.JobListStub{archiveJob: {ID: archiveJob}, restoreJob: {ID: restoreJob}}
+	for _, c := range []struct {
+		name  string
+		alloc *api.AllocationListStub
+		want  bool
+	}{
+		{"pending", alloc("a", archiveJob, "pending", "run"), true},
+		{"running", alloc("a", archiveJob, "running", "run"), false},
+		{"complete", alloc("a", archiveJob, "complete", "run"), false},
+		{"stopped", alloc("a", restoreJob, "complete", "stop"), true},
+		{"failed", alloc("a", restoreJob, "failed", "run"), true},
+	} {
+		got := allocsNeedingEvents(jobs, map[string][]*api.AllocationListStub{c.alloc.JobID: {c.alloc}})
+		if (len(got) == 1) != c.want {
+			t.Errorf("%s: read events %v, want %v", c.name, len(got) == 1, c.want)
+		}
 	}
 }

@@ -67,8 +67,8 @@ func failureWords(f *startFailure, op workspace.Operation) string {
 func progressWords(phase workspace.Phase, op workspace.Operation, backup bool) string {
 	switch {
 	case op == workspace.OpArchiving && backup:
-		// A backup keeps the home where it is.
-		return "Finishing a backup of its home directory first; it starts right after."
+		// A backup keeps the home where it is, and yields to a wake.
+		return "Ending a backup of its home directory first; it starts right after."
 	case op == workspace.OpProvisioning, op == workspace.OpNone && phase == workspace.PhasePending:
 		return "Preparing its home directory. This page opens the workspace when it is ready."
 	case op == workspace.OpRestoring, op == workspace.OpNone && phase == workspace.PhaseArchived:

@@ -26,7 +26,7 @@ func TestStartingWords(t *testing.T) {
 		{"health check", workspace.Workspace{Phase: workspace.PhaseRunning, Operation: workspace.OpStarting}, "Waiting for the editor", false},
 		{"stopping", workspace.Workspace{Phase: workspace.PhaseRunning, Operation: workspace.OpStopping}, "Finishing a stop first", false},
 		{"archiving", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpArchiving}, "Finishing archiving first", false},
-		{"backing up", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpArchiving, OpBackup: true}, "Finishing a backup of its home directory first; it starts right after.", false},
+		{"backing up", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpArchiving, OpBackup: true}, "Ending a backup of its home directory first; it starts right after.", false},
 		{"retry waits", workspace.Workspace{Phase: workspace.PhaseStandby, Operation: workspace.OpNone,
 			ErrorReason: &reason, ErrorMessage: &message, ErrorCount: 2, NextAttemptAt: &next},
 			"Attempt 2 of 3 failed while starting the program: StartFailed (exited with code 1: Cannot find module './cli'). Next attempt at 23:40:05 UTC.", true},

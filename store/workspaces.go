@@ -184,7 +184,7 @@ func KeepRunning[T any](ctx context.Context, q Querier, id string, d time.Durati
 }
 
 // SetDesiredState sets desired_state of a live workspace without an
-// operation in flight; waking (RUNNING) also resets last_access_at. A new
+// operation in flight but a backup (which yields to a wake); waking (RUNNING) also resets last_access_at. A new
 // desired state is a new request: like a deletion it does not wait out the
 // backoff of a failure on the way to the old one, so next_attempt_at is
 // cleared (error_count stays, so repeated failures still end in ERROR).
@@ -196,7 +196,8 @@ func SetDesiredState[T any](ctx context.Context, q Querier, id, desired string, 
 		SET desired_state = $2, next_attempt_at = NULL, desired_by = $4, desired_at = now(),
 		    last_access_at = CASE WHEN $2 = 'RUNNING' THEN now() ELSE last_access_at END,
 		    keep_until = CASE WHEN $2 = 'RUNNING' THEN keep_until END
-		WHERE id = $1 AND deleted_at IS NULL AND operation = 'NONE' AND ($3 = 0 OR version = $3)
+		WHERE id = $1 AND deleted_at IS NULL AND (operation = 'NONE' OR operation = 'ARCHIVING' AND op_backup)
+		  AND ($3 = 0 OR version = $3)
 		RETURNING `+WorkspaceColumns, id, desired, version, by))
 	if errors.Is(err, ErrNotFound) {
 		return row, ErrConflict

@@ -537,12 +537,13 @@ func (s *Service) setDesired(ctx context.Context, id string, desired DesiredStat
 	return w, nil
 }
 
-// settable reports why desired state may not change now.
+// settable reports why desired state may not change now. A backup is no
+// reason: it yields to a wake, and an archiving follows it.
 func settable(w Workspace) error {
 	if w.Phase == PhaseError {
 		return fmt.Errorf("%w: workspace is in ERROR (%s); recover or delete it", ErrInvalidState, deref(w.ErrorReason))
 	}
-	if w.Operation != OpNone {
+	if w.Operation != OpNone && !(w.Operation == OpArchiving && w.OpBackup) {
 		return fmt.Errorf("%w: operation %s in flight", ErrInvalidState, w.Operation)
 	}
 	return nil

@@ -239,7 +239,20 @@ func TestSetDesiredRules(t *testing.T) {
 	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser); err != nil {
 		t.Errorf("same desired while operation in flight: %v", err)
 	}
-	exec(t, pool, `UPDATE workspaces SET operation = 'NONE', phase = 'ERROR', error_reason = 'Timeout', error_count = 1 WHERE id = $1`, w.ID)
+	// A backup yields to a wake: it does not refuse one.
+	exec(t, pool, `UPDATE workspaces SET operation = 'ARCHIVING', op_backup = true, phase = 'STANDBY', desired_state = 'STANDBY' WHERE id = $1`, w.ID)
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby, workspace.CauseUser); err != nil {
+		t.Errorf("same desired during a backup: %v", err)
+	}
+	exec(t, pool, `UPDATE workspaces SET op_backup = false WHERE id = $1`, w.ID)
+	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser); !errors.Is(err, workspace.ErrInvalidState) {
+		t.Errorf("wake while archiving: %v", err)
+	}
+	exec(t, pool, `UPDATE workspaces SET op_backup = true WHERE id = $1`, w.ID)
+	if got, err := svc.SetDesired(ctx, w.ID, workspace.DesiredRunning, workspace.CauseUser); err != nil || got.DesiredState != workspace.DesiredRunning {
+		t.Errorf("wake during a backup = %s, %v", got.DesiredState, err)
+	}
+	exec(t, pool, `UPDATE workspaces SET operation = 'NONE', op_backup = false, phase = 'ERROR', error_reason = 'Timeout', error_count = 1 WHERE id = $1`, w.ID)
 	if _, err := svc.SetDesired(ctx, w.ID, workspace.DesiredStandby, workspace.CauseUser); !errors.Is(err, workspace.ErrInvalidState) {
 		t.Errorf("change in ERROR: %v", err)
 	}

@@ -52,12 +52,28 @@ job [[ hcl .JobID ]] {
 [[- end ]]
       attachment_mode = "file-system"
     }
+[[- if .Backup ]]
+
+    # A backup keeps the home on its volume and tries again every 15 s
+    # until S3 takes it. While it runs, a drain of the node waits for it
+    # (Nomad lets a batch allocation finish until the drain's deadline),
+    # so a home whose stop archive failed still leaves a drained node.
+    # codehub stops it when the user wakes or deletes the workspace, and
+    # at coordinator.archive_timeout on a node in service.
+    restart {
+      attempts = 20
+      interval = "5m"
+      delay    = "15s"
+      mode     = "delay"
+    }
+[[- else ]]
 
     # One run per attempt: the controller retries with a new attempt.
     restart {
       attempts = 0
       mode     = "fail"
     }
+[[- end ]]
 
     reschedule {
       attempts  = 0

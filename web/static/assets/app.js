@@ -137,15 +137,17 @@ function phaseLabel(ws) {
 // actionsFor decides which buttons a workspace shows and enables.
 function actionsFor(ws, pending) {
   const idle = ws.operation === "NONE" && !pending;
+  // A backup yields to a start or a deletion, and an archiving follows it.
+  const settable = idle || (!!ws.backup && !pending);
   const p = ws.phase;
   return {
-    open: { show: p === "RUNNING" || p === "STANDBY" || comingUp.has(p), enabled: true },
-    start: { show: p === "STANDBY" || p === "PENDING", enabled: idle && ws.desired_state !== "RUNNING" },
+    open: { show: p === "RUNNING" || p === "STANDBY" || comingUp.has(p) || !!ws.backup, enabled: true },
+    start: { show: p === "STANDBY" || p === "PENDING" || !!ws.backup, enabled: settable && ws.desired_state !== "RUNNING" },
     stop: { show: p === "RUNNING" || p === "STOPPING", enabled: idle && ws.desired_state === "RUNNING" },
     extend: { show: p === "RUNNING" && ws.desired_state === "RUNNING", enabled: !pending },
-    archive: { show: p === "STANDBY" || p === "RUNNING" || p === "ARCHIVING", enabled: idle && ws.desired_state !== "ARCHIVED" },
+    archive: { show: p === "STANDBY" || p === "RUNNING" || p === "ARCHIVING", enabled: settable && ws.desired_state !== "ARCHIVED" },
     restore: { show: p === "ARCHIVED", enabled: idle && ws.desired_state === "ARCHIVED" },
-    del: { show: p !== "DELETING", enabled: !pending && (ws.operation === "NONE" || p === "ERROR") },
+    del: { show: p !== "DELETING", enabled: !pending && (settable || p === "ERROR") },
   };
 }
 
