@@ -8,12 +8,18 @@ export CODEHUB_TOOLS_DIR := $(STATE)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build deps test run stop vet fmt golden bench-archive bench-engine bench-proxy bench-proxy-peers bench-ports clean
+.PHONY: all build image deps test run stop vet fmt golden bench-archive bench-engine bench-proxy bench-proxy-peers bench-ports clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 go build -ldflags '$(LDFLAGS)' -o bin/codehub ./cmd/codehub
+
+# codehub's OCI image, built without pulling anything: bin/codehub-image-$(VERSION).tar,
+# loaded as $(IMAGE):$(VERSION) into the engine DOCKER_HOST names, if one answers.
+IMAGE ?= codehub
+image:
+	scripts/image.sh $(VERSION) $(IMAGE)
 
 deps:
 	scripts/services.sh install

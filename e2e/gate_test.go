@@ -10,10 +10,11 @@ import (
 
 // gate relays TCP connections to target while open; closed, it refuses
 // every new connection and cuts the open ones: a service gone away and
-// back, as every client of it sees it.
+// back, as every client of it sees it. With several targets it is a front
+// (a load balancer): each connection goes to the first that accepts it.
 type gate struct {
-	l      net.Listener
-	target string
+	l       net.Listener
+	targets func() []string
 
 	mu     sync.Mutex
 	closed bool
@@ -23,11 +24,18 @@ type gate struct {
 
 func newGate(t *testing.T, target string) *gate {
 	t.Helper()
+	return newFront(t, func() []string { return []string{target} })
+}
+
+// newFront is an open gate to whichever of targets (asked again for each
+// connection) accepts first.
+func newFront(t *testing.T, targets func() []string) *gate {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	g := &gate{l: l, targets: targets, conns: map[net.Conn]struct{}{}}
 	g.wg.Add(1)
 	go g.serve()
 	t.Cleanup(func() {
@@ -73,8 +81,14 @@ func (g *gate) serve() {
 
 func (g *gate) relay(c net.Conn) {
 	defer c.Close()
-	up, err := net.Dial("tcp", g.target)
-	if err != nil {
+	var up net.Conn
+	for _, target := range g.targets() {
+		var err error
+		if up, err = net.Dial("tcp", target); err == nil {
+			break
+		}
+	}
+	if up == nil {
 		return
 	}
 	defer up.Close()

@@ -201,8 +201,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	ctlConfig := controller.ConfigFrom(cfg)
 	ctlConfig.Metrics = engineMetrics
 	ctl := controller.NewWorkspaceController(logger.Named("controller"), d.pool, parts.backend, archives, ctlConfig)
-	host, _ := os.Hostname()
-	ccfg := controller.CoordinatorConfigFrom(cfg, host+":"+strconv.Itoa(os.Getpid()))
+	ccfg := controller.CoordinatorConfigFrom(cfg, holderName(os.Getenv))
 
 	// The listener and the backend watcher wake the coordinator that runs
 	// them, so they reach it through this indirection.
@@ -301,4 +300,17 @@ func oidcOptions(o *config.OIDC) *api.OIDCOptions {
 		UsernameClaim: o.UsernameClaim, GroupsClaim: o.GroupsClaim,
 		AllowedGroups: o.AllowedGroups, AdminGroups: o.AdminGroups, Label: o.Label,
 	}
+}
+
+// holderName names this replica as the leader it may become, in
+// coordinator_epoch and the log: host:pid, and under Nomad its allocation,
+// since replicas in containers share a pid (1) and, on the host's
+// network, the host's name.
+func holderName(getenv func(string) string) string {
+	host, _ := os.Hostname()
+	name := host + ":" + strconv.Itoa(os.Getpid())
+	if alloc := getenv("NOMAD_ALLOC_ID"); alloc != "" {
+		name += " alloc " + alloc
+	}
+	return name
 }

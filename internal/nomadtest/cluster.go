@@ -24,10 +24,30 @@ type Cluster struct {
 	Client  *api.Client
 	Log     *LockedBuffer
 	Clients []*ClusterClient
+	// ManagementToken is the bootstrap token's secret when the cluster
+	// enforces ACLs; Client carries it.
+	ManagementToken string
 
 	bin     string
 	rpcAddr string
+	opts    ClusterOptions
 }
+
+// ClusterOptions change what StartClusterWith starts.
+type ClusterOptions struct {
+	// ACL makes every agent enforce ACLs, bootstrapped once the server
+	// answers.
+	ACL bool
+	// ClientConfig is added to every client's configuration (a plugin
+	// block, say).
+	ClientConfig string
+}
+
+const aclEnabled = `
+acl {
+  enabled = true
+}
+`
 
 // ClusterClient is one client agent of a Cluster. Its directories survive
 // a stop or kill, so a restart brings the same node (same id, same
@@ -88,6 +108,12 @@ plugin "raw_exec" {
 // node is ready. Everything is stopped when the test ends.
 func StartCluster(t testing.TB, names ...string) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, ClusterOptions{}, names...)
+}
+
+// StartClusterWith is StartCluster with opts.
+func StartClusterWith(t testing.TB, opts ClusterOptions, names ...string) *Cluster {
+	t.Helper()
 	bin := Binary(t)
 	dir, err := os.MkdirTemp("", "codehub-nomad-cluster-")
 	if err != nil {
@@ -100,6 +126,7 @@ func StartCluster(t testing.TB, names ...string) *Cluster {
 		Log:     &LockedBuffer{},
 		bin:     bin,
 		rpcAddr: fmt.Sprintf("127.0.0.1:%d", rpc),
+		opts:    opts,
 	}
 	server := fmt.Sprintf(agentBase, filepath.Join(dir, "server"), http, rpc, serf) + `
 server {
@@ -110,6 +137,9 @@ server {
   min_heartbeat_ttl = "2s"
 }
 `
+	if opts.ACL {
+		server += aclEnabled
+	}
 	serverCfg := filepath.Join(dir, "server.hcl")
 	if err := os.WriteFile(serverCfg, []byte(server), 0o600); err != nil {
 		t.Fatal(err)
@@ -126,6 +156,9 @@ server {
 		t.Fatal(err)
 	}
 	c.Client = client
+	if opts.ACL {
+		c.bootstrapACL(t)
+	}
 
 	for _, name := range names {
 		c.Clients = append(c.Clients, c.addClient(t, dir, name))
@@ -135,6 +168,21 @@ server {
 		cc.startFirst(t)
 	}
 	return c
+}
+
+// bootstrapACL takes the cluster's one-time management token once the
+// server answers.
+func (c *Cluster) bootstrapACL(t testing.TB) {
+	t.Helper()
+	Eventually(t, time.Minute, "nomad server ready for the ACL bootstrap", func() bool {
+		token, _, err := c.Client.ACLTokens().Bootstrap(nil)
+		if err != nil {
+			return false
+		}
+		c.ManagementToken = token.SecretID
+		c.Client.SetSecretID(token.SecretID)
+		return true
+	})
 }
 
 // shutdown stops every job and waits for their allocations to end, then
@@ -223,7 +271,10 @@ client {
     %s
   }
 }
-`, cc.Name, cc.cluster.rpcAddr, filepath.Join(cc.base, "alloc"), filepath.Join(cc.base, "state"), cc.HostVolumesDir, fingerprintDenylist) + rawExecPlugin
+`, cc.Name, cc.cluster.rpcAddr, filepath.Join(cc.base, "alloc"), filepath.Join(cc.base, "state"), cc.HostVolumesDir, fingerprintDenylist) + rawExecPlugin + cc.cluster.opts.ClientConfig
+	if cc.cluster.opts.ACL {
+		cfg += aclEnabled
+	}
 	if err := os.WriteFile(cc.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
