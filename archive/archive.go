@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -174,6 +175,9 @@ type ClientConfig struct {
 	SecretKey string
 	Region    string
 	UseSSL    bool
+	// Wrap, when set, wraps minio's own transport: to count requests,
+	// say.
+	Wrap func(http.RoundTripper) http.RoundTripper
 }
 
 // NewClient builds a minio client with static SigV4 credentials.
@@ -181,11 +185,19 @@ func NewClient(cfg ClientConfig) (*minio.Client, error) {
 	if cfg.Endpoint == "" {
 		return nil, fmt.Errorf("s3 endpoint is empty")
 	}
-	c, err := minio.New(cfg.Endpoint, &minio.Options{
+	opts := &minio.Options{
 		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure: cfg.UseSSL,
 		Region: cfg.Region,
-	})
+	}
+	if cfg.Wrap != nil {
+		t, err := minio.DefaultTransport(cfg.UseSSL)
+		if err != nil {
+			return nil, fmt.Errorf("s3 transport: %w", err)
+		}
+		opts.Transport = cfg.Wrap(t)
+	}
+	c, err := minio.New(cfg.Endpoint, opts)
 	if err != nil {
 		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
 	}

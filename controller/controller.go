@@ -219,6 +219,7 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	now := c.now()
 	fence := func(ctx context.Context) error { return c.fence(ctx, epoch, observed) }
 	stats.Workspaces = len(ws)
+	seen := make([]workspace.Workspace, 0, len(ws))
 	for _, row := range ws {
 		if err := ctx.Err(); err != nil {
 			return stats, err
@@ -250,8 +251,10 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 			stats.InFlight++
 		}
 		stats.noteRetry(after.NextAttemptAt, now)
+		seen = append(seen, after)
 	}
 	c.reportOrphans(Orphans(snap, ws), now)
+	c.cfg.Metrics.passSeen(seen, now)
 	return stats, nil
 }
 
@@ -398,6 +401,7 @@ func (c *WorkspaceController) act(ctx context.Context, epoch int64, fence func(c
 		logTransition(log, w, a.Next)
 		if f := a.BackupFailure; f != nil {
 			log.Warn("backup failed, the home stays in its volume", "reason", f.Reason, "message", f.Message, "retry_at", a.Next.NextAttemptAt)
+			c.cfg.Metrics.backupFailed()
 		}
 	}
 	for _, step := range a.Steps {

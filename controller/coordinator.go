@@ -54,6 +54,8 @@ type CoordinatorConfig struct {
 	// free the lock, within seconds.
 	KeepAlive   time.Duration
 	UserTimeout time.Duration
+	// Metrics records the leader terms this replica holds.
+	Metrics *Metrics
 }
 
 // DefaultCoordinatorConfig is CoordinatorConfigFrom the configuration's
@@ -213,7 +215,11 @@ func (c *Coordinator) lead(ctx context.Context, conn *pgx.Conn, epoch int64) err
 	defer end(nil)
 	c.epoch.Store(epoch)
 	c.leading.Store(true)
-	defer c.leading.Store(false)
+	c.cfg.Metrics.leading(true)
+	defer func() {
+		c.leading.Store(false)
+		c.cfg.Metrics.leading(false)
+	}()
 	log := c.logger.With("epoch", epoch)
 	log.Info("leadership acquired", "holder", c.cfg.Holder)
 

@@ -23,10 +23,18 @@ const (
 )
 
 // Metrics records what the engine commits: phase transitions, operations
-// and their durations, TTL expiries, controller passes and GC deletions.
-// Only the leader's loops record, so on a follower the counters stay put.
-// A nil *Metrics records nothing.
+// and their durations, TTL expiries, controller passes and GC deletions,
+// and what the leader's last pass saw: workspaces by phase, the oldest
+// operation of each kind. Only the leader's loops record, so on a follower
+// the counters stay put and the gauges of passes read zero; codehub_leader
+// says which replica leads. A nil *Metrics records nothing.
 type Metrics struct {
+	leader         prometheus.Gauge
+	terms          prometheus.Counter
+	workspaces     *prometheus.GaugeVec
+	opAge          *prometheus.GaugeVec
+	backupFailures prometheus.Counter
+
 	transitions *prometheus.CounterVec
 	operations  *prometheus.CounterVec
 	opDuration  *prometheus.HistogramVec
@@ -42,6 +50,26 @@ type Metrics struct {
 // NewMetrics registers the engine's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "codehub_leader",
+			Help: "1 while this replica leads the controller, else 0.",
+		}),
+		terms: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codehub_leader_terms_total",
+			Help: "Leader terms this replica began.",
+		}),
+		workspaces: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "codehub_controller_workspaces",
+			Help: "Unfinished workspaces by phase as the API shows it (UNAVAILABLE: the home waits for a node that cannot serve it), at the leader's last pass.",
+		}, []string{"phase"}),
+		opAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "codehub_operation_age_seconds",
+			Help: "Age of the oldest operation of each kind in flight at the leader's last pass; 0 when none is.",
+		}, []string{"operation"}),
+		backupFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codehub_backup_failures_total",
+			Help: "Backups that failed or were given up; the home stays in its volume and the backup is tried again.",
+		}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codehub_workspace_transitions_total",
 			Help: "Workspace phase changes committed by the controller.",
@@ -94,7 +122,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, result := range []string{snapshotStored, snapshotUnchanged, snapshotFailed, snapshotSuperseded} {
 		m.snapshots.WithLabelValues(result)
 	}
-	for _, c := range []prometheus.Collector{m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted, m.orphans, m.snapshots, m.snapBytes} {
+	for _, op := range operations {
+		for _, result := range []string{resultStarted, resultSucceeded, resultFailed, resultTimeout} {
+			m.operations.WithLabelValues(string(op), result)
+		}
+		m.opDuration.WithLabelValues(string(op))
+	}
+	m.resetPassGauges()
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.workspaces, m.opAge, m.backupFailures, m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted, m.orphans, m.snapshots, m.snapBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -178,5 +213,71 @@ func (m *Metrics) setOrphans(n int) {
 func (m *Metrics) gcAbortedUpload() {
 	if m != nil {
 		m.gcAborted.Inc()
+	}
+}
+
+// operations are the kinds of operation, and displayPhases the phases the
+// API shows: every series of their vectors exists from the start.
+var (
+	operations = []workspace.Operation{
+		workspace.OpProvisioning, workspace.OpRestoring, workspace.OpStarting, workspace.OpStopping,
+		workspace.OpArchiving, workspace.OpCreateEmptyArchive, workspace.OpDeleting,
+	}
+	displayPhases = []string{
+		string(workspace.PhasePending), string(workspace.PhaseArchived), string(workspace.PhaseStandby),
+		string(workspace.PhaseRunning), string(workspace.PhaseError), string(workspace.PhaseDeleting),
+		workspace.DisplayProvisioning, workspace.DisplayRestoring, workspace.DisplayStarting,
+		workspace.DisplayStopping, workspace.DisplayArchiving, workspace.DisplayUnavailable,
+	}
+)
+
+// leading records that this replica began (true) or ended a leader term.
+// A replica that stops leading reports no pass of its own.
+func (m *Metrics) leading(on bool) {
+	if m == nil {
+		return
+	}
+	if on {
+		m.terms.Inc()
+		m.leader.Set(1)
+		return
+	}
+	m.leader.Set(0)
+	m.resetPassGauges()
+}
+
+func (m *Metrics) resetPassGauges() {
+	for _, phase := range displayPhases {
+		m.workspaces.WithLabelValues(phase).Set(0)
+	}
+	for _, op := range operations {
+		m.opAge.WithLabelValues(string(op)).Set(0)
+	}
+}
+
+// passSeen records the workspaces as a completed pass left them.
+func (m *Metrics) passSeen(ws []workspace.Workspace, now time.Time) {
+	if m == nil {
+		return
+	}
+	phases := make(map[string]int, len(displayPhases))
+	oldest := make(map[workspace.Operation]time.Duration, len(operations))
+	for _, w := range ws {
+		phases[workspace.DisplayPhase(w)]++
+		if w.Operation != workspace.OpNone && w.OpStartedAt != nil {
+			oldest[w.Operation] = max(oldest[w.Operation], now.Sub(*w.OpStartedAt))
+		}
+	}
+	for _, phase := range displayPhases {
+		m.workspaces.WithLabelValues(phase).Set(float64(phases[phase]))
+	}
+	for _, op := range operations {
+		m.opAge.WithLabelValues(string(op)).Set(oldest[op].Seconds())
+	}
+}
+
+func (m *Metrics) backupFailed() {
+	if m != nil {
+		m.backupFailures.Inc()
 	}
 }

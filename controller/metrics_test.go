@@ -99,8 +99,8 @@ func TestControllerMetrics(t *testing.T) {
 	}
 
 	ops := []workspace.Operation{workspace.OpProvisioning, workspace.OpStarting}
-	if n := testutil.CollectAndCount(m.operations); n != 2*len(ops) {
-		t.Errorf("%d operation series, want %d (started and succeeded of %v)", n, 2*len(ops), ops)
+	if n := operationsCounted(m); n != float64(2*len(ops)) {
+		t.Errorf("%v operations counted, want %d (started and succeeded of %v)", n, 2*len(ops), ops)
 	}
 	for _, op := range ops {
 		for _, result := range []string{resultStarted, resultSucceeded} {
@@ -176,8 +176,11 @@ func TestMetricsCommitted(t *testing.T) {
 				t.Errorf("%d transition series, want %d", n, wantTransitions)
 			}
 			if tc.result == "" {
-				if n := testutil.CollectAndCount(m.operations) + testutil.CollectAndCount(m.opDuration); n != 0 {
-					t.Errorf("%d operation series for an unchanged operation", n)
+				if n := operationsCounted(m); n != 0 {
+					t.Errorf("%v operations counted for an unchanged operation", n)
+				}
+				if count, _ := histogram(t, reg, "codehub_operation_duration_seconds", map[string]string{"operation": string(workspace.OpStarting)}); count != 0 {
+					t.Errorf("%d durations observed for an unchanged operation", count)
 				}
 				return
 			}
@@ -259,4 +262,50 @@ func TestGCMetrics(t *testing.T) {
 	if got := testutil.ToFloat64(m.gcDeleted); len(deleted) != 2 || got != 2 {
 		t.Fatalf("deleted %v, counted %v", deleted, got)
 	}
+}
+
+// The gauges of a pass say what the leader's last pass saw, by the phase
+// the API shows; a replica that stops leading reports zero.
+func TestMetricsPassGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.leading(true)
+	started := t0.Add(-90 * time.Second)
+	stopping := workspace.Workspace{Phase: workspace.PhaseRunning, Operation: workspace.OpStopping, OpStartedAt: &started}
+	running := workspace.Workspace{Phase: workspace.PhaseRunning}
+	m.passSeen([]workspace.Workspace{stopping, running, running}, t0)
+	if got := testutil.ToFloat64(m.workspaces.WithLabelValues(workspace.DisplayStopping)); got != 1 {
+		t.Errorf("STOPPING = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.workspaces.WithLabelValues(string(workspace.PhaseRunning))); got != 2 {
+		t.Errorf("RUNNING = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.opAge.WithLabelValues(string(workspace.OpStopping))); got != 90 {
+		t.Errorf("oldest STOPPING = %vs, want 90", got)
+	}
+	if got := testutil.ToFloat64(m.leader); got != 1 {
+		t.Errorf("leader = %v while leading", got)
+	}
+	m.leading(false)
+	if got := testutil.ToFloat64(m.workspaces.WithLabelValues(string(workspace.PhaseRunning))); got != 0 {
+		t.Errorf("RUNNING = %v on a follower, want 0", got)
+	}
+	if got, terms := testutil.ToFloat64(m.leader), testutil.ToFloat64(m.terms); got != 0 || terms != 1 {
+		t.Errorf("leader = %v, terms = %v after one term", got, terms)
+	}
+}
+
+// operationsCounted sums codehub_operations_total over every series, which
+// all exist from the start.
+func operationsCounted(m *Metrics) float64 {
+	var n float64
+	for _, op := range operations {
+		for _, result := range []string{resultStarted, resultSucceeded, resultFailed, resultTimeout} {
+			n += testutil.ToFloat64(m.operations.WithLabelValues(string(op), result))
+		}
+	}
+	return n
 }

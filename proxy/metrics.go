@@ -58,6 +58,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Long-lived connections (WebSockets, taken connections, streaming answers) ended because their session ended (session) or their user no longer owns the workspace (owner, deleted).",
 		}, []string{"reason"}),
 	}
+	// Every result exists from the start, so a rate over it does too.
+	for _, result := range []string{"started", "limit", "conflict", "error"} {
+		m.wakes.WithLabelValues(result)
+	}
 	for _, c := range []prometheus.Collector{m.requests.vec, m.duration, m.websockets, m.wakes, m.upstreamErrors, m.taken, m.handedBack, m.revoked} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -64,6 +64,12 @@ install() {
 		log "installing rsync"
 		apt_install rsync
 	fi
+	# promtool checks and unit-tests the alerting rules in deploy/; the
+	# package's server is not started.
+	if ! command -v promtool >/dev/null 2>&1; then
+		log "installing prometheus (for promtool)"
+		apt_install --no-install-recommends prometheus
+	fi
 	if [ ! -x "$bindir/versitygw" ]; then
 		log "installing versitygw $VERSITYGW_VERSION"
 		mkdir -p "$bindir"

@@ -163,7 +163,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	}
 
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), d.s3Requests.requests)
 	srv, err := api.New(logger.Named("api"), api.Options{
 		PublicURL:       cfg.PublicURL,
 		SubdomainBase:   cfg.Proxy.SubdomainBase,
@@ -202,6 +202,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	ctlConfig.Metrics = engineMetrics
 	ctl := controller.NewWorkspaceController(logger.Named("controller"), d.pool, parts.backend, archives, ctlConfig)
 	ccfg := controller.CoordinatorConfigFrom(cfg, holderName(os.Getenv))
+	ccfg.Metrics = engineMetrics
 
 	// The listener and the backend watcher wake the coordinator that runs
 	// them, so they reach it through this indirection.

@@ -63,6 +63,8 @@ type deps struct {
 	redis  *redis.Client
 	s3     *minio.Client
 	bucket string
+	// s3Requests counts the requests of s3.
+	s3Requests *s3Requests
 }
 
 func connect(ctx context.Context, logger hclog.Logger, cfg *config.Config) (*deps, error) {
@@ -75,18 +77,20 @@ func connect(ctx context.Context, logger hclog.Logger, cfg *config.Config) (*dep
 		pool.Close()
 		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
+	requests := newS3Requests()
 	s3, err := archive.NewClient(archive.ClientConfig{
 		Endpoint:  cfg.S3.Endpoint,
 		AccessKey: cfg.S3.AccessKey.Reveal(),
 		SecretKey: cfg.S3.SecretKey.Reveal(),
 		Region:    cfg.S3.Region,
 		UseSSL:    cfg.S3.UseSSL,
+		Wrap:      requests.wrap,
 	})
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	d := &deps{pool: pool, redis: redis.NewClient(ropts), s3: s3, bucket: cfg.S3.Bucket}
+	d := &deps{pool: pool, redis: redis.NewClient(ropts), s3: s3, bucket: cfg.S3.Bucket, s3Requests: requests}
 	if err := ensureBucket(ctx, logger, d); err != nil {
 		d.close()
 		return nil, err
