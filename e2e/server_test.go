@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -47,6 +48,11 @@ type serverConfig struct {
 	codeServer            string
 	// publicHost names the server in its public URL; 127.0.0.1 if empty.
 	publicHost string
+	// publicURL, when set, is the public URL: a front's, in front of the
+	// server's own listener.
+	publicURL string
+	// proxyExtra holds more settings of the proxy block, one per line.
+	proxyExtra string
 	// subdomainBase turns on subdomain mode.
 	subdomainBase string
 	// maxPortShare is proxy.max_port_share; the default if empty.
@@ -265,6 +271,7 @@ func renderConfig(srv *server, port int, cfg serverConfig) string {
 	if cfg.maxPortShare != "" {
 		proxy += fmt.Sprintf("  max_port_share = %q\n", cfg.maxPortShare)
 	}
+	proxy += cfg.proxyExtra
 	if proxy != "" {
 		proxy = "proxy {\n" + proxy + "}\n"
 	}
@@ -322,7 +329,7 @@ auth {
     password = %q
   }
 %s}
-`, port, srv.url, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
+`, port, cmp.Or(cfg.publicURL, srv.url), cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
 		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, coordinator, adminPassword, cfg.oidc)
 }
 

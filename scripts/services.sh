@@ -70,6 +70,12 @@ install() {
 		log "installing prometheus (for promtool)"
 		apt_install --no-install-recommends prometheus
 	fi
+	# The TLS front test runs nginx with deploy/nginx/codehub.conf, as its
+	# own process on loopback ports; the package's service is not used.
+	if ! command -v nginx >/dev/null 2>&1; then
+		log "installing nginx"
+		apt_install --no-install-recommends nginx
+	fi
 	if [ ! -x "$bindir/versitygw" ]; then
 		log "installing versitygw $VERSITYGW_VERSION"
 		mkdir -p "$bindir"

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,6 +177,9 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 		logger.Warn("workspaces are served under /w/{id}/ on the dashboard's origin: what a workspace serves can call the API as its user; set proxy.subdomain_base (docs/architecture.md)",
 			"public_url", cfg.PublicURL)
 	}
+	if base := cfg.Proxy.SubdomainBase; base != "" {
+		checkWildcard(ctx, logger, net.DefaultResolver, base)
+	}
 
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -250,4 +256,31 @@ func serveMetrics(cfg *config.Config, h http.Handler, serveErr chan<- error) (*h
 		}
 	}()
 	return srv, nil
+}
+
+// hostResolver is what checkWildcard asks.
+type hostResolver interface {
+	LookupHost(ctx context.Context, host string) ([]string, error)
+}
+
+// checkWildcard warns when a name under the subdomain base does not
+// resolve here: every workspace is served on a host of its own there, so
+// *.base needs a DNS record (to the front). It only warns, since users may
+// resolve names this machine does not (split-horizon DNS). Browsers send
+// every *.localhost name to loopback themselves.
+func checkWildcard(ctx context.Context, logger hclog.Logger, r hostResolver, base string) {
+	if base == "localhost" || strings.HasSuffix(base, ".localhost") {
+		return
+	}
+	label := make([]byte, 6)
+	_, _ = rand.Read(label)
+	probe := "codehub-check-" + hex.EncodeToString(label) + "." + base
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := r.LookupHost(ctx, probe); err != nil {
+		logger.Warn("workspace hosts do not resolve here: give *."+base+" a DNS record pointing at the front, with a certificate covering it (docs/nomad.md, Deployment); check with: getent hosts "+probe,
+			"subdomain_base", base, "error", err)
+		return
+	}
+	logger.Debug("workspace hosts resolve", "probe", probe)
 }
