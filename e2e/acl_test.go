@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
@@ -75,24 +73,9 @@ func TestNomadServerStartsWithACLs(t *testing.T) {
 	if agent.ManagementToken == "" {
 		t.Fatal("the agent started without enforcing ACLs")
 	}
-	doc, err := os.ReadFile("../docs/nomad.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, found := strings.Cut(string(doc), "```hcl\n# codehub-control-plane.policy.hcl\n")
-	policy, _, closed := strings.Cut(rest, "\n```")
-	if !found || !closed {
-		t.Fatal("docs/nomad.md has no closed policy block")
-	}
-	if _, err := agent.Client.ACLPolicies().Upsert(&api.ACLPolicy{Name: "codehub", Rules: policy + "\n"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	token, _, err := agent.Client.ACLTokens().Create(&api.ACLToken{Name: "codehub", Type: "client", Policies: []string{"codehub"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := documentedPolicyToken(t, agent.Client)
 	cfg := nomadConfig(t, agent)
-	cfg.backend = strings.Replace(cfg.backend, aclOptOut, fmt.Sprintf("  token = %q\n", token.SecretID), 1)
+	cfg.backend = strings.Replace(cfg.backend, aclOptOut, fmt.Sprintf("  token = %q\n", token), 1)
 	srv := startServer(t, cfg)
 	log, err := os.ReadFile(srv.logPath)
 	if err != nil {
