@@ -842,12 +842,14 @@ func TestFailedStepReportsNextAttempt(t *testing.T) {
 }
 
 // Deleting a workspace while its archive job still runs (here, an
-// ARCHIVING that ran out of time): the job is stopped (a purge is refused
-// while it runs), then forgotten, then the volume goes. Before, DELETING
-// retried the refused purge until it timed out into ERROR.
+// ARCHIVING that ran out of time, whose job Nomad did not stop when asked
+// at the timeout): the job is stopped (a purge is refused while it runs),
+// then forgotten, then the volume goes. Before, DELETING retried the
+// refused purge until it timed out into ERROR.
 func TestDeleteWhileArchiveJobRuns(t *testing.T) {
 	h := newHarness(t)
 	c := h.controller()
+	h.backend.fail["StopJob"] = errors.New("nomad did not answer")
 	w := h.archiveTimesOut(c)
 	if got := h.row(w.ID); got.Operation != workspace.OpNone || h.backend.archives[w.ID] == nil || !running(h.backend.archives[w.ID]) {
 		t.Fatalf("setup: operation %s, archive job %+v", got.Operation, h.backend.archives[w.ID])
