@@ -103,7 +103,7 @@ func (s *Server) view(w workspace.Workspace) workspaceView {
 	v := workspaceView{
 		ID: w.ID, OwnerID: w.OwnerID, Name: w.Name, Description: w.Description, Image: s.workspaces.Image(w),
 		Phase: workspace.DisplayPhase(w), DesiredState: w.DesiredState, Operation: w.Operation,
-		Backup:     w.Operation == workspace.OpArchiving && w.OpBackup,
+		Backup:     workspace.BackingUp(w),
 		Conditions: w.Conditions, ErrorReason: w.ErrorReason, ErrorMessage: w.ErrorMessage, ErrorStep: workspace.FailedStep(w),
 		ErrorCount: w.ErrorCount, NextAttemptAt: utc(w.NextAttemptAt),
 		LastAccessAt: w.LastAccessAt.UTC(), URL: s.sites.WorkspaceURL(w.ID),

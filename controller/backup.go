@@ -51,11 +51,6 @@ func archiveTime(key string) (time.Time, bool) {
 	return ulid.Time(id.Time()), true
 }
 
-// backingUp reports whether the operation of w is a backup.
-func backingUp(w workspace.Workspace) bool {
-	return w.Operation == workspace.OpArchiving && w.OpBackup
-}
-
 // claimBackup claims an ARCHIVING marked as a backup (every other claim
 // clears the mark).
 func (p *planner) claimBackup(steps ...Step) Action {
@@ -91,7 +86,7 @@ func jobLive(j *JobResult) bool { return j != nil && !terminalJob(j) }
 func (p *planner) committed(key string, steps ...Step) Action {
 	p.next.ArchiveKey = &key
 	p.next.ArchiveRunID = p.w.RunID
-	if !backingUp(p.w) {
+	if !workspace.BackingUp(p.w) {
 		return p.settle(steps...)
 	}
 	p.next.RestoreMarker = &key
@@ -103,7 +98,7 @@ func (p *planner) committed(key string, steps ...Step) Action {
 // workspace's: the home is safe in its volume, so no error is recorded and
 // nothing counts toward ERROR; the backup is tried again after BackoffMax.
 func (p *planner) archiveFailed(reason, message string, terminal bool, steps ...Step) Action {
-	if !backingUp(p.w) {
+	if !workspace.BackingUp(p.w) {
 		return p.fail(reason, message, terminal, steps...)
 	}
 	p.next = backupFailed(p.next, p.now, p.cfg)
@@ -135,7 +130,7 @@ func backupFailed(w workspace.Workspace, now time.Time, cfg Config) workspace.Wo
 // there anyway. Nor does a backup whose archive is made: it commits.
 func (p *planner) yieldBackup() (Action, bool) {
 	w := p.w
-	if !backingUp(w) || nodeLeaving(p.obs) || p.home.Archived() {
+	if !workspace.BackingUp(w) || nodeLeaving(p.obs) || p.home.Archived() {
 		return Action{}, false
 	}
 	if w.DeletedAt == nil && p.target() != workspace.PhaseRunning {

@@ -219,7 +219,7 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	now := c.now()
 	fence := func(ctx context.Context) error { return c.fence(ctx, epoch, observed) }
 	stats.Workspaces = len(ws)
-	seen := make([]workspace.Workspace, 0, len(ws))
+	var seen passTally
 	for _, row := range ws {
 		if err := ctx.Err(); err != nil {
 			return stats, err
@@ -251,10 +251,10 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 			stats.InFlight++
 		}
 		stats.noteRetry(after.NextAttemptAt, now)
-		seen = append(seen, after)
+		seen.add(after, now)
 	}
 	c.reportOrphans(Orphans(snap, ws), now)
-	c.cfg.Metrics.passSeen(seen, now)
+	c.cfg.Metrics.passSeen(seen)
 	return stats, nil
 }
 
@@ -440,12 +440,12 @@ func (c *WorkspaceController) recordFailure(ctx context.Context, epoch int64, lo
 	}
 	now := c.now()
 	next := failed(w, reason, stepErr.Error(), terminal || workspace.TerminalReason(reason), now, c.cfg)
-	if backingUp(w) {
+	if workspace.BackingUp(w) {
 		next = backupFailed(w, now, c.cfg)
 	}
 	next.Conditions = maps.Clone(w.Conditions)
 	derive(w.Conditions, &next, now)
-	log.Warn("operation attempt failed", "operation", w.Operation, "step", step, "reason", reason, "error_count", next.ErrorCount, "backup", backingUp(w), "error", stepErr)
+	log.Warn("operation attempt failed", "operation", w.Operation, "step", step, "reason", reason, "error_count", next.ErrorCount, "backup", workspace.BackingUp(w), "error", stepErr)
 	if _, err := c.write(ctx, epoch, w, next, stats); err != nil {
 		return w, err
 	}

@@ -255,24 +255,34 @@ func (m *Metrics) resetPassGauges() {
 	}
 }
 
-// passSeen records the workspaces as a completed pass left them.
-func (m *Metrics) passSeen(ws []workspace.Workspace, now time.Time) {
+// passTally counts, as a pass goes, what its gauges report.
+type passTally struct {
+	phases map[string]int
+	oldest map[workspace.Operation]time.Duration
+}
+
+// add counts w as the pass leaves it.
+func (t *passTally) add(w workspace.Workspace, now time.Time) {
+	if t.phases == nil {
+		t.phases = make(map[string]int, len(displayPhases))
+		t.oldest = make(map[workspace.Operation]time.Duration, len(operations))
+	}
+	t.phases[workspace.DisplayPhase(w)]++
+	if w.Operation != workspace.OpNone && w.OpStartedAt != nil {
+		t.oldest[w.Operation] = max(t.oldest[w.Operation], now.Sub(*w.OpStartedAt))
+	}
+}
+
+// passSeen records what a completed pass counted.
+func (m *Metrics) passSeen(t passTally) {
 	if m == nil {
 		return
 	}
-	phases := make(map[string]int, len(displayPhases))
-	oldest := make(map[workspace.Operation]time.Duration, len(operations))
-	for _, w := range ws {
-		phases[workspace.DisplayPhase(w)]++
-		if w.Operation != workspace.OpNone && w.OpStartedAt != nil {
-			oldest[w.Operation] = max(oldest[w.Operation], now.Sub(*w.OpStartedAt))
-		}
-	}
 	for _, phase := range displayPhases {
-		m.workspaces.WithLabelValues(phase).Set(float64(phases[phase]))
+		m.workspaces.WithLabelValues(phase).Set(float64(t.phases[phase]))
 	}
 	for _, op := range operations {
-		m.opAge.WithLabelValues(string(op)).Set(oldest[op].Seconds())
+		m.opAge.WithLabelValues(string(op)).Set(t.oldest[op].Seconds())
 	}
 }
 

@@ -276,7 +276,11 @@ func TestMetricsPassGauges(t *testing.T) {
 	started := t0.Add(-90 * time.Second)
 	stopping := workspace.Workspace{Phase: workspace.PhaseRunning, Operation: workspace.OpStopping, OpStartedAt: &started}
 	running := workspace.Workspace{Phase: workspace.PhaseRunning}
-	m.passSeen([]workspace.Workspace{stopping, running, running}, t0)
+	var seen passTally
+	for _, w := range []workspace.Workspace{stopping, running, running} {
+		seen.add(w, t0)
+	}
+	m.passSeen(seen)
 	if got := testutil.ToFloat64(m.workspaces.WithLabelValues(workspace.DisplayStopping)); got != 1 {
 		t.Errorf("STOPPING = %v, want 1", got)
 	}

@@ -416,7 +416,7 @@ func (p *planner) inFlight() Action {
 	a := p.operation()
 	w := p.w
 	limit := p.cfg.Timeouts[w.Operation]
-	if backingUp(w) && nodeLeaving(p.obs) && jobPlaced(currentArchiveJob(w, p.obs)) {
+	if workspace.BackingUp(w) && nodeLeaving(p.obs) && jobPlaced(currentArchiveJob(w, p.obs)) {
 		// The backup is the home's way off a node being emptied: it
 		// tries until S3 takes the home, however long, as a stop
 		// archive does there.

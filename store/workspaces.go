@@ -184,8 +184,8 @@ func KeepRunning[T any](ctx context.Context, q Querier, id string, d time.Durati
 }
 
 // SetDesiredState sets desired_state of a live workspace without an
-// operation in flight but a backup (which yields to a wake); waking (RUNNING) also resets last_access_at. A new
-// desired state is a new request: like a deletion it does not wait out the
+// operation in flight but a backup (which yields to a wake); waking
+// (RUNNING) also resets last_access_at. A new desired state is a new request: like a deletion it does not wait out the
 // backoff of a failure on the way to the old one, so next_attempt_at is
 // cleared (error_count stays, so repeated failures still end in ERROR).
 // version > 0 additionally requires the row to be unchanged since it was

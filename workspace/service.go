@@ -543,7 +543,7 @@ func settable(w Workspace) error {
 	if w.Phase == PhaseError {
 		return fmt.Errorf("%w: workspace is in ERROR (%s); recover or delete it", ErrInvalidState, deref(w.ErrorReason))
 	}
-	if w.Operation != OpNone && !(w.Operation == OpArchiving && w.OpBackup) {
+	if w.Operation != OpNone && !BackingUp(w) {
 		return fmt.Errorf("%w: operation %s in flight", ErrInvalidState, w.Operation)
 	}
 	return nil

@@ -100,6 +100,12 @@ const (
 	DisplayUnavailable = "UNAVAILABLE"
 )
 
+// BackingUp reports whether the operation of w is a backup: an ARCHIVING
+// that keeps the volume, and yields to a wake or a deletion.
+func BackingUp(w Workspace) bool {
+	return w.Operation == OpArchiving && w.OpBackup
+}
+
 // DisplayPhase is what the API and the proxy show. ERROR, DELETING and
 // DELETED show as such; while an operation runs its progressive name shows
 // (STARTING, STOPPING, ARCHIVING, RESTORING, PROVISIONING; creating the

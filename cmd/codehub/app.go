@@ -201,7 +201,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	ctlConfig := controller.ConfigFrom(cfg)
 	ctlConfig.Metrics = engineMetrics
 	ctl := controller.NewWorkspaceController(logger.Named("controller"), d.pool, parts.backend, archives, ctlConfig)
-	ccfg := controller.CoordinatorConfigFrom(cfg, holderName(os.Getenv))
+	ccfg := controller.CoordinatorConfigFrom(cfg, holderName())
 	ccfg.Metrics = engineMetrics
 
 	// The listener and the backend watcher wake the coordinator that runs
@@ -307,10 +307,10 @@ func oidcOptions(o *config.OIDC) *api.OIDCOptions {
 // coordinator_epoch and the log: host:pid, and under Nomad its allocation,
 // since replicas in containers share a pid (1) and, on the host's
 // network, the host's name.
-func holderName(getenv func(string) string) string {
+func holderName() string {
 	host, _ := os.Hostname()
 	name := host + ":" + strconv.Itoa(os.Getpid())
-	if alloc := getenv("NOMAD_ALLOC_ID"); alloc != "" {
+	if alloc := os.Getenv("NOMAD_ALLOC_ID"); alloc != "" {
 		name += " alloc " + alloc
 	}
 	return name

@@ -177,12 +177,13 @@ func serve(ctx context.Context, logger hclog.Logger, cfg *config.Config) error {
 		logger.Warn("workspaces are served under /w/{id}/ on the dashboard's origin: what a workspace serves can call the API as its user; set proxy.subdomain_base (docs/architecture.md)",
 			"public_url", cfg.PublicURL)
 	}
-	if base := cfg.Proxy.SubdomainBase; base != "" {
-		checkWildcard(ctx, logger, net.DefaultResolver, base)
-	}
-
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
+	if base := cfg.Proxy.SubdomainBase; base != "" {
+		// Beside the start, not in front of it: a slow resolver must not
+		// hold the listener back.
+		wg.Go(func() { checkWildcard(loopCtx, logger, net.DefaultResolver, base) })
+	}
 	for _, loop := range app.loops {
 		wg.Add(1)
 		go func() {
