@@ -137,6 +137,12 @@ EOT
 	openWorkbench(t, c, ws, "/home/coder")
 	wsAlloc, wsVersion := workspaceAlloc(t, cluster.Client, ws.ID)
 
+	// The preflight, run inside a replica as the docs' last step says,
+	// finds nothing to fix in a deployment that works (nomad fails the
+	// test on its exit status 1).
+	t.Logf("codehub doctor in replica %s:\n%s", servers[0].ID,
+		nomad("alloc", "exec", "-task", "server", servers[0].ID, "/codehub", "doctor", "-config", "/local/codehub.hcl"))
+
 	// The leader's allocation stops; the other replica takes over.
 	epoch, holder := leader(t, base.databaseURL)
 	leaderAlloc := ""
@@ -215,9 +221,8 @@ func buildImage(t *testing.T, engine dockerEngine, version string) string {
 	return "codehub:" + version
 }
 
-// documentedPolicyToken creates the policy docs/nomad.md documents and
-// returns the secret of a client token holding it alone.
-func documentedPolicyToken(t *testing.T, client *api.Client) string {
+// documentedPolicy is the policy block docs/nomad.md documents.
+func documentedPolicy(t *testing.T) string {
 	t.Helper()
 	doc, err := os.ReadFile("../docs/nomad.md")
 	if err != nil {
@@ -228,7 +233,14 @@ func documentedPolicyToken(t *testing.T, client *api.Client) string {
 	if !found || !closed {
 		t.Fatal("docs/nomad.md has no closed policy block")
 	}
-	if _, err := client.ACLPolicies().Upsert(&api.ACLPolicy{Name: "codehub", Rules: policy + "\n"}, nil); err != nil {
+	return policy + "\n"
+}
+
+// documentedPolicyToken creates the policy docs/nomad.md documents and
+// returns the secret of a client token holding it alone.
+func documentedPolicyToken(t *testing.T, client *api.Client) string {
+	t.Helper()
+	if _, err := client.ACLPolicies().Upsert(&api.ACLPolicy{Name: "codehub", Rules: documentedPolicy(t)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	token, _, err := client.ACLTokens().Create(&api.ACLToken{Name: "codehub", Type: "client", Policies: []string{"codehub"}}, nil)

@@ -26,16 +26,11 @@ func placeNode(nodes []*api.NodeListStub, vols []*api.HostVolumeStub, pool strin
 			homes[v.NodeID]++
 		}
 	}
-	inDC := datacenterMatcher(datacenters)
 	var candidates []*api.NodeListStub
-	for _, n := range nodes {
-		if n.Status != api.NodeStatusReady || n.Drain || n.SchedulingEligibility != api.NodeSchedulingEligible {
-			continue
+	for _, n := range homeNodes(nodes, pool, datacenters) {
+		if !slices.Contains(avoid, n.ID) {
+			candidates = append(candidates, n)
 		}
-		if (pool != api.NodePoolAll && n.NodePool != pool) || !inDC(n.Datacenter) || slices.Contains(avoid, n.ID) {
-			continue
-		}
-		candidates = append(candidates, n)
 	}
 	if len(candidates) == 0 {
 		return "", &controller.Failure{Reason: workspace.ReasonUnschedulable,
@@ -52,6 +47,23 @@ func placeNode(nodes []*api.NodeListStub, vols []*api.HostVolumeStub, pool strin
 		return a.ID < b.ID
 	})
 	return candidates[0].ID, nil
+}
+
+// homeNodes are the nodes a new home may go to: ready, eligible, not
+// draining, in pool (any for "all") and one of datacenters.
+func homeNodes(nodes []*api.NodeListStub, pool string, datacenters []string) []*api.NodeListStub {
+	inDC := datacenterMatcher(datacenters)
+	var out []*api.NodeListStub
+	for _, n := range nodes {
+		if n.Status != api.NodeStatusReady || n.Drain || n.SchedulingEligibility != api.NodeSchedulingEligible {
+			continue
+		}
+		if (pool != api.NodePoolAll && n.NodePool != pool) || !inDC(n.Datacenter) {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // datacenterMatcher reports whether a datacenter is one of datacenters,

@@ -106,3 +106,61 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger hclog.Logger) error
 	}
 	return nil
 }
+
+// SchemaState is how far a database's schema is from this binary's.
+type SchemaState struct {
+	// Pending are the migrations this binary has that the database lacks.
+	Pending []string
+	// Unknown are versions the database has that this binary does not:
+	// a newer release migrated it.
+	Unknown []int
+	// CanCreate reports whether the connecting role may create tables in
+	// its schema, which applying Pending needs.
+	CanCreate bool
+}
+
+// ReadSchemaState compares the database's applied migrations with the
+// embedded ones without changing anything: a database never migrated has
+// every migration pending.
+func ReadSchemaState(ctx context.Context, pool *pgxpool.Pool) (SchemaState, error) {
+	all, err := loadMigrations(migrations.FS)
+	if err != nil {
+		return SchemaState{}, err
+	}
+	var st SchemaState
+	if err := pool.QueryRow(ctx, "SELECT has_schema_privilege(current_schema(), 'CREATE')").Scan(&st.CanCreate); err != nil {
+		return SchemaState{}, fmt.Errorf("read schema privileges: %w", err)
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
+		return SchemaState{}, fmt.Errorf("look for schema_migrations: %w", err)
+	}
+	applied := map[int]bool{}
+	if exists {
+		rows, err := pool.Query(ctx, "SELECT version FROM schema_migrations")
+		if err != nil {
+			return SchemaState{}, fmt.Errorf("read schema_migrations: %w", err)
+		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			return SchemaState{}, fmt.Errorf("read schema_migrations: %w", err)
+		}
+		for _, v := range versions {
+			applied[v] = true
+		}
+	}
+	known := map[int]bool{}
+	for _, m := range all {
+		known[m.version] = true
+		if !applied[m.version] {
+			st.Pending = append(st.Pending, m.name)
+		}
+	}
+	for v := range applied {
+		if !known[v] {
+			st.Unknown = append(st.Unknown, v)
+		}
+	}
+	sort.Ints(st.Unknown)
+	return st, nil
+}

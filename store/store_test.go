@@ -83,3 +83,40 @@ func migratedPool(t *testing.T) *pgxpool.Pool {
 	}
 	return pool
 }
+
+// ReadSchemaState reads without writing: a fresh database has every
+// migration pending and still no schema_migrations table; a migrated one
+// none; one a newer release migrated names the versions it lacks.
+func TestReadSchemaState(t *testing.T) {
+	ctx := context.Background()
+	pool, err := store.Open(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	fresh, err := store.ReadSchemaState(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fresh.Pending) == 0 || len(fresh.Unknown) != 0 || !fresh.CanCreate {
+		t.Fatalf("fresh database: %+v", fresh)
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&exists); err != nil || exists {
+		t.Fatalf("reading the state created schema_migrations (exists %v, err %v)", exists, err)
+	}
+	if err := store.Migrate(ctx, pool, hclog.NewNullLogger()); err != nil {
+		t.Fatal(err)
+	}
+	migrated, err := store.ReadSchemaState(ctx, pool)
+	if err != nil || len(migrated.Pending) != 0 || len(migrated.Unknown) != 0 {
+		t.Fatalf("migrated database: %+v, %v", migrated, err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (9999, '9999_future.sql')"); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := store.ReadSchemaState(ctx, pool)
+	if err != nil || len(newer.Pending) != 0 || len(newer.Unknown) != 1 || newer.Unknown[0] != 9999 {
+		t.Fatalf("database of a newer release: %+v, %v", newer, err)
+	}
+}

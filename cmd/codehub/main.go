@@ -38,6 +38,7 @@ func commands() map[string]command {
 		"workspace": {"administer workspaces: recover, stop-all, restore-elsewhere", func(a []string, i io.Reader, o, e io.Writer) int {
 			return runWorkspace(a, o, e, i)
 		}},
+		"doctor": {"check that Nomad, PostgreSQL, Redis, S3 and the public URL are ready for codehub", runDoctor},
 		"jobspec": {"print the HCL codehub would submit to Nomad", func(a []string, _ io.Reader, o, e io.Writer) int {
 			return runJobspec(a, o, e)
 		}},

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +19,7 @@ import (
 
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/doctor"
 )
 
 func runServer(args []string, _ io.Reader, _, stderr io.Writer) int {
@@ -259,29 +257,19 @@ func serveMetrics(cfg *config.Config, h http.Handler, serveErr chan<- error) (*h
 	return srv, nil
 }
 
-// hostResolver is what checkWildcard asks.
-type hostResolver interface {
-	LookupHost(ctx context.Context, host string) ([]string, error)
-}
-
 // checkWildcard warns when a name under the subdomain base does not
 // resolve here: every workspace is served on a host of its own there, so
 // *.base needs a DNS record (to the front). It only warns, since users may
-// resolve names this machine does not (split-horizon DNS). Browsers send
-// every *.localhost name to loopback themselves.
-func checkWildcard(ctx context.Context, logger hclog.Logger, r hostResolver, base string) {
-	if base == "localhost" || strings.HasSuffix(base, ".localhost") {
-		return
-	}
-	label := make([]byte, 6)
-	_, _ = rand.Read(label)
-	probe := "codehub-check-" + hex.EncodeToString(label) + "." + base
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if _, err := r.LookupHost(ctx, probe); err != nil {
+// resolve names this machine does not (split-horizon DNS); codehub doctor
+// checks the same and the certificate too.
+func checkWildcard(ctx context.Context, logger hclog.Logger, r doctor.Resolver, base string) {
+	probe, err := doctor.CheckWildcard(ctx, r, base)
+	switch {
+	case probe == "":
+	case err != nil:
 		logger.Warn("workspace hosts do not resolve here: give *."+base+" a DNS record pointing at the front, with a certificate covering it (docs/nomad.md, Deployment); check with: getent hosts "+probe,
 			"subdomain_base", base, "error", err)
-		return
+	default:
+		logger.Debug("workspace hosts resolve", "probe", probe)
 	}
-	logger.Debug("workspace hosts resolve", "probe", probe)
 }
