@@ -248,6 +248,7 @@ const (
 	routeAdminAudit     = "GET /api/v1/admin/audit"
 	routeTemplates      = "GET /api/v1/templates"
 	routeAdminUsage     = "GET /api/v1/admin/templates"
+	routePrebuild       = "POST /api/v1/admin/templates/{name}/prebuilds"
 	routeSettings       = "GET /api/v1/settings"
 	routePatchSettings  = "PATCH /api/v1/settings"
 )
@@ -274,7 +275,7 @@ func (s *Server) routes() *http.ServeMux {
 		routeLoginNext: s.getLoginNext, routeOIDCLogoutAsk: s.oidcLogoutOffer, routeOIDCLogout: s.oidcLogout,
 		routeAdminUsers: s.adminListUsers, routeAdminAddUser: s.adminCreateUser, routeAdminPatchUser: s.adminPatchUser,
 		routeAdminAudit: s.listAudit,
-		routeTemplates:  s.listTemplates, routeAdminUsage: s.adminTemplateUsage,
+		routeTemplates:  s.listTemplates, routeAdminUsage: s.adminTemplateUsage, routePrebuild: s.requestPrebuild,
 		routeSettings: s.getSettings, routePatchSettings: s.patchSettings,
 	}
 	allow := map[string][]string{}

@@ -15,6 +15,7 @@ import (
 	"github.com/codehub-io/codehub/api"
 	"github.com/codehub-io/codehub/api/apitest"
 	"github.com/codehub-io/codehub/internal/oidctest"
+	"github.com/codehub-io/codehub/store"
 )
 
 const (
@@ -143,7 +144,7 @@ func TestSSOLoginCreatesTheUserOnce(t *testing.T) {
 		t.Errorf("second login: %+v, want the user of the first (%s)", second.User, first.User.ID)
 	}
 	var users int
-	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users`).Scan(&users); err != nil || users != 1 {
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users WHERE id <> $1`, store.PrebuildOwnerID).Scan(&users); err != nil || users != 1 {
 		t.Errorf("users = %d, %v; want 1", users, err)
 	}
 
@@ -285,7 +286,7 @@ func TestSSORefusesMissingAndWrongClaims(t *testing.T) {
 		})
 	}
 	var users int
-	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users`).Scan(&users); err != nil || users != 0 {
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users WHERE id <> $1`, store.PrebuildOwnerID).Scan(&users); err != nil || users != 0 {
 		t.Errorf("users = %d, %v; want none created", users, err)
 	}
 }
@@ -352,7 +353,7 @@ func TestSSORefusesUserinfoOfAnotherSubject(t *testing.T) {
 		t.Errorf("recorded reason %q names neither subject", detail)
 	}
 	var users int
-	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users`).Scan(&users); err != nil || users != 0 {
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM users WHERE id <> $1`, store.PrebuildOwnerID).Scan(&users); err != nil || users != 0 {
 		t.Errorf("users = %d, %v; want none created", users, err)
 	}
 	// The same provider answering truthfully again lets lee in.

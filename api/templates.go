@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/codehub-io/codehub/audit"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -49,6 +50,8 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 
 type templateUsage struct {
 	Templates []templateCountView `json:"templates"`
+	// Prebuilds are every template's prebuilt homes, newest first.
+	Prebuilds []store.Prebuild `json:"prebuilds"`
 }
 
 // templateCountView counts the live workspaces of one template version;
@@ -73,7 +76,38 @@ func (s *Server) adminTemplateUsage(w http.ResponseWriter, r *http.Request) {
 		current, ok := s.workspaces.TemplateVersion(c.Template)
 		out.Templates = append(out.Templates, templateCountView{TemplateCount: c, Current: ok && current == c.Version})
 	}
+	if out.Prebuilds, err = store.ListPrebuilds(r.Context(), s.pool); err != nil {
+		s.fail(w, "list prebuilds", err)
+		return
+	}
+	for i := range out.Prebuilds {
+		out.Prebuilds[i].CreatedAt = out.Prebuilds[i].CreatedAt.UTC()
+		out.Prebuilds[i].StartedAt = utc(out.Prebuilds[i].StartedAt)
+		out.Prebuilds[i].FinishedAt = utc(out.Prebuilds[i].FinishedAt)
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// requestPrebuild asks for a prebuild of a template now; one already
+// asked for and not begun is answered instead of a second.
+func (s *Server) requestPrebuild(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.requireAdmin(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("name")
+	target := audit.Target{Type: audit.TargetTemplate, Name: name}
+	p, err := s.workspaces.RequestPrebuild(r.Context(), name, sess.Username)
+	if err != nil {
+		e := serviceError(s.logger, err)
+		s.record(r, s.actor(r, sess), audit.ActionTemplatePrebuild, target, e)
+		WriteError(w, e)
+		return
+	}
+	e := audit.Event{Actor: s.actor(r, sess), Action: audit.ActionTemplatePrebuild, Target: target, Outcome: audit.Success, Detail: "prebuild " + p.ID}
+	s.audit.Record(r.Context(), e)
+	p.CreatedAt = p.CreatedAt.UTC()
+	writeJSON(w, http.StatusAccepted, p)
 }
 
 // templateOutdated reports a workspace whose last start ran another

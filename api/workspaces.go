@@ -40,6 +40,7 @@ type WorkspaceService interface {
 	Templates(c workspace.Creator) []*config.Template
 	TemplateVersion(name string) (string, bool)
 	TemplateUsage(ctx context.Context) ([]workspace.TemplateCount, error)
+	RequestPrebuild(ctx context.Context, template, by string) (store.Prebuild, error)
 	Image(w workspace.Workspace) string
 }
 
@@ -93,6 +94,8 @@ type workspaceView struct {
 	TemplateVersion  string         `json:"template_version"`
 	TemplateOutdated bool           `json:"template_outdated"`
 	Parameters       map[string]any `json:"parameters"`
+	// FromPrebuild is the prebuild whose home the workspace started from.
+	FromPrebuild *string `json:"from_prebuild"`
 	// RecoveryPoint says what losing the home's node would cost: what the
 	// home gained since recovery_point.archived_at, unless current.
 	RecoveryPoint workspace.Recovery `json:"recovery_point"`
@@ -111,7 +114,7 @@ func (s *Server) view(w workspace.Workspace) workspaceView {
 		StandbyTTLSeconds: int64(t.StandbyTTL / time.Second), ArchiveTTLSeconds: int64(t.ArchiveTTL / time.Second),
 		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(), Version: w.Version,
 		Template: w.Template, TemplateVersion: w.TemplateVersion, TemplateOutdated: s.templateOutdated(w),
-		Parameters: w.Parameters, RecoveryPoint: workspace.RecoveryOf(w),
+		Parameters: w.Parameters, FromPrebuild: w.FromPrebuild, RecoveryPoint: workspace.RecoveryOf(w),
 	}
 	if v.RecoveryPoint.ArchivedAt != nil {
 		v.RecoveryPoint.ArchivedAt = utc(v.RecoveryPoint.ArchivedAt)

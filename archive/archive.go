@@ -42,6 +42,12 @@ func OpID(key string) string {
 	return parts[2]
 }
 
+// OwnedBy reports whether key is an archive workspaceID made (one under
+// its own prefix), not one it was given, such as a prebuilt home's.
+func OwnedBy(key, workspaceID string) bool {
+	return workspaceID != "" && strings.HasPrefix(key, "archives/"+workspaceID+"/")
+}
+
 // MetaKey returns the key of the meta object of the archive at key.
 func MetaKey(key string) string {
 	return key + metaSuffix

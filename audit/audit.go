@@ -49,6 +49,10 @@ const (
 	// a workspace because their session ended or the user lost the
 	// workspace; Detail says which.
 	ActionConnectionEnd = "session.connection_end"
+
+	// ActionTemplatePrebuild is an admin asking for a prebuild of a
+	// template now; Detail names the prebuild.
+	ActionTemplatePrebuild = "template.prebuild"
 )
 
 // Target types.
@@ -56,6 +60,7 @@ const (
 	TargetUser      = "user"
 	TargetWorkspace = "workspace"
 	TargetToken     = "token"
+	TargetTemplate  = "template"
 )
 
 // Outcome says how an action ended.

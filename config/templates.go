@@ -66,7 +66,36 @@ type Template struct {
 	// cloned into the home at the workspace's first start.
 	RepositoryParameter string       `hcl:"repository_parameter,optional"`
 	Parameters          []*Parameter `hcl:"parameter,block"`
+
+	// Prebuild prepares homes ahead of time; nil: every first start
+	// clones.
+	Prebuild *Prebuild `hcl:"prebuild,block"`
 }
+
+// Prebuild is a template's prebuilt homes: a home with the template's
+// default repository cloned and Init run in it, archived, from which a new
+// workspace with the default parameters starts instead of cloning.
+type Prebuild struct {
+	// Init are shell commands run one after the other in the repository's
+	// checkout at a first start that clones (a prebuild's, and any
+	// workspace's that no prebuilt home serves); the first to fail fails
+	// the start.
+	Init []string `hcl:"init"`
+	// Every is how often a prebuild is made again from the repository's
+	// newest commit; a change of the template's version, or an admin's
+	// request, makes one at once. Empty: only then.
+	EveryHCL string `hcl:"every,optional"`
+	Every    time.Duration
+	// Keep is how many good prebuilt homes are kept (the newest serves).
+	Keep int `hcl:"keep,optional"`
+}
+
+// Prebuild defaults and bounds.
+const (
+	DefaultPrebuildKeep = 2
+	MaxPrebuildKeep     = 10
+	MinPrebuildEvery    = 10 * time.Minute
+)
 
 // Parameter is one value a user gives when creating a workspace. It
 // reaches the program as the environment variable ParamEnv(Name).
@@ -124,6 +153,11 @@ func (c *Config) Template(name string) (*Template, bool) {
 	r := *own
 	r.Env = maps.Clone(own.Env)
 	r.Parameters = slices.Clone(own.Parameters)
+	if own.Prebuild != nil {
+		pb := *own.Prebuild
+		pb.Init = slices.Clone(own.Prebuild.Init)
+		r.Prebuild = &pb
+	}
 	if r.Description == "" {
 		r.Description = base.Description
 	}
@@ -153,13 +187,20 @@ func fill[T comparable](dst *T, base T) {
 // workspace runs: a workspace started from another version runs an older
 // template.
 func (t *Template) Version() string {
+	var init []string
+	if t.Prebuild != nil {
+		init = t.Prebuild.Init
+	}
 	inputs := struct {
 		Image, Command, Repository string
 		Entrypoint, Args           []string
 		CPU, Memory, MemoryMax     int
 		Env                        map[string]string
 		Parameters                 []*Parameter
-	}{t.Image, t.Command, t.RepositoryParameter, t.Entrypoint, t.Args, t.CPU, t.Memory, t.MemoryMax, t.Env, t.Parameters}
+		// What a first start runs: a template without it keeps the
+		// version it had before prebuilds existed.
+		Init []string `json:",omitempty"`
+	}{t.Image, t.Command, t.RepositoryParameter, t.Entrypoint, t.Args, t.CPU, t.Memory, t.MemoryMax, t.Env, t.Parameters, init}
 	b, err := json.Marshal(inputs)
 	if err != nil {
 		// Strings, numbers and maps of strings always encode.

@@ -194,3 +194,54 @@ func TestTemplateSchema(t *testing.T) {
 		t.Errorf("required = %v", r)
 	}
 }
+
+func TestLoadPrebuild(t *testing.T) {
+	c, err := load("testdata/templates.hcl", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := c.Template("go")
+	before := g.Version()
+	if g.Prebuild != nil {
+		t.Fatalf("prebuild without a block: %+v", g.Prebuild)
+	}
+	def, _ := c.Template(DefaultTemplate)
+	defVersion := def.Version()
+
+	c.Templates[0].Prebuild = &Prebuild{Init: []string{"go mod download"}, EveryHCL: "6h", Keep: 0}
+	if ps := c.resolveTemplates(); len(ps) != 0 {
+		t.Fatal(ps)
+	}
+	g, _ = c.Template("go")
+	if g.Prebuild == nil || g.Prebuild.Every != 6*time.Hour || g.Prebuild.Keep != DefaultPrebuildKeep {
+		t.Fatalf("prebuild = %+v", g.Prebuild)
+	}
+	g.Prebuild.Init[0] = "changed in a copy"
+	if again, _ := c.Template("go"); again.Prebuild.Init[0] != "go mod download" {
+		t.Error("Template shares the prebuild's commands with its result")
+	}
+	if g, _ := c.Template("go"); g.Version() == before {
+		t.Error("adding init commands kept the version")
+	}
+	if d, _ := c.Template(DefaultTemplate); d.Version() != defVersion {
+		t.Error("a template without a prebuild changed version")
+	}
+}
+
+func TestLoadReportsPrebuildProblems(t *testing.T) {
+	_, err := load("testdata/invalid-prebuild.hcl", noEnv)
+	got := summaries(configError(t, err).Diagnostics)
+	want := []string{
+		"12:3 Invalid template.nodefault.prebuild",
+		"12:3 Invalid template.nodefault.prebuild",
+		"13:5 Invalid template.nodefault.prebuild.init",
+		"14:5 Invalid template.nodefault.prebuild.every",
+		"15:5 Invalid template.nodefault.prebuild.keep",
+		"19:3 Invalid template.badevery.prebuild",
+		"20:5 Invalid template.badevery.prebuild.init",
+		"21:5 Invalid template.badevery.prebuild.every",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("diagnostics =\n%q\nwant\n%q", got, want)
+	}
+}

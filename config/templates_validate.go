@@ -29,6 +29,19 @@ func (c *Config) resolveTemplates() []problem {
 			}
 			*f.dst = d
 		}
+		if pb := t.Prebuild; pb != nil {
+			if pb.Keep == 0 {
+				pb.Keep = DefaultPrebuildKeep
+			}
+			if pb.EveryHCL != "" {
+				d, err := time.ParseDuration(pb.EveryHCL)
+				if err != nil {
+					ps = append(ps, problem{templatePath(t.Name, "prebuild.every"), fmt.Sprintf(`%q is not a duration; write it like "6h" or "24h"`, pb.EveryHCL)})
+					continue
+				}
+				pb.Every = d
+			}
+		}
 	}
 	return ps
 }
@@ -181,5 +194,37 @@ func checkParameters(ch *checker, t *Template) {
 		if p := t.parameter(r); p == nil || p.kind() != ParamString {
 			ch.add(templatePath(t.Name, "repository_parameter"), "%q must name a string parameter of the template", r)
 		}
+	}
+	if pb := t.Prebuild; pb != nil {
+		checkPrebuild(ch, t, pb)
+	}
+}
+
+// checkPrebuild judges a template's prebuild block: a prebuild clones the
+// repository parameter's default, so there must be one.
+func checkPrebuild(ch *checker, t *Template, pb *Prebuild) {
+	path := func(field string) string { return templatePath(t.Name, "prebuild."+field) }
+	if p := t.parameter(t.RepositoryParameter); p == nil || p.Default == nil || *p.Default == "" {
+		ch.add(templatePath(t.Name, "prebuild"), "needs repository_parameter naming a string parameter with a default: a prebuild clones that repository")
+	}
+	for _, p := range t.Parameters {
+		if p.Default == nil {
+			ch.add(templatePath(t.Name, "prebuild"), "parameter %q needs a default: a prebuild uses every parameter's default", p.Name)
+		}
+	}
+	if len(pb.Init) == 0 {
+		ch.add(path("init"), "must list at least one command")
+	}
+	for i, c := range pb.Init {
+		if strings.TrimSpace(c) == "" {
+			ch.add(path("init"), "command %d is empty", i+1)
+		}
+	}
+	if pb.Keep < 1 || pb.Keep > MaxPrebuildKeep {
+		ch.add(path("keep"), "must be between 1 and %d", MaxPrebuildKeep)
+	}
+	// An every that does not parse was reported as such already.
+	if d, err := time.ParseDuration(pb.EveryHCL); pb.EveryHCL != "" && err == nil && d < MinPrebuildEvery {
+		ch.add(path("every"), "must be at least %s", MinPrebuildEvery)
 	}
 }

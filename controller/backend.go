@@ -144,6 +144,11 @@ type WorkspaceSpec struct {
 	// GitToken is the owner's git credential for those clones. It is a
 	// secret: never rendered, and never in the program's environment.
 	GitToken string
+	// Init are the template's commands run in the checkout after a first
+	// start's clone; Prebuild makes that first start a prebuild's, which
+	// marks the home prebuilt (package firststart).
+	Init     []string
+	Prebuild bool
 }
 
 // FirstStart reports whether a start runs the first-start step.

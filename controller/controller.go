@@ -525,12 +525,12 @@ func (c *WorkspaceController) conflict(ctx context.Context, epoch int64) error {
 var errRowChanged = errors.New("workspace changed during the pass")
 
 // parentArchive is the archive of w that a new archive at key builds on:
-// its current one, unless that is the one being made.
+// its current one when w made it, unless that is the one being made.
 func parentArchive(w workspace.Workspace, key string) string {
-	if w.ArchiveKey == nil || *w.ArchiveKey == key {
-		return ""
+	if own := ownArchive(w); own != key {
+		return own
 	}
-	return *w.ArchiveKey
+	return ""
 }
 
 // run calls the actuator of step for w.

@@ -52,6 +52,9 @@ type GCWorkspaces interface {
 	// ArchivesCollected records that a deleted workspace has no archive
 	// left, so ArchiveOwners leaves it out from then on.
 	ArchivesCollected(ctx context.Context, id string) error
+	// ReferencedArchives lists the archives of a workspace that other live
+	// workspaces point to: prebuilt homes they start from.
+	ReferencedArchives(ctx context.Context, owner string) ([]string, error)
 }
 
 // NewGCRunner returns an archive GC.
@@ -107,8 +110,12 @@ func (g *GCRunner) collect(ctx context.Context, w workspace.Workspace) ([]string
 	now := g.now()
 	stale := StaleUploads(w, uploads, now, abandonedUploadAge)
 	abandoned := Abandoned(w, l.Incomplete, now, abandonedUploadAge)
-	garbage, err := g.withoutAncestors(ctx, w, l.Complete, Garbage(w, l.Complete, g.cfg.KeepArchives))
+	referenced, err := g.svc.ReferencedArchives(ctx, w.ID)
 	if err != nil {
+		return nil, err
+	}
+	garbage := slices.DeleteFunc(Garbage(w, l.Complete, g.cfg.KeepArchives), func(key string) bool { return slices.Contains(referenced, key) })
+	if garbage, err = g.withoutAncestors(ctx, w, l.Complete, garbage); err != nil {
 		return nil, err
 	}
 	log := g.logger.With("workspace_id", w.ID)
@@ -200,6 +207,14 @@ func (g *GCRunner) remove(ctx context.Context, wsID, key string, del func() erro
 	}
 	if protected(w)[key] {
 		g.logger.Info("gc keeps what an operation claimed since the pass began", "workspace_id", wsID, "key", key)
+		return false, nil
+	}
+	referenced, err := g.svc.ReferencedArchives(ctx, wsID)
+	if err != nil {
+		return false, err
+	}
+	if slices.Contains(referenced, key) {
+		g.logger.Info("gc keeps a prebuilt home a workspace started from since the pass began", "workspace_id", wsID, "key", key)
 		return false, nil
 	}
 	return true, del()

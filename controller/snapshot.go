@@ -225,10 +225,7 @@ func (r *SnapshotRunner) snapshot(ctx context.Context, w workspace.Workspace) {
 		defer cancel()
 	}
 	began := r.now()
-	parent := ""
-	if w.ArchiveKey != nil {
-		parent = *w.ArchiveKey
-	}
+	parent := ownArchive(w)
 	key := archive.Key(w.ID, workspace.NewID())
 	res, err := r.take(ctx, w, key, parent)
 	switch {

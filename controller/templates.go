@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -36,7 +37,7 @@ func (cfg Config) templateVersion(name string) string {
 func (c *WorkspaceController) workspaceSpec(ctx context.Context, w workspace.Workspace) (WorkspaceSpec, error) {
 	if c.cfg.Templates == nil {
 		return WorkspaceSpec{WorkspaceID: w.ID, RunID: w.RunID, OwnerID: w.OwnerID, Image: w.Image, Name: w.Name,
-			ParentArchive: deref(w.ArchiveKey)}, nil
+			ParentArchive: ownArchive(w)}, nil
 	}
 	t, ok := c.cfg.Templates.Template(w.Template)
 	if !ok {
@@ -44,7 +45,7 @@ func (c *WorkspaceController) workspaceSpec(ctx context.Context, w workspace.Wor
 			Message: fmt.Sprintf("template %q is not configured any more", w.Template)}
 	}
 	spec := SpecFromTemplate(w, t, c.cfg.UpstreamAuth)
-	spec.ParentArchive = deref(w.ArchiveKey)
+	spec.ParentArchive = ownArchive(w)
 	owner, err := store.GetFirstStartSettings(ctx, c.pool, w.OwnerID)
 	if err != nil {
 		return WorkspaceSpec{}, fmt.Errorf("read first-start settings of %s: %w", w.OwnerID, err)
@@ -70,5 +71,21 @@ func SpecFromTemplate(w workspace.Workspace, t *config.Template, upstreamAuth st
 	}
 	spec.UserEnv = t.ParameterEnv(w.Parameters)
 	spec.Repository = t.Repository(w.Parameters)
+	if t.Prebuild != nil {
+		spec.Init = t.Prebuild.Init
+	}
+	spec.Prebuild = w.PrebuildOf != nil
 	return spec
+}
+
+// ownArchive is the archive a stop archive of w may build on: its
+// archive_key when w made it. A home restored from a prebuild builds on
+// nothing, so no archive of w ever needs one of the prebuild's objects and
+// the prebuild can go whenever its template's retention says.
+func ownArchive(w workspace.Workspace) string {
+	key := deref(w.ArchiveKey)
+	if !archive.OwnedBy(key, w.ID) {
+		return ""
+	}
+	return key
 }

@@ -7,6 +7,8 @@
 // environment, and never passes one to the program.
 package firststart
 
+import "strings"
+
 // Environment variables the script reads. GitToken is a secret: it is
 // removed from the environment before the program or an install script
 // runs.
@@ -21,7 +23,37 @@ const (
 	// EnvGitTokenFile names a file the credential came in (Nomad's
 	// rendered template), removed before any user code runs.
 	EnvGitTokenFile = "CODEHUB_GIT_TOKEN_FILE"
+	// EnvInit holds the template's init commands, one per line, run in
+	// the checkout after a first start's clone.
+	EnvInit = "CODEHUB_INIT"
+	// EnvPrebuild, set to 1, makes this first start a prebuild's: once
+	// init has run, the home is marked prebuilt (PrebuiltMarker).
+	EnvPrebuild = "CODEHUB_PREBUILD"
 )
+
+// Env is the script's environment, NAME=value each: the repository and
+// dotfiles to clone, the git credential (a secret: only where the backend
+// keeps secrets), the template's init commands and whether this start is
+// a prebuild's.
+func Env(repository, dotfiles, gitToken string, init []string, prebuild bool) []string {
+	env := []string{EnvRepository + "=" + repository, EnvDotfiles + "=" + dotfiles}
+	if gitToken != "" {
+		env = append(env, EnvGitToken+"="+gitToken)
+	}
+	if len(init) > 0 {
+		env = append(env, EnvInit+"="+strings.Join(init, "\n"))
+	}
+	if prebuild {
+		env = append(env, EnvPrebuild+"=1")
+	}
+	return env
+}
+
+// PrebuiltMarker is the file, at the top of a home, that marks it as a
+// prebuilt home not yet started by its owner. It holds the checkout's
+// directory name. The start that finds it brings the checkout up to its
+// branch and adds the owner's dotfiles, then removes it.
+const PrebuiltMarker = ".codehub-prebuilt"
 
 // Script prepares $HOME: when it is empty (a first start) it clones
 // $CODEHUB_REPOSITORY into a directory named after it and
@@ -50,7 +82,36 @@ if [ -n "$CODEHUB_HOME" ]; then
   export HOME="$home"
 fi
 step=none
-if { [ -n "$CODEHUB_REPOSITORY" ] || [ -n "$CODEHUB_DOTFILES" ]; } && [ -z "$(ls -A "$home")" ]; then
+checkout=
+if [ -n "$CODEHUB_REPOSITORY" ]; then
+  checkout=$(basename "$CODEHUB_REPOSITORY" .git)
+fi
+if [ -f "$home/` + PrebuiltMarker + `" ]; then
+  checkout=$(cat "$home/` + PrebuiltMarker + `")
+  (
+    export GIT_TERMINAL_PROMPT=0
+    helper=
+    if [ -n "$CODEHUB_GIT_TOKEN" ]; then
+      helper='!f() { echo username=x-access-token; echo "password=$CODEHUB_GIT_TOKEN"; }; f'
+    fi
+    if [ -n "$checkout" ] && [ -d "$home/$checkout/.git" ]; then
+      echo "codehub: bringing the prebuilt checkout $home/$checkout up to its branch" >&2
+      if ! { git -C "$home/$checkout" -c credential.helper= -c "credential.helper=$helper" fetch --quiet >&2 &&
+        git -C "$home/$checkout" merge --ff-only --quiet '@{upstream}' >&2; }; then
+        echo "codehub: the checkout stays at the prebuild's commit (fetch or fast-forward failed); nothing was discarded" >&2
+      fi
+    fi
+    if [ -n "$CODEHUB_DOTFILES" ] && [ ! -e "$home/.dotfiles" ]; then
+      echo "codehub: cloning dotfiles $CODEHUB_DOTFILES into $home/.dotfiles" >&2
+      git -c credential.helper= -c "credential.helper=$helper" clone --quiet -- "$CODEHUB_DOTFILES" "$home/.dotfiles" >&2
+    fi
+  )
+  status=$?
+  step=prebuilt
+  if [ "$status" -eq 0 ] && [ -n "$CODEHUB_DOTFILES" ]; then
+    step=prebuilt-install
+  fi
+elif { [ -n "$CODEHUB_REPOSITORY" ] || [ -n "$CODEHUB_DOTFILES" ]; } && [ -z "$(ls -A "$home")" ]; then
   (
     set -e
     cd "$home"
@@ -60,9 +121,8 @@ if { [ -n "$CODEHUB_REPOSITORY" ] || [ -n "$CODEHUB_DOTFILES" ]; } && [ -z "$(ls
       helper='!f() { echo username=x-access-token; echo "password=$CODEHUB_GIT_TOKEN"; }; f'
     fi
     if [ -n "$CODEHUB_REPOSITORY" ]; then
-      dir=$(basename "$CODEHUB_REPOSITORY" .git)
-      echo "codehub: cloning $CODEHUB_REPOSITORY into $home/$dir" >&2
-      git -c credential.helper= -c "credential.helper=$helper" clone --quiet -- "$CODEHUB_REPOSITORY" "$dir" >&2
+      echo "codehub: cloning $CODEHUB_REPOSITORY into $home/$checkout" >&2
+      git -c credential.helper= -c "credential.helper=$helper" clone --quiet -- "$CODEHUB_REPOSITORY" "$checkout" >&2
     fi
     if [ -n "$CODEHUB_DOTFILES" ]; then
       echo "codehub: cloning dotfiles $CODEHUB_DOTFILES into $home/.dotfiles" >&2
@@ -88,35 +148,77 @@ if [ -n "$CODEHUB_GIT_TOKEN_FILE" ]; then
   fi
 fi
 unset CODEHUB_REPOSITORY CODEHUB_DOTFILES CODEHUB_GIT_TOKEN CODEHUB_GIT_TOKEN_FILE CODEHUB_HOME
-if [ "$step" != none ] && [ "$status" -ne 0 ]; then
-  echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
-  find "$home" -mindepth 1 -delete
-  exit "$status"
-fi
-exec /bin/sh -c '` + installScript + `' sh "$step" "$@"
+case "$step" in
+prebuilt*)
+  if [ "$status" -ne 0 ]; then
+    echo "codehub: first start of a prebuilt home failed (status $status); the next attempt tries again" >&2
+    exit "$status"
+  fi
+  ;;
+none) ;;
+*)
+  if [ "$status" -ne 0 ]; then
+    echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
+    find "$home" -mindepth 1 -delete
+    exit "$status"
+  fi
+  ;;
+esac
+exec /bin/sh -c '` + installScript + `' sh "$step" "$checkout" "$@"
 `
 
 // installScript is the rest of Script, run by a shell that never had the
-// credential: $1 says whether the dotfiles' install script is due, the
-// other arguments are the program. It holds no single quote, since Script
-// passes it as one quoted word.
+// credential: $1 is the step (none; cloned or install after a first
+// start's clones; prebuilt or prebuilt-install in a prebuilt home), $2 the
+// checkout's directory, the other arguments are the program. Init and the
+// dotfiles' install script are user code and run here. A failure in a
+// first start empties the home, as a failed clone does; in a prebuilt
+// home it removes only the dotfiles, so the next attempt adds them again.
+// It holds no single quote, since Script passes it as one quoted word.
 const installScript = `
-if [ "$1" = install ]; then
+step=$1
+checkout=$2
+shift 2
+fail() {
+  status=$1
+  case "$step" in
+  prebuilt*)
+    echo "codehub: first start of a prebuilt home failed (status $status); the next attempt tries again" >&2
+    rm -rf "$HOME/.dotfiles"
+    ;;
+  *)
+    echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
+    find "$HOME" -mindepth 1 -delete
+    ;;
+  esac
+  exit "$status"
+}
+case "$step" in
+cloned|install)
+  if [ -n "$CODEHUB_INIT" ]; then
+    echo "codehub: running the template init commands in $HOME/$checkout" >&2
+    (cd "$HOME/$checkout" && /bin/sh -ec "$CODEHUB_INIT") >&2 || fail "$?"
+    if [ "$CODEHUB_PREBUILD" = 1 ]; then
+      printf %s "$checkout" > "$HOME/` + PrebuiltMarker + `" || fail "$?"
+    fi
+  fi
+  ;;
+esac
+case "$step" in
+install|prebuilt-install)
   for script in install.sh install bootstrap.sh setup.sh; do
     if [ -f "$HOME/.dotfiles/$script" ] && [ -x "$HOME/.dotfiles/$script" ]; then
       echo "codehub: running .dotfiles/$script" >&2
-      (cd "$HOME/.dotfiles" && "./$script") >&2
-      status=$?
-      if [ "$status" -ne 0 ]; then
-        echo "codehub: first start failed (status $status); the home is emptied for the next attempt" >&2
-        find "$HOME" -mindepth 1 -delete
-        exit "$status"
-      fi
+      (cd "$HOME/.dotfiles" && "./$script") >&2 || fail "$?"
       break
     fi
   done
-fi
-shift
+  ;;
+esac
+case "$step" in
+prebuilt*) rm -f "$HOME/` + PrebuiltMarker + `" ;;
+esac
+unset CODEHUB_INIT CODEHUB_PREBUILD
 if [ "$#" -gt 0 ]; then
   exec "$@"
 fi

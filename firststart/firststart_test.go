@@ -171,3 +171,119 @@ func TestCodehubHomeWinsOverHOME(t *testing.T) {
 		t.Errorf("the install script ran with HOME %q, %v; want %s", b, err, home)
 	}
 }
+
+// Init runs in the checkout after the clone, as user code (without the
+// credential); a prebuild's first start then marks the home prebuilt.
+func TestInitRunsAfterTheClone(t *testing.T) {
+	const token = "ghp_initToken7"
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	for _, prebuild := range []bool{false, true} {
+		home := t.TempDir()
+		env := []string{EnvRepository + "=" + repo, EnvGitToken + "=" + token,
+			EnvInit + "=echo built > out\nenv > init-env"}
+		if prebuild {
+			env = append(env, EnvPrebuild+"=1")
+		}
+		out, ok := run(t, home, env...)
+		if !ok {
+			t.Fatalf("first start (prebuild %v) failed:\n%s", prebuild, out)
+		}
+		if b, err := os.ReadFile(filepath.Join(home, "service", "out")); err != nil || string(b) != "built\n" {
+			t.Errorf("init did not run in the checkout: %q %v", b, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(home, "service", "init-env")); strings.Contains(string(b), token) {
+			t.Errorf("init saw the credential:\n%s", b)
+		}
+		marker, err := os.ReadFile(filepath.Join(home, PrebuiltMarker))
+		if prebuild != (err == nil) || (prebuild && string(marker) != "service") {
+			t.Errorf("prebuild %v: marker %q, %v", prebuild, marker, err)
+		}
+		if strings.Contains(out, EnvInit) || strings.Contains(out, EnvPrebuild) {
+			t.Errorf("the program sees the init variables:\n%s", out)
+		}
+	}
+}
+
+func TestFailedInitEmptiesHome(t *testing.T) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	home := t.TempDir()
+	out, ok := run(t, home, EnvRepository+"="+repo, EnvInit+"=echo one\nfalse\necho never > never", EnvPrebuild+"=1")
+	if ok || strings.Contains(out, "PATH=") {
+		t.Fatalf("a failed init started the program:\n%s", out)
+	}
+	if entries, _ := os.ReadDir(home); len(entries) != 0 {
+		t.Errorf("home keeps %d entries after a failed init", len(entries))
+	}
+}
+
+// prebuilt makes a prebuilt home of repo, as a prebuild's first start does.
+func prebuilt(t *testing.T, repo string) string {
+	t.Helper()
+	home := t.TempDir()
+	if out, ok := run(t, home, EnvRepository+"="+repo, EnvInit+"=echo built > out", EnvPrebuild+"=1"); !ok {
+		t.Fatalf("prebuild failed:\n%s", out)
+	}
+	return home
+}
+
+// The owner's first start of a prebuilt home brings the checkout up to
+// the branch, adds the owner's dotfiles, runs their install script and
+// not init, and removes the marker; a later start does none of it.
+func TestPrebuiltHomeFastForwardsAndAddsDotfiles(t *testing.T) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	dotfiles := testenv.BareRepo(t, "dots", map[string]string{"install.sh": "#!/bin/sh\necho once >> \"$HOME/installed\"\n"})
+	home := prebuilt(t, repo)
+	newer := testenv.PushCommit(t, repo, map[string]string{"NEWS": "pushed after the prebuild"})
+	env := []string{EnvRepository + "=" + repo, EnvDotfiles + "=" + dotfiles, EnvInit + "=echo again >> out"}
+	for range 2 {
+		if out, ok := run(t, home, env...); !ok {
+			t.Fatalf("start of the prebuilt home failed:\n%s", out)
+		}
+	}
+	head, err := exec.Command("git", "-C", filepath.Join(home, "service"), "rev-parse", "HEAD").Output()
+	if err != nil || strings.TrimSpace(string(head)) != newer {
+		t.Errorf("checkout at %s, want the pushed %s (%v)", head, newer, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(home, "service", "out")); string(b) != "built\n" {
+		t.Errorf("init ran again: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(home, "installed")); string(b) != "once\n" {
+		t.Errorf("install script ran %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(home, PrebuiltMarker)); !os.IsNotExist(err) {
+		t.Errorf("marker left: %v", err)
+	}
+}
+
+// A checkout that cannot fast-forward (a commit of its own) is left as it
+// is and the start goes on; a failing install script fails the start but
+// keeps the prebuilt home, and the next attempt adds the dotfiles again.
+func TestPrebuiltHomeNeverDiscards(t *testing.T) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	home := prebuilt(t, repo)
+	checkout := filepath.Join(home, "service")
+	if out, err := exec.Command("sh", "-c", "cd "+checkout+" && echo mine > MINE && git add MINE && git -c user.name=t -c user.email=t@e commit -qm mine").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	testenv.PushCommit(t, repo, map[string]string{"NEWS": "diverges"})
+	broken := testenv.BareRepo(t, "dots", map[string]string{"install.sh": "#!/bin/sh\nexit 3\n"})
+	out, ok := run(t, home, EnvRepository+"="+repo, EnvDotfiles+"="+broken)
+	if ok || !strings.Contains(out, "stays at the prebuild's commit") {
+		t.Fatalf("a failing install script started the program, or no word of the kept checkout:\n%s", out)
+	}
+	for _, f := range []string{"service/MINE", "service/out", PrebuiltMarker} {
+		if _, err := os.Stat(filepath.Join(home, f)); err != nil {
+			t.Errorf("%s lost: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, ".dotfiles")); !os.IsNotExist(err) {
+		t.Errorf("failed dotfiles kept: %v", err)
+	}
+	good := testenv.BareRepo(t, "dots2", map[string]string{"install.sh": "#!/bin/sh\ntouch \"$HOME/installed\"\n"})
+	if out, ok := run(t, home, EnvRepository+"="+repo, EnvDotfiles+"="+good); !ok {
+		t.Fatalf("the next attempt failed:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(home, "installed")); err != nil {
+		t.Errorf("next attempt did not install: %v", err)
+	}
+}

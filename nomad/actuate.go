@@ -246,9 +246,10 @@ func (b *Backend) workspaceItems(spec controller.WorkspaceSpec) (api.VariableIte
 		items[jobspecs.ItemAgentHostKey] = agent.EncodeHostKey(b.opts.Agent.HostKey(spec.WorkspaceID))
 	}
 	if spec.FirstStart() {
-		env := []jobspecs.EnvVar{{Name: firststart.EnvRepository, Value: spec.Repository}, {Name: firststart.EnvDotfiles, Value: spec.Dotfiles}}
-		if spec.GitToken != "" {
-			env = append(env, jobspecs.EnvVar{Name: firststart.EnvGitToken, Value: spec.GitToken})
+		var env []jobspecs.EnvVar
+		for _, kv := range firststart.Env(spec.Repository, spec.Dotfiles, spec.GitToken, spec.Init, spec.Prebuild) {
+			name, value, _ := strings.Cut(kv, "=")
+			env = append(env, jobspecs.EnvVar{Name: name, Value: value})
 		}
 		text, err := jobspecs.EnvFile(env)
 		if err != nil {

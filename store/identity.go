@@ -35,7 +35,7 @@ func CreateOIDCUser(ctx context.Context, q Querier, id, username, issuer, subjec
 // SetAdmin grants or withdraws administrator rights. The sessions stay;
 // they read the flag from the users row.
 func SetAdmin(ctx context.Context, q Querier, userID string, isAdmin bool) error {
-	tag, err := q.Exec(ctx, `UPDATE users SET is_admin = $2, updated_at = now() WHERE id = $1`, userID, isAdmin)
+	tag, err := q.Exec(ctx, `UPDATE users SET is_admin = $2, updated_at = now() WHERE id = $1`+notSystem, userID, isAdmin)
 	if err != nil {
 		return fmt.Errorf("set admin: %w", err)
 	}
@@ -49,7 +49,7 @@ func SetAdmin(ctx context.Context, q Querier, userID string, isAdmin bool) error
 // of the user (RevokeUserAccess) in the caller's transaction and returns
 // the ids of the tokens it revoked.
 func SetDisabled(ctx context.Context, q Querier, userID string, disabled bool) ([]string, error) {
-	tag, err := q.Exec(ctx, `UPDATE users SET disabled = $2, updated_at = now() WHERE id = $1`, userID, disabled)
+	tag, err := q.Exec(ctx, `UPDATE users SET disabled = $2, updated_at = now() WHERE id = $1`+notSystem, userID, disabled)
 	if err != nil {
 		return nil, fmt.Errorf("set disabled: %w", err)
 	}

@@ -46,6 +46,14 @@ func CreateUser(ctx context.Context, q Querier, id, username, passwordHash strin
 	return u, nil
 }
 
+// PrebuildOwnerID is the user that owns the workspaces building prebuilt
+// homes (migration 027). Nobody logs in as it, and user management does
+// not see it: it is found by id alone.
+const PrebuildOwnerID = "codehub-prebuilds"
+
+// notSystem excludes PrebuildOwnerID from a query of users.
+const notSystem = ` AND id <> '` + PrebuildOwnerID + `'`
+
 func oneUser(ctx context.Context, q Querier, where string, args ...any) (User, error) {
 	rows, err := q.Query(ctx, `SELECT `+userColumns+` FROM users WHERE `+where, args...)
 	if err != nil {
@@ -63,7 +71,7 @@ func oneUser(ctx context.Context, q Querier, where string, args ...any) (User, e
 
 // UserByUsername returns the user with that username or ErrNotFound.
 func UserByUsername(ctx context.Context, q Querier, username string) (User, error) {
-	return oneUser(ctx, q, `username = $1`, username)
+	return oneUser(ctx, q, `username = $1`+notSystem, username)
 }
 
 // UserByID returns the user with that id or ErrNotFound.
@@ -73,7 +81,7 @@ func UserByID(ctx context.Context, q Querier, id string) (User, error) {
 
 // ListUsers returns every user ordered by username.
 func ListUsers(ctx context.Context, q Querier) ([]User, error) {
-	rows, err := q.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY username`)
+	rows, err := q.Query(ctx, `SELECT `+userColumns+` FROM users WHERE true`+notSystem+` ORDER BY username`)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
@@ -87,7 +95,7 @@ func ListUsers(ctx context.Context, q Querier) ([]User, error) {
 // CountUsers returns how many users exist.
 func CountUsers(ctx context.Context, q Querier) (int, error) {
 	var n int
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM users`).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM users WHERE true`+notSystem).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count users: %w", err)
 	}
 	return n, nil
@@ -104,7 +112,7 @@ var ErrSingleSignOn = errors.New("store: user signs in through single sign-on")
 func SetPassword(ctx context.Context, q Querier, username, passwordHash string) error {
 	var id string
 	err := q.QueryRow(ctx, `UPDATE users SET password_hash = $2, failed_logins = 0, locked_until = NULL, updated_at = now()
-		WHERE username = $1 AND oidc_subject IS NULL RETURNING id`, username, passwordHash).Scan(&id)
+		WHERE username = $1 AND oidc_subject IS NULL`+notSystem+` RETURNING id`, username, passwordHash).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err := UserByUsername(ctx, q, username); err == nil {
 			return ErrSingleSignOn
@@ -127,7 +135,7 @@ func SetPassword(ctx context.Context, q Querier, username, passwordHash string) 
 // owns workspaces (even deleted ones, whose archives GC may still need) is
 // refused by the foreign key; the error wraps ErrConflict then.
 func DeleteUser(ctx context.Context, q Querier, username string) error {
-	tag, err := q.Exec(ctx, `DELETE FROM users WHERE username = $1`, username)
+	tag, err := q.Exec(ctx, `DELETE FROM users WHERE username = $1`+notSystem, username)
 	if isForeignKeyViolation(err) {
 		return fmt.Errorf("user %s still owns workspaces: %w", username, ErrConflict)
 	}

@@ -19,7 +19,8 @@ const WorkspaceColumns = `id, owner_id, name, description, image, desired_state,
 	op_id, op_started_at, op_attempt, op_backup, conditions, archive_key, archived_at, restore_marker, run_id, archive_run_id, previous_run_id, error_reason,
 	error_message, error_count, next_attempt_at, observed_at, phase_changed_at, last_access_at,
 	standby_ttl, archive_ttl, desired_by, desired_at, keep_until, autostart_days, autostart_at, autostart_tz,
-	autostart_done, version, created_at, updated_at, deleted_at, template, template_version, parameters`
+	autostart_done, version, created_at, updated_at, deleted_at, template, template_version, parameters,
+	prebuild_of, from_prebuild`
 
 func collectOne[T any](rows pgx.Rows, err error) (T, error) {
 	var zero T
@@ -115,15 +116,20 @@ type NewWorkspace struct {
 	// StandbyTTL and ArchiveTTL are the workspace's own timers; nil
 	// keeps the operator's defaults.
 	StandbyTTL, ArchiveTTL *time.Duration
+	// ArchiveKey, for a workspace that starts from a prebuilt home, is
+	// that home's archive (FromPrebuild names the prebuild); PrebuildOf
+	// names the prebuild a builder workspace makes.
+	ArchiveKey               *string
+	FromPrebuild, PrebuildOf *string
 }
 
 // InsertWorkspace inserts a workspace and returns the stored row.
 func InsertWorkspace[T any](ctx context.Context, q Querier, w NewWorkspace) (T, error) {
 	return collectOne[T](q.Query(ctx, `INSERT INTO workspaces (id, owner_id, name, description, image, desired_state,
-			template, template_version, parameters, standby_ttl, archive_ttl)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING `+WorkspaceColumns,
+			template, template_version, parameters, standby_ttl, archive_ttl, archive_key, from_prebuild, prebuild_of)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING `+WorkspaceColumns,
 		w.ID, w.OwnerID, w.Name, w.Description, w.Image, w.DesiredState,
-		w.Template, w.TemplateVersion, w.Parameters, w.StandbyTTL, w.ArchiveTTL))
+		w.Template, w.TemplateVersion, w.Parameters, w.StandbyTTL, w.ArchiveTTL, w.ArchiveKey, w.FromPrebuild, w.PrebuildOf))
 }
 
 // UpdateWorkspaceMeta changes name and/or description (nil: unchanged).
@@ -273,6 +279,24 @@ func ListArchiveOwners[T any](ctx context.Context, q Querier, deletedBefore time
 		   OR (deleted_at < $1 AND phase IN ('DELETED', 'ERROR')
 		       AND NOT EXISTS (SELECT 1 FROM archives_collected c WHERE c.workspace_id = w.id))
 		ORDER BY id`, deletedBefore))
+}
+
+// ReferencedArchives lists the archives of workspace owner (keys under its
+// prefix) that something besides owner needs: a READY prebuild's home,
+// and one other live workspaces started from and restore, or have yet to.
+func ReferencedArchives(ctx context.Context, q Querier, owner string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT archive_key FROM workspaces
+		WHERE deleted_at IS NULL AND id <> $1 AND starts_with(archive_key, 'archives/' || $1 || '/')
+		UNION
+		SELECT archive_key FROM prebuilds WHERE status = 'READY' AND starts_with(archive_key, 'archives/' || $1 || '/')`, owner)
+	if err != nil {
+		return nil, fmt.Errorf("archives of %s in use: %w", owner, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("archives of %s in use: %w", owner, err)
+	}
+	return keys, nil
 }
 
 // GetWorkspace returns a workspace row, deleted or not.

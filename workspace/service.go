@@ -227,6 +227,15 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 			return err
 		}
 		row.DesiredState = string(desired)
+		t, _ := s.template(row.Template)
+		values, _ := row.Parameters.(map[string]any)
+		pb, err := prebuiltHome(ctx, tx, t, values)
+		if err != nil {
+			return err
+		}
+		if pb != nil {
+			row.ArchiveKey, row.FromPrebuild = pb.ArchiveKey, &pb.ID
+		}
 		c.Workspace, err = store.InsertWorkspace[Workspace](ctx, tx, row)
 		return err
 	})
@@ -238,7 +247,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 	case err != nil:
 		return Created{}, fmt.Errorf("create workspace: %w", err)
 	}
-	s.logger.Info("workspace created", "workspace_id", c.ID, "owner_id", c.OwnerID, "template", c.Template, "image", s.Image(c.Workspace), "desired", c.DesiredState)
+	s.logger.Info("workspace created", "workspace_id", c.ID, "owner_id", c.OwnerID, "template", c.Template, "image", s.Image(c.Workspace), "desired", c.DesiredState,
+		"prebuild", deref(c.FromPrebuild))
 	return c, nil
 }
 
@@ -641,6 +651,12 @@ func (s *Service) ArchiveOwners(ctx context.Context, deletedBefore time.Time) ([
 		return nil, fmt.Errorf("list archive owners: %w", err)
 	}
 	return ws, nil
+}
+
+// ReferencedArchives lists the archives of workspace owner that other
+// live workspaces point to (they started from a prebuilt home it holds).
+func (s *Service) ReferencedArchives(ctx context.Context, owner string) ([]string, error) {
+	return store.ReferencedArchives(ctx, s.pool, owner)
 }
 
 // Reread returns the current row of a workspace, deleted or not, for a

@@ -41,6 +41,9 @@ const (
 	// CauseAdmin: an administrator stopped or archived another user's
 	// workspace.
 	CauseAdmin Cause = "admin"
+	// CausePrebuild: the prebuild runner archived a builder whose home is
+	// prebuilt.
+	CausePrebuild Cause = "prebuild"
 )
 
 // Operation is the single in-flight transition of a workspace.
@@ -180,6 +183,10 @@ type Workspace struct {
 	Template        string         `db:"template"`
 	TemplateVersion string         `db:"template_version"`
 	Parameters      map[string]any `db:"parameters"`
+	// PrebuildOf names the prebuild this workspace builds; FromPrebuild
+	// the prebuild whose home it started from (docs/templates.md).
+	PrebuildOf   *string `db:"prebuild_of"`
+	FromPrebuild *string `db:"from_prebuild"`
 }
 
 // MarshalJSON keeps the conditions map non-nil in JSON.

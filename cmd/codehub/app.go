@@ -216,6 +216,9 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			ArchiveTTL: cfg.Workspace.ArchiveTTL,
 			Metrics:    engineMetrics,
 		}),
+		controller.NewPrebuildRunner(logger.Named("prebuild"), d.pool, svc, cfg, controller.PrebuildConfig{
+			Interval: cfg.Coordinator.IdleInterval,
+		}),
 		controller.NewGCRunner(logger.Named("gc"), svc, archives, controller.GCConfig{
 			Interval:     cfg.GC.Interval,
 			KeepArchives: cfg.GC.KeepArchives,

@@ -65,3 +65,28 @@ out="$HOME/probe"
   echo "probe done"
 } > "$out" 2>&1
 `
+
+// PushCommit adds a commit writing files to main of the bare repository
+// at url (from BareRepo) and returns its hash.
+func PushCommit(t testing.TB, url string, files map[string]string) string {
+	t.Helper()
+	work := filepath.Join(t.TempDir(), "work")
+	git := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("clone", "--quiet", url, work)
+	for f, content := range files {
+		if err := os.WriteFile(filepath.Join(work, f), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git("-C", work, "add", ".")
+	git("-C", work, "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "--quiet", "-m", "more")
+	git("-C", work, "push", "--quiet", "origin", "main")
+	return git("-C", work, "rev-parse", "HEAD")
+}

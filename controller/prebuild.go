@@ -1,0 +1,387 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/store"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+// PrebuildConfig configures the prebuild runner.
+type PrebuildConfig struct {
+	// Interval is how often it looks at the prebuilds.
+	Interval time.Duration
+	// MaxBuilding bounds the prebuilds building at once, all templates
+	// together; a template builds one at a time.
+	MaxBuilding int
+	// BuildTimeout fails a build that has not made its home by then.
+	BuildTimeout time.Duration
+	// KeepFailed is how many failed prebuilds of a template stay listed.
+	KeepFailed int
+}
+
+// Prebuild runner defaults.
+const (
+	DefaultPrebuildMaxBuilding  = 2
+	DefaultPrebuildBuildTimeout = time.Hour
+	DefaultPrebuildKeepFailed   = 3
+)
+
+// PrebuildTemplates are the configured templates; *config.Config is one.
+type PrebuildTemplates interface {
+	TemplateNames() []string
+	Template(name string) (*config.Template, bool)
+}
+
+// PrebuildWorkspaces is what the prebuild runner needs of the workspace
+// service: it builds each prebuilt home in a workspace of its own.
+type PrebuildWorkspaces interface {
+	CreateBuilder(ctx context.Context, template, id string) (workspace.Workspace, error)
+	Reread(ctx context.Context, id string) (workspace.Workspace, error)
+	SetDesired(ctx context.Context, id string, desired workspace.DesiredState, by workspace.Cause) (workspace.Workspace, error)
+	Delete(ctx context.Context, id string) error
+}
+
+// PrebuildRunner keeps each template's prebuilt homes (docs/templates.md,
+// "Prebuilt homes"): it starts a build when a template's version has none,
+// when its schedule says, or when an admin asks; archives a builder once
+// its first start (clone and init) is done; records the archive as the
+// prebuild, or the failure; and drops what the template's retention does
+// not keep. Each pass reads everything, plans (planPrebuilds, pure), then
+// acts. It runs on the leader only.
+type PrebuildRunner struct {
+	logger    hclog.Logger
+	pool      store.Querier
+	svc       PrebuildWorkspaces
+	templates PrebuildTemplates
+	cfg       PrebuildConfig
+	now       func() time.Time
+}
+
+// NewPrebuildRunner returns a prebuild runner.
+func NewPrebuildRunner(logger hclog.Logger, pool store.Querier, svc PrebuildWorkspaces, templates PrebuildTemplates, cfg PrebuildConfig) *PrebuildRunner {
+	if cfg.MaxBuilding <= 0 {
+		cfg.MaxBuilding = DefaultPrebuildMaxBuilding
+	}
+	if cfg.BuildTimeout <= 0 {
+		cfg.BuildTimeout = DefaultPrebuildBuildTimeout
+	}
+	if cfg.KeepFailed <= 0 {
+		cfg.KeepFailed = DefaultPrebuildKeepFailed
+	}
+	return &PrebuildRunner{logger: logger, pool: pool, svc: svc, templates: templates, cfg: cfg, now: time.Now}
+}
+
+// Run runs a pass every interval until ctx ends; a failed pass is logged
+// and retried at the next.
+func (r *PrebuildRunner) Run(ctx context.Context) error {
+	ticker := time.NewTicker(r.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			r.logger.Warn("prebuild pass failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// prebuildKind is what the runner does to one prebuild.
+type prebuildKind string
+
+const (
+	// prebuildBuild starts a build (of a request, or a new one).
+	prebuildBuild prebuildKind = "build"
+	// prebuildArchive asks a builder whose home is prebuilt to archive.
+	prebuildArchive prebuildKind = "archive"
+	// prebuildReady records the builder's archive as the prebuilt home.
+	prebuildReady prebuildKind = "ready"
+	// prebuildFail records why a build failed and deletes its builder.
+	prebuildFail prebuildKind = "fail"
+	// prebuildDrop forgets a prebuild retention does not keep, and
+	// deletes its builder (GC collects its archive once no workspace
+	// points to it).
+	prebuildDrop prebuildKind = "drop"
+)
+
+// prebuildAction is one step of a plan.
+type prebuildAction struct {
+	Kind        prebuildKind
+	PrebuildID  string
+	Template    string
+	WorkspaceID string
+	ArchiveKey  string
+	Message     string
+}
+
+// prebuildTemplate is a configured template with prebuilds.
+type prebuildTemplate struct {
+	Name, Version string
+	Every         time.Duration
+	Keep          int
+}
+
+// prebuildRow is a prebuild with its builder as read this pass (nil when
+// none, or deleted).
+type prebuildRow struct {
+	store.Prebuild
+	Builder *workspace.Workspace
+}
+
+// planPrebuilds decides a pass. rows are every prebuild, each template's
+// newest first.
+func planPrebuilds(templates []prebuildTemplate, rows []prebuildRow, now time.Time, cfg PrebuildConfig) []prebuildAction {
+	var out []prebuildAction
+	byTemplate := map[string][]prebuildRow{}
+	for _, r := range rows {
+		byTemplate[r.Template] = append(byTemplate[r.Template], r)
+	}
+	configured := map[string]bool{}
+	building := 0
+	for _, r := range rows {
+		if r.Status == store.PrebuildBuilding {
+			building++
+		}
+	}
+	for _, t := range templates {
+		configured[t.Name] = true
+		acts, starts := planTemplate(t, byTemplate[t.Name], now, cfg, building < cfg.MaxBuilding)
+		building += starts
+		out = append(out, acts...)
+	}
+	for _, r := range rows {
+		if !configured[r.Template] {
+			out = append(out, drop(r, "its template has no prebuilds any more"))
+		}
+	}
+	return out
+}
+
+// planTemplate plans one template's prebuilds; mayStart says whether a
+// build may begin (the bound on builds at once). It returns how many
+// builds it starts.
+func planTemplate(t prebuildTemplate, rows []prebuildRow, now time.Time, cfg PrebuildConfig, mayStart bool) ([]prebuildAction, int) {
+	var out []prebuildAction
+	var requested *prebuildRow
+	var lastAttempt *prebuildRow // newest READY or FAILED of the current version
+	buildingNow, readyKept, failedKept, haveReady := false, 0, 0, false
+	for i := range rows {
+		r := &rows[i]
+		switch r.Status {
+		case store.PrebuildBuilding:
+			buildingNow = true
+			out = append(out, planBuilding(*r, now, cfg)...)
+		case store.PrebuildRequested:
+			if requested == nil {
+				requested = r
+			}
+		case store.PrebuildReady:
+			if r.Version == t.Version {
+				haveReady = true
+			}
+			if lastAttempt == nil && r.Version == t.Version {
+				lastAttempt = r
+			}
+		case store.PrebuildFailed:
+			if lastAttempt == nil && r.Version == t.Version {
+				lastAttempt = r
+			}
+		}
+	}
+	// Retention: the newest Keep homes of the current version; those of
+	// other versions only until the current one has one (a template
+	// changed back finds its homes again meanwhile).
+	for _, r := range rows {
+		switch r.Status {
+		case store.PrebuildReady:
+			if r.Version == t.Version {
+				readyKept++
+				if readyKept > t.Keep {
+					out = append(out, drop(r, "older than the template's newest kept"))
+				}
+			} else if haveReady {
+				out = append(out, drop(r, "made from another version of the template"))
+			}
+		case store.PrebuildFailed:
+			failedKept++
+			if failedKept > cfg.KeepFailed {
+				out = append(out, drop(r, "an old failure"))
+			}
+		}
+	}
+	if buildingNow || !mayStart {
+		return out, 0
+	}
+	due := requested != nil || lastAttempt == nil ||
+		(t.Every > 0 && lastAttempt.FinishedAt != nil && now.Sub(*lastAttempt.FinishedAt) >= t.Every)
+	if !due {
+		return out, 0
+	}
+	a := prebuildAction{Kind: prebuildBuild, Template: t.Name}
+	if requested != nil {
+		a.PrebuildID = requested.ID
+	}
+	return append(out, a), 1
+}
+
+// planBuilding follows one build through its builder workspace.
+func planBuilding(r prebuildRow, now time.Time, cfg PrebuildConfig) []prebuildAction {
+	w := r.Builder
+	fail := func(msg string) []prebuildAction {
+		a := prebuildAction{Kind: prebuildFail, PrebuildID: r.ID, Template: r.Template, Message: msg}
+		if w != nil {
+			a.WorkspaceID = w.ID
+		}
+		return []prebuildAction{a}
+	}
+	switch {
+	case w == nil:
+		return fail("its builder workspace was deleted")
+	case w.Phase == workspace.PhaseError || builderStartFailed(*w):
+		msg := "the build failed"
+		if w.ErrorMessage != nil {
+			msg = *w.ErrorMessage
+		} else if w.ErrorReason != nil {
+			msg = *w.ErrorReason
+		}
+		return fail(msg)
+	case w.Phase == workspace.PhaseArchived && w.DesiredState == workspace.DesiredArchived && w.ArchiveKey != nil:
+		return []prebuildAction{{Kind: prebuildReady, PrebuildID: r.ID, Template: r.Template, WorkspaceID: w.ID, ArchiveKey: *w.ArchiveKey}}
+	case r.StartedAt != nil && now.Sub(*r.StartedAt) > cfg.BuildTimeout:
+		return fail(fmt.Sprintf("no prebuilt home after %s", cfg.BuildTimeout))
+	case w.Operation == workspace.OpNone && w.DesiredState == workspace.DesiredRunning && w.Phase == workspace.PhaseRunning,
+		w.Operation == workspace.OpNone && w.DesiredState == workspace.DesiredStandby && w.DesiredBy == workspace.CauseIdle:
+		// The first start (clone, init) is done, the program ran: the
+		// home is prebuilt. (The idle stop stops only what ran.)
+		return []prebuildAction{{Kind: prebuildArchive, PrebuildID: r.ID, Template: r.Template, WorkspaceID: w.ID}}
+	}
+	return nil
+}
+
+// builderStartFailed reports a builder whose start failed: its program,
+// or the first start in front of it (the clone, init), exited. That does
+// not change by trying again, so the build fails at once, saying why;
+// other failures (placement, the backend) are retried as for any
+// workspace, until the workspace is in ERROR.
+func builderStartFailed(w workspace.Workspace) bool {
+	return w.Phase != workspace.PhaseRunning && w.ErrorCount > 0 && w.ErrorReason != nil && *w.ErrorReason == workspace.ReasonStartFailed
+}
+
+func drop(r prebuildRow, why string) prebuildAction {
+	a := prebuildAction{Kind: prebuildDrop, PrebuildID: r.ID, Template: r.Template, Message: why}
+	if r.Builder != nil {
+		a.WorkspaceID = r.Builder.ID
+	}
+	return a
+}
+
+// PrebuildResult reports one pass: the actions taken.
+type PrebuildResult struct {
+	Actions []prebuildAction
+}
+
+// RunOnce reads the prebuilds and their builders, plans and acts. An
+// action that fails is logged and left for the next pass; the others go
+// on.
+func (r *PrebuildRunner) RunOnce(ctx context.Context) (PrebuildResult, error) {
+	var templates []prebuildTemplate
+	for _, name := range r.templates.TemplateNames() {
+		t, ok := r.templates.Template(name)
+		if !ok || t.Prebuild == nil {
+			continue
+		}
+		templates = append(templates, prebuildTemplate{Name: name, Version: t.Version(), Every: t.Prebuild.Every, Keep: t.Prebuild.Keep})
+	}
+	list, err := store.ListPrebuilds(ctx, r.pool)
+	if err != nil {
+		return PrebuildResult{}, err
+	}
+	rows := make([]prebuildRow, 0, len(list))
+	for _, p := range list {
+		row := prebuildRow{Prebuild: p}
+		if p.WorkspaceID != nil {
+			w, err := r.svc.Reread(ctx, *p.WorkspaceID)
+			switch {
+			case errors.Is(err, workspace.ErrNotFound):
+			case err != nil:
+				return PrebuildResult{}, err
+			case w.DeletedAt == nil:
+				row.Builder = &w
+			}
+		}
+		rows = append(rows, row)
+	}
+	plan := planPrebuilds(templates, rows, r.now(), r.cfg)
+	var res PrebuildResult
+	for _, a := range plan {
+		if err := r.act(ctx, a); err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			r.logger.Warn("prebuild action failed", "action", a.Kind, "prebuild_id", a.PrebuildID, "template", a.Template, "error", err)
+			continue
+		}
+		res.Actions = append(res.Actions, a)
+	}
+	return res, nil
+}
+
+func (r *PrebuildRunner) act(ctx context.Context, a prebuildAction) error {
+	log := r.logger.With("prebuild_id", a.PrebuildID, "template", a.Template)
+	switch a.Kind {
+	case prebuildBuild:
+		id := a.PrebuildID
+		if id == "" {
+			id = workspace.NewID()
+		}
+		_, err := r.svc.CreateBuilder(ctx, a.Template, id)
+		return err
+	case prebuildArchive:
+		if _, err := r.svc.SetDesired(ctx, a.WorkspaceID, workspace.DesiredArchived, workspace.CausePrebuild); err != nil {
+			return err
+		}
+		log.Info("prebuilt home made; archiving it", "workspace_id", a.WorkspaceID)
+	case prebuildReady:
+		key := a.ArchiveKey
+		if err := store.FinishPrebuild(ctx, r.pool, a.PrebuildID, &key, ""); err != nil {
+			return err
+		}
+		log.Info("prebuild ready", "archive_key", key)
+	case prebuildFail:
+		if err := store.FinishPrebuild(ctx, r.pool, a.PrebuildID, nil, a.Message); err != nil {
+			return err
+		}
+		log.Warn("prebuild failed", "why", a.Message, "workspace_id", a.WorkspaceID)
+		return r.deleteBuilder(ctx, a.WorkspaceID)
+	case prebuildDrop:
+		if err := r.deleteBuilder(ctx, a.WorkspaceID); err != nil {
+			return err
+		}
+		if err := store.DeletePrebuild(ctx, r.pool, a.PrebuildID); err != nil {
+			return err
+		}
+		log.Info("prebuild dropped", "why", a.Message)
+	default:
+		return fmt.Errorf("unknown prebuild action %q", a.Kind)
+	}
+	return nil
+}
+
+func (r *PrebuildRunner) deleteBuilder(ctx context.Context, id string) error {
+	if id == "" {
+		return nil
+	}
+	if err := r.svc.Delete(ctx, id); err != nil && !errors.Is(err, workspace.ErrNotFound) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/codehub-io/codehub/store"
+	"github.com/codehub-io/codehub/workspace"
+)
+
+func TestPlanPrebuilds(t *testing.T) {
+	now := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	at := func(ago time.Duration) *time.Time { v := now.Add(-ago); return &v }
+	cfg := PrebuildConfig{MaxBuilding: 2, BuildTimeout: time.Hour, KeepFailed: 2}
+	tmpl := prebuildTemplate{Name: "web", Version: "v2", Keep: 2}
+	daily := tmpl
+	daily.Every = 24 * time.Hour
+	builder := func(phase workspace.Phase, desired workspace.DesiredState, op workspace.Operation) *workspace.Workspace {
+		return &workspace.Workspace{ID: "ws-b", Phase: phase, DesiredState: desired, Operation: op}
+	}
+	row := func(id, status, version string, finished *time.Time, b *workspace.Workspace) prebuildRow {
+		r := prebuildRow{Prebuild: store.Prebuild{ID: id, Template: "web", Status: status, Version: version, FinishedAt: finished, StartedAt: at(10 * time.Minute)}, Builder: b}
+		if b != nil {
+			r.WorkspaceID = &b.ID
+		}
+		return r
+	}
+	key := "archives/ws-b/op/home.tar.zst"
+	archived := builder(workspace.PhaseArchived, workspace.DesiredArchived, workspace.OpNone)
+	archived.ArchiveKey = &key
+	failedWS := builder(workspace.PhaseError, workspace.DesiredRunning, workspace.OpNone)
+	msg := "first start failed: npm ci exited 1"
+	failedWS.ErrorMessage = &msg
+
+	type want struct {
+		kind prebuildKind
+		id   string
+	}
+	for _, c := range []struct {
+		name      string
+		templates []prebuildTemplate
+		rows      []prebuildRow
+		cfg       PrebuildConfig
+		want      []want
+	}{
+		{"a new template builds", []prebuildTemplate{tmpl}, nil, cfg, []want{{prebuildBuild, ""}}},
+		{"a request builds under its id", []prebuildTemplate{tmpl}, []prebuildRow{row("r", store.PrebuildRequested, "v2", nil, nil), row("a", store.PrebuildReady, "v2", at(time.Hour), nil)}, cfg, []want{{prebuildBuild, "r"}}},
+		{"one build at a time per template", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting)), row("r", store.PrebuildRequested, "v2", nil, nil)}, cfg, nil},
+		{"the bound on builds holds across templates", []prebuildTemplate{tmpl, {Name: "api", Version: "v1", Keep: 1}}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting))}, PrebuildConfig{MaxBuilding: 1, BuildTimeout: time.Hour, KeepFailed: 2}, nil},
+		{"a running builder is archived", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseRunning, workspace.DesiredRunning, workspace.OpNone))}, cfg, []want{{prebuildArchive, "b"}}},
+		{"a builder the idle stop stopped is archived", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, func() *workspace.Workspace {
+			w := builder(workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone)
+			w.DesiredBy = workspace.CauseIdle
+			return w
+		}())}, cfg, []want{{prebuildArchive, "b"}}},
+		{"a builder whose start failed fails the build at once", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, func() *workspace.Workspace {
+			w := builder(workspace.PhaseStandby, workspace.DesiredRunning, workspace.OpNone)
+			reason := workspace.ReasonStartFailed
+			w.ErrorReason, w.ErrorMessage, w.ErrorCount = &reason, &msg, 1
+			return w
+		}())}, cfg, []want{{prebuildFail, "b"}}},
+		{"a builder whose placement failed is retried", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, func() *workspace.Workspace {
+			w := builder(workspace.PhaseStandby, workspace.DesiredRunning, workspace.OpNone)
+			reason := workspace.ReasonUnschedulable
+			w.ErrorReason, w.ErrorCount = &reason, 1
+			return w
+		}())}, cfg, nil},
+		{"a builder archiving waits", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseRunning, workspace.DesiredArchived, workspace.OpArchiving))}, cfg, nil},
+		{"an archived builder is ready", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, archived)}, cfg, []want{{prebuildReady, "b"}}},
+		{"a builder in error fails the build", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, failedWS)}, cfg, []want{{prebuildFail, "b"}}},
+		{"a deleted builder fails the build", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, nil)}, cfg, []want{{prebuildFail, "b"}}},
+		{"a failure is not retried by itself", []prebuildTemplate{tmpl}, []prebuildRow{row("f", store.PrebuildFailed, "v2", at(time.Minute), nil), row("a", store.PrebuildReady, "v2", at(time.Hour), nil)}, cfg, nil},
+		{"a failure is retried at the schedule", []prebuildTemplate{daily}, []prebuildRow{row("f", store.PrebuildFailed, "v2", at(25*time.Hour), nil)}, cfg, []want{{prebuildBuild, ""}}},
+		{"fresh enough: nothing", []prebuildTemplate{daily}, []prebuildRow{row("a", store.PrebuildReady, "v2", at(time.Hour), nil)}, cfg, nil},
+		{"stale: rebuild", []prebuildTemplate{daily}, []prebuildRow{row("a", store.PrebuildReady, "v2", at(25*time.Hour), nil)}, cfg, []want{{prebuildBuild, ""}}},
+		{"a new version builds", []prebuildTemplate{tmpl}, []prebuildRow{row("o", store.PrebuildReady, "v1", at(time.Hour), nil)}, cfg, []want{{prebuildBuild, ""}}},
+		{"the old version goes once the new is ready", []prebuildTemplate{tmpl}, []prebuildRow{row("n", store.PrebuildReady, "v2", at(time.Minute), nil), row("o", store.PrebuildReady, "v1", at(time.Hour), nil)}, cfg, []want{{prebuildDrop, "o"}}},
+		{"retention keeps the newest", []prebuildTemplate{tmpl}, []prebuildRow{row("c", store.PrebuildReady, "v2", at(time.Minute), nil), row("b", store.PrebuildReady, "v2", at(time.Hour), nil), row("a", store.PrebuildReady, "v2", at(2*time.Hour), archived)}, cfg, []want{{prebuildDrop, "a"}}},
+		{"old failures go", []prebuildTemplate{tmpl}, []prebuildRow{row("r", store.PrebuildReady, "v2", at(time.Minute), nil), row("f3", store.PrebuildFailed, "v2", at(time.Hour), nil), row("f2", store.PrebuildFailed, "v2", at(2*time.Hour), nil), row("f1", store.PrebuildFailed, "v2", at(3*time.Hour), nil)}, cfg, []want{{prebuildDrop, "f1"}}},
+		{"a template without prebuilds drops them", nil, []prebuildRow{row("a", store.PrebuildReady, "v2", at(time.Hour), archived)}, cfg, []want{{prebuildDrop, "a"}}},
+		{"a build past its timeout fails", []prebuildTemplate{tmpl}, []prebuildRow{func() prebuildRow {
+			r := row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting))
+			r.StartedAt = at(2 * time.Hour)
+			return r
+		}()}, cfg, []want{{prebuildFail, "b"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []want
+			for _, a := range planPrebuilds(c.templates, c.rows, now, c.cfg) {
+				got = append(got, want{a.Kind, a.PrebuildID})
+				if a.Kind == prebuildReady && a.ArchiveKey != key {
+					t.Errorf("ready with key %q", a.ArchiveKey)
+				}
+				if a.Kind == prebuildFail && a.PrebuildID == "b" && c.rows[0].Builder == failedWS && a.Message != msg {
+					t.Errorf("failure says %q", a.Message)
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("plan %v, want %v", got, c.want)
+			}
+		})
+	}
+}

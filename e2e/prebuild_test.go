@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codehub-io/codehub/internal/testenv"
+)
+
+type apiPrebuild struct {
+	ID, Template, Version, Status, Error string
+	WorkspaceID                          *string `json:"workspace_id"`
+	ArchiveKey                           *string `json:"archive_key"`
+}
+
+type apiTemplateUsage struct {
+	Prebuilds []apiPrebuild
+}
+
+// prebuilds lists the prebuilds of template, newest first.
+func (c *apiClient) prebuilds(template string) []apiPrebuild {
+	c.tb.Helper()
+	var u apiTemplateUsage
+	if code := c.do("GET", "/api/v1/admin/templates", nil, &u); code != http.StatusOK {
+		c.tb.Fatalf("admin templates: %d", code)
+	}
+	var out []apiPrebuild
+	for _, p := range u.Prebuilds {
+		if p.Template == template {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// awaitPrebuild waits until prebuild id (the newest one when id is empty)
+// of template is READY or FAILED, and returns it.
+func awaitPrebuild(t *testing.T, c *apiClient, template, id string, within time.Duration) apiPrebuild {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		for _, p := range c.prebuilds(template) {
+			if (id == "" || p.ID == id) && (p.Status == "READY" || p.Status == "FAILED") {
+				return p
+			}
+			if id == "" {
+				break
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("prebuild %q of %s not done within %s: %+v", id, template, within, c.prebuilds(template))
+	return apiPrebuild{}
+}
+
+type prebuildWorkspace struct {
+	ID           string  `json:"id"`
+	FromPrebuild *string `json:"from_prebuild"`
+}
+
+func (c *apiClient) createFrom(name, template string, params map[string]any) prebuildWorkspace {
+	c.tb.Helper()
+	var ws prebuildWorkspace
+	body := map[string]any{"name": name, "template": template}
+	if params != nil {
+		body["parameters"] = params
+	}
+	if code := c.do("POST", "/api/v1/workspaces", body, &ws); code != http.StatusCreated {
+		c.tb.Fatalf("create %s: %d", name, code)
+	}
+	return ws
+}
+
+// prebuildTemplate is a template whose prebuild runs the repository's own
+// build script, so that a commit can break it.
+func prebuildTemplate(repo string) string {
+	return fmt.Sprintf(`template "service" {
+  repository_parameter = "repo"
+  parameter "repo" {
+    default = %q
+  }
+  prebuild {
+    init = ["sh ./build.sh"]
+  }
+}
+`, repo)
+}
+
+const buildScript = "#!/bin/sh\nset -e\ngit rev-parse HEAD > built-at\necho built\n"
+
+// gitHead is the commit checked out in dir.
+func gitHead(t *testing.T, dir string) string {
+	t.Helper()
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse in %s: %v", dir, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestPrebuiltHomes takes a template with a prebuild through what users
+// and admins see, on the single-machine backend, from an HCL file: the
+// prebuild runs by itself and is listed READY; a new workspace with the
+// default parameters starts from it, with init's output there and its
+// checkout fast-forwarded to a commit pushed after the prebuild; other
+// parameters clone and run init at the first start; an admin's rebuild
+// that fails says why and leaves the last good prebuild in use.
+func TestPrebuiltHomes(t *testing.T) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
+	cfg := localConfig(t)
+	cfg.maxRunning = 3
+	cfg.workspace = prebuildTemplate(repo)
+	srv := startServer(t, cfg)
+	c := login(t, srv)
+	home := func(id string) string { return filepath.Join(srv.dataDir, "volumes", "ws-"+id+"-home") }
+
+	began := time.Now()
+	first := awaitPrebuild(t, c, "service", "", 3*time.Minute)
+	if first.Status != "READY" || first.ArchiveKey == nil {
+		t.Fatalf("first prebuild: %+v", first)
+	}
+	t.Logf("prebuild %s ready after %s: %s", first.ID, time.Since(began).Round(time.Millisecond), *first.ArchiveKey)
+	built := testenv.PushCommit(t, repo, map[string]string{"NEWS": "after the prebuild"})
+
+	ws := c.createFrom("prebuilt", "service", nil)
+	if ws.FromPrebuild == nil || *ws.FromPrebuild != first.ID {
+		t.Fatalf("a workspace with the defaults did not start from prebuild %s: %+v", first.ID, ws)
+	}
+	c.settle(ws.ID, "RUNNING", time.Now())
+	checkout := filepath.Join(home(ws.ID), "service")
+	if head := gitHead(t, checkout); head != built {
+		t.Errorf("checkout at %s, want the commit pushed after the prebuild %s", head, built)
+	}
+	if at := readFile(t, filepath.Join(checkout, "built-at")); at == built || at == "" {
+		t.Errorf("init's output %q: want the prebuild's, made before %s", at, built)
+	}
+	if _, err := os.Stat(filepath.Join(home(ws.ID), ".codehub-prebuilt")); !os.IsNotExist(err) {
+		t.Errorf("the prebuilt marker is still in the home: %v", err)
+	}
+
+	other := testenv.BareRepo(t, "other", map[string]string{"build.sh": buildScript})
+	cold := c.createFrom("cold", "service", map[string]any{"repo": other})
+	if cold.FromPrebuild != nil {
+		t.Errorf("a workspace of other parameters started from a prebuild: %+v", cold)
+	}
+	c.settle(cold.ID, "RUNNING", time.Now())
+	otherCheckout := filepath.Join(home(cold.ID), "other")
+	if at := readFile(t, filepath.Join(otherCheckout, "built-at")); at != gitHead(t, otherCheckout) {
+		t.Errorf("the cold start's init built %q", at)
+	}
+
+	// A commit breaks the build; the rebuild an admin asks for fails and
+	// says why, and new workspaces keep starting from the last good one.
+	testenv.PushCommit(t, repo, map[string]string{"build.sh": "#!/bin/sh\necho the build is broken >&2\nexit 7\n"})
+	var req apiPrebuild
+	if code := c.do("POST", "/api/v1/admin/templates/service/prebuilds", nil, &req); code != http.StatusAccepted || req.Status != "REQUESTED" {
+		t.Fatalf("request a prebuild: %d %+v", code, req)
+	}
+	failed := awaitPrebuild(t, c, "service", req.ID, 3*time.Minute)
+	if failed.Status != "FAILED" || !strings.Contains(failed.Error, "the build is broken") {
+		t.Fatalf("the broken rebuild: %+v", failed)
+	}
+	t.Logf("the broken rebuild failed: %s", failed.Error)
+	again := c.createFrom("still-prebuilt", "service", nil)
+	if again.FromPrebuild == nil || *again.FromPrebuild != first.ID {
+		t.Errorf("after a failed rebuild a workspace started from %v, want the last good %s", again.FromPrebuild, first.ID)
+	}
+	if code := c.do("POST", "/api/v1/admin/templates/nope/prebuilds", nil, nil); code != http.StatusNotFound {
+		t.Errorf("a prebuild of an unknown template: %d", code)
+	}
+}
