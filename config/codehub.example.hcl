@@ -338,6 +338,20 @@ template "go" {
     description = "Build with the race detector"
     default     = false
   }
+
+  # Prebuilt homes (docs/templates.md): init runs in the checkout after a
+  # first start's clone. A prebuild does that once, ahead of time, with
+  # every parameter's default (so each needs one), and a new workspace with
+  # the defaults starts from the newest prebuilt home instead of cloning,
+  # its checkout brought up to its branch. A prebuild is made when the
+  # template's version has none, every `every` (at least 10m; empty: only
+  # then and on an admin's request), and on an admin's request; the newest
+  # `keep` (1 to 10, default 2) are kept.
+  prebuild {
+    init  = ["go mod download", "go build ./..."]
+    every = "24h"
+    keep  = 2
+  }
 }
 
 template "small" {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
+	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 )
 
@@ -121,13 +125,54 @@ func readFile(t *testing.T, path string) string {
 // parameters clone and run init at the first start; an admin's rebuild
 // that fails says why and leaves the last good prebuild in use.
 func TestPrebuiltHomes(t *testing.T) {
-	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
 	cfg := localConfig(t)
+	srv := prebuiltHomes(t, cfg, func(srv *server) func(string) string {
+		return func(id string) string { return filepath.Join(srv.dataDir, "volumes", "ws-"+id+"-home") }
+	})
+
+	// The admin page lists the prebuilds, the failed one with its
+	// reason, and builds one more on a click.
+	chromium := program(t, envChromium, "/usr/bin/chromium", "Chromium", "apt-get install chromium")
+	b := newBrowser(t, chromium, srv)
+	b.step("log in", b.logIn(srv.url+"/", "app-view"))
+	rows := `[...document.querySelectorAll('#prebuilds-body tr[data-prebuild]')]`
+	b.step("the templates page lists the prebuilds", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#admin-nav a[href="/admin/templates"]`)), chromedp.WaitVisible(chromedp.ID("admin-templates"))); err != nil {
+			return err
+		}
+		return b.waitJS(ctx, 30*time.Second, rows+`.some(r => r.cells[2].textContent === "READY") &&
+			`+rows+`.some(r => r.cells[2].textContent === "FAILED" && r.cells[6].title.includes("the build is broken"))`)
+	})
+	t.Logf("templates page: %s", b.screenshot("templates page"))
+	b.step("build one now", func(ctx context.Context) error {
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#prebuilds-body tr[data-template="service"] button').click() || true`)); err != nil {
+			return err
+		}
+		return b.waitJS(ctx, 30*time.Second, rows+`.some(r => ["REQUESTED", "BUILDING"].includes(r.cells[2].textContent) && r.cells[3].textContent.includes("by admin"))`)
+	})
+}
+
+// TestNomadPrebuiltHomes is TestPrebuiltHomes on a real Nomad agent under
+// raw_exec: the builder is a workspace job whose first-start task clones
+// and runs init, its home leaves through the archive job, and the new
+// workspace's restore job fills its volume.
+func TestNomadPrebuiltHomes(t *testing.T) {
+	agent := nomadtest.Start(t, "")
+	cfg := nomadConfig(t, agent)
+	prebuiltHomes(t, cfg, func(*server) func(string) string {
+		return func(id string) string { return volumePath(t, agent, id) }
+	})
+}
+
+// prebuiltHomes runs the prebuild scenario on the server cfg describes;
+// homeOf gives where a workspace's home is on this machine.
+func prebuiltHomes(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string) *server {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
 	cfg.maxRunning = 3
-	cfg.workspace = prebuildTemplate(repo)
+	cfg.workspace += prebuildTemplate(repo)
 	srv := startServer(t, cfg)
 	c := login(t, srv)
-	home := func(id string) string { return filepath.Join(srv.dataDir, "volumes", "ws-"+id+"-home") }
+	home := homeOf(srv)
 
 	began := time.Now()
 	first := awaitPrebuild(t, c, "service", "", 3*time.Minute)
@@ -182,5 +227,49 @@ func TestPrebuiltHomes(t *testing.T) {
 	}
 	if code := c.do("POST", "/api/v1/admin/templates/nope/prebuilds", nil, nil); code != http.StatusNotFound {
 		t.Errorf("a prebuild of an unknown template: %d", code)
+	}
+	return srv
+}
+
+// TestPrebuildSurvivesServerKill kills codehub (SIGKILL) while a prebuild
+// builds and starts it again: the same build goes on to READY, with no
+// second builder and nothing left over.
+func TestPrebuildSurvivesServerKill(t *testing.T) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": "#!/bin/sh\nsleep 4\n" + buildScript[len("#!/bin/sh\n"):]})
+	cfg := localConfig(t)
+	cfg.workspace = prebuildTemplate(repo)
+	srv := startServer(t, cfg)
+	c := login(t, srv)
+	var building apiPrebuild
+	nomadtest.Eventually(t, time.Minute, "a prebuild building", func() bool {
+		for _, p := range c.prebuilds("service") {
+			if p.Status == "BUILDING" {
+				building = p
+				return true
+			}
+		}
+		return false
+	})
+	srv.kill(t)
+	t.Logf("killed codehub while prebuild %s builds", building.ID)
+	srv.start(t)
+	c = login(t, srv)
+	done := awaitPrebuild(t, c, "service", building.ID, 3*time.Minute)
+	if done.Status != "READY" || *done.WorkspaceID != *building.WorkspaceID {
+		t.Fatalf("after the kill: %+v, was built by %s", done, *building.WorkspaceID)
+	}
+	if all := c.prebuilds("service"); len(all) != 1 {
+		t.Errorf("prebuilds after the kill: %+v", all)
+	}
+	var page struct {
+		Workspaces []struct {
+			ID, Name string
+		}
+	}
+	if code := c.do("GET", "/api/v1/admin/workspaces", nil, &page); code != http.StatusOK {
+		t.Fatalf("admin workspaces: %d", code)
+	}
+	if len(page.Workspaces) != 1 || page.Workspaces[0].ID != *building.WorkspaceID {
+		t.Errorf("workspaces after the kill: %+v, want only the builder %s", page.Workspaces, *building.WorkspaceID)
 	}
 }

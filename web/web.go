@@ -31,7 +31,7 @@ func FS() fs.FS {
 // not found.
 var pages = map[string]bool{
 	"/": true, "/login": true, "/logout": true, "/cli-login": true,
-	"/admin/users": true, "/admin/workspaces": true, "/admin/nodes": true, "/admin/audit": true,
+	"/admin/users": true, "/admin/workspaces": true, "/admin/nodes": true, "/admin/templates": true, "/admin/audit": true,
 }
 
 // securityHeaders lock the dashboard to its own origin: no inline scripts,

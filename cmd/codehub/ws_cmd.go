@@ -91,6 +91,16 @@ and the server says so.`,
 				return u.wsCreate(c, args[0], *image, *desc, *asJSON)
 			}
 		}},
+		"prebuild": {summary: "Build a template's prebuilt home now (administrators)", nargs: 1, help: userCommand{
+			usage: "codehub ws prebuild [options] TEMPLATE",
+			about: `Ask the server to build a prebuilt home of TEMPLATE now, from its
+repository's newest commit (docs/templates.md, "Prebuilt homes"), then
+list the template's prebuilds. A build already asked for and not begun is
+not asked for twice. Only administrators may.`,
+		}, define: func(fs *flag.FlagSet) wsRun {
+			asJSON := jsonFlag(fs)
+			return func(u *userCLI, c *client, args []string) error { return u.wsPrebuild(c, args[0], *asJSON) }
+		}},
 		"ports":   wsPortsCommand(),
 		"start":   desiredCommand("start", "Start a workspace", "Start WORKSPACE (restoring it first if it is archived).", "RUNNING"),
 		"stop":    desiredCommand("stop", "Stop a workspace", "Stop WORKSPACE. Its home stays on its volume, ready to start again.", "STANDBY"),
@@ -414,3 +424,49 @@ func (u *userCLI) wsDelete(c *client, ref string, yes bool) error {
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
+
+// prebuildInfo is what the CLI reads of the API's Prebuild object.
+type prebuildInfo struct {
+	ID         string     `json:"id"`
+	Template   string     `json:"template"`
+	Version    string     `json:"version"`
+	Status     string     `json:"status"`
+	Error      string     `json:"error"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+}
+
+func (u *userCLI) wsPrebuild(c *client, template string, asJSON bool) error {
+	res, err := c.do(u.ctx, http.MethodPost, "/api/v1/admin/templates/"+url.PathEscape(template)+"/prebuilds", nil)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return u.printJSON(res.body)
+	}
+	var asked prebuildInfo
+	if err := decodeAnswer(res.body, &asked); err != nil {
+		return err
+	}
+	fmt.Fprintf(u.stdout, "prebuild %s of template %s asked for; the server starts it once the template's current build is done\n\n", asked.ID, template)
+	var usage struct {
+		Prebuilds []prebuildInfo `json:"prebuilds"`
+	}
+	if err := c.get(u.ctx, "/api/v1/admin/templates", &usage); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(u.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tVERSION\tSTATUS\tASKED\tFINISHED\tERROR")
+	for _, p := range usage.Prebuilds {
+		if p.Template != template {
+			continue
+		}
+		finished := "-"
+		if p.FinishedAt != nil {
+			finished = p.FinishedAt.Local().Format("2006-01-02 15:04")
+		}
+		why, _, _ := strings.Cut(p.Error, "\n")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Version, p.Status, p.CreatedAt.Local().Format("2006-01-02 15:04"), finished, why)
+	}
+	return tw.Flush()
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codehub-io/codehub/api/apitest"
+	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
 	"github.com/codehub-io/codehub/workspace"
@@ -451,5 +452,44 @@ func TestWsLogsFollow(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("logs -f did not end after the workspace was deleted")
+	}
+}
+
+// "ws prebuild" asks for a prebuild as an administrator and lists the
+// template's prebuilds; a user is refused, and an unknown template or one
+// without prebuilds is said so.
+func TestWsPrebuild(t *testing.T) {
+	cfg := config.Default()
+	def := "file:///srv/git/web.git"
+	cfg.Templates = []*config.Template{
+		{Name: "web", RepositoryParameter: "repo", Parameters: []*config.Parameter{{Name: "repo", Default: &def}},
+			Prebuild: &config.Prebuild{Init: []string{"npm ci"}, Keep: 2}},
+		{Name: "plain"},
+	}
+	c := &cliTest{t: t, env: apitest.New(t, apitest.Config{Templates: cfg}), config: t.TempDir()}
+	t.Setenv("XDG_CONFIG_HOME", c.config)
+	t.Setenv("CODEHUB_TOKEN", "")
+	t.Setenv("CODEHUB_URL", "")
+
+	c.loginAs(c.env.CreateUser("bob", false), "read-write")
+	if r := c.expect(exitRefused, "", "ws", "prebuild", "web"); !strings.Contains(r.stderr, "administrator") {
+		t.Errorf("a user's prebuild: %s", r.stderr)
+	}
+	root := c.env.CreateUser("root", true)
+	secret := c.env.Token(root, map[string]any{"name": "cli test", "scope": "read-write", "admin": true})
+	c.must(secret+"\n", "login", "-token-stdin", c.env.URL)
+	r := c.must("", "ws", "prebuild", "web")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if !strings.Contains(lines[0], "asked for") || !strings.HasPrefix(lines[2], "ID") || !strings.Contains(lines[3], "REQUESTED") || len(lines) != 4 {
+		t.Fatalf("prebuild said:\n%s", r.stdout)
+	}
+	again := c.must("", "ws", "prebuild", "web", "-json")
+	var p prebuildInfo
+	if err := json.Unmarshal([]byte(again.stdout), &p); err != nil || p.Status != "REQUESTED" || !strings.Contains(lines[0], p.ID) {
+		t.Errorf("a second request is the first: %v %s", err, again.stdout)
+	}
+	c.expect(exitNotFound, "", "ws", "prebuild", "nope")
+	if r := c.expect(exitRefused, "", "ws", "prebuild", "plain"); !strings.Contains(r.stderr, "no prebuild block") {
+		t.Errorf("a template without prebuilds: %s", r.stderr)
 	}
 }

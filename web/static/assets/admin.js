@@ -1,16 +1,17 @@
 // CodeHub dashboard, admin pages: users, every workspace, the nodes, the
-// audit log.
+// templates and their prebuilt homes, the audit log.
 // It uses app.js's helpers ($, api, APIError, toast, relTime, exactTime,
 // bytes) and shares its global scope: its names must not repeat app.js's.
 "use strict";
 
-const adminPages = new Set(["/admin/users", "/admin/workspaces", "/admin/nodes", "/admin/audit"]);
+const adminPages = new Set(["/admin/users", "/admin/workspaces", "/admin/nodes", "/admin/templates", "/admin/audit"]);
 
 const adminState = {
   users: [],           // from /api/v1/admin/users
   wsNext: null,        // next page of the workspace list
   auditNext: null,     // next page of the audit log
   nodesTimer: 0,       // refreshes the nodes page while it shows
+  templatesTimer: 0,   // refreshes the templates page while it shows
 };
 
 // showView shows the home page ("/") or one admin page.
@@ -21,9 +22,12 @@ function showView(path) {
   $("admin-users").hidden = path !== "/admin/users";
   $("admin-workspaces").hidden = path !== "/admin/workspaces";
   $("admin-nodes").hidden = path !== "/admin/nodes";
+  $("admin-templates").hidden = path !== "/admin/templates";
   clearInterval(adminState.nodesTimer);
-  // Homes move while the page shows: follow them.
+  clearInterval(adminState.templatesTimer);
+  // Homes move and prebuilds build while the page shows: follow them.
   if (path === "/admin/nodes") adminState.nodesTimer = setInterval(loadNodes, 5000);
+  if (path === "/admin/templates") adminState.templatesTimer = setInterval(loadAdminTemplates, 5000);
   $("admin-audit").hidden = path !== "/admin/audit";
   for (const a of $("admin-nav").querySelectorAll("a")) {
     if (a.getAttribute("href") === path) a.setAttribute("aria-current", "page");
@@ -34,6 +38,7 @@ function showView(path) {
     if (path === "/admin/users") renderUsers();
     if (path === "/admin/workspaces") loadAllWorkspaces(false);
     if (path === "/admin/nodes") loadNodes();
+    if (path === "/admin/templates") loadAdminTemplates();
     if (path === "/admin/audit") loadAudit(false);
   }).catch((err) => toast(err.message));
 }
@@ -255,6 +260,66 @@ async function evacuate(n, start) {
     toast(err.message);
   }
   await loadNodes();
+}
+
+// ---------- Templates and prebuilt homes ----------
+
+// loadAdminTemplates lists the workspaces per template version, then every
+// prebuild; each template with prebuilds gets a button to build one now.
+async function loadAdminTemplates() {
+  const note = $("templates-note");
+  let usage;
+  try {
+    usage = await api("GET", "/api/v1/admin/templates");
+  } catch (err) {
+    note.textContent = err.message;
+    note.hidden = false;
+    return;
+  }
+  note.hidden = true;
+  const prebuilt = new Set(usage.prebuilds.map((p) => p.template));
+  const body = $("templates-body");
+  body.replaceChildren();
+  for (const t of usage.templates) {
+    const row = body.insertRow();
+    cell(row, t.template);
+    cell(row, t.current ? `${t.version} (current)` : t.version);
+    cell(row, String(t.count));
+    cell(row, "");
+  }
+  const pre = $("prebuilds-body");
+  pre.replaceChildren();
+  for (const name of [...prebuilt].sort()) {
+    const head = pre.insertRow();
+    head.dataset.template = name;
+    const title = cell(head, name);
+    title.colSpan = 7;
+    head.insertCell().append(smallButton("Build now", () => requestPrebuild(name)));
+    for (const p of usage.prebuilds.filter((q) => q.template === name)) {
+      const row = pre.insertRow();
+      row.dataset.prebuild = p.id;
+      cell(row, "", p.id);
+      cell(row, p.version);
+      cell(row, p.status);
+      cell(row, relTime(p.created_at) + (p.requested_by ? ` by ${p.requested_by}` : ""), exactTime(p.created_at));
+      cell(row, p.finished_at ? relTime(p.finished_at) : "—", p.finished_at ? exactTime(p.finished_at) : "");
+      cell(row, p.workspace_id || "—");
+      // The cause is at the end: a failed start's message ends with the
+      // output's last lines.
+      cell(row, (p.error || "").split("\n").filter((l) => l.trim()).pop() || "", p.error || "");
+      cell(row, "");
+    }
+  }
+}
+
+async function requestPrebuild(name) {
+  try {
+    const p = await api("POST", `/api/v1/admin/templates/${encodeURIComponent(name)}/prebuilds`);
+    toast(`${name}: prebuild ${p.id} asked for; it starts once the template's current build is done.`);
+  } catch (err) {
+    toast(err.message);
+  }
+  await loadAdminTemplates();
 }
 
 // ---------- Audit log ----------
