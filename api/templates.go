@@ -52,6 +52,8 @@ type templateUsage struct {
 	Templates []templateCountView `json:"templates"`
 	// Prebuilds are every template's prebuilt homes, newest first.
 	Prebuilds []store.Prebuild `json:"prebuilds"`
+	// Pools say how full each template's warm pool is.
+	Pools []workspace.PoolLevel `json:"pools"`
 }
 
 // templateCountView counts the live workspaces of one template version;
@@ -78,6 +80,10 @@ func (s *Server) adminTemplateUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	if out.Prebuilds, err = store.ListPrebuilds(r.Context(), s.pool); err != nil {
 		s.fail(w, "list prebuilds", err)
+		return
+	}
+	if out.Pools, err = s.workspaces.PoolLevels(r.Context()); err != nil {
+		s.fail(w, "read the warm pools", err)
 		return
 	}
 	for i := range out.Prebuilds {

@@ -41,6 +41,7 @@ type WorkspaceService interface {
 	TemplateVersion(name string) (string, bool)
 	TemplateUsage(ctx context.Context) ([]workspace.TemplateCount, error)
 	RequestPrebuild(ctx context.Context, template, by string) (store.Prebuild, error)
+	PoolLevels(ctx context.Context) ([]workspace.PoolLevel, error)
 	Image(w workspace.Workspace) string
 }
 

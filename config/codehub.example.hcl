@@ -352,6 +352,12 @@ template "go" {
     every = "24h"
     keep  = 2
   }
+
+  # Homes kept ready for new workspaces with the default parameters (0 to
+  # 100, default 0): volumes provisioned on eligible nodes, holding the
+  # newest prebuilt home (an empty one without a prebuild block). Creating
+  # a workspace claims one and starts it as a wake does; the pool refills.
+  warm = 2
 }
 
 template "small" {

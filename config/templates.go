@@ -70,6 +70,11 @@ type Template struct {
 	// Prebuild prepares homes ahead of time; nil: every first start
 	// clones.
 	Prebuild *Prebuild `hcl:"prebuild,block"`
+	// Warm is how many homes are kept ready for new workspaces with the
+	// default parameters: volumes provisioned and holding the newest
+	// prebuilt home (an empty one without prebuilds). A creation claims
+	// one and starts as a wake does.
+	Warm int `hcl:"warm,optional"`
 }
 
 // Prebuild is a template's prebuilt homes: a home with the template's
@@ -95,6 +100,7 @@ const (
 	DefaultPrebuildKeep = 2
 	MaxPrebuildKeep     = 10
 	MinPrebuildEvery    = 10 * time.Minute
+	MaxWarm             = 100
 )
 
 // Parameter is one value a user gives when creating a workspace. It

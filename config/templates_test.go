@@ -240,6 +240,8 @@ func TestLoadReportsPrebuildProblems(t *testing.T) {
 		"19:3 Invalid template.badevery.prebuild",
 		"20:5 Invalid template.badevery.prebuild.init",
 		"21:5 Invalid template.badevery.prebuild.every",
+		"25:3 Invalid template.toowarm.warm",
+		"25:3 Invalid template.toowarm.warm",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("diagnostics =\n%q\nwant\n%q", got, want)

@@ -198,6 +198,14 @@ func checkParameters(ch *checker, t *Template) {
 	if pb := t.Prebuild; pb != nil {
 		checkPrebuild(ch, t, pb)
 	}
+	if t.Warm < 0 || t.Warm > MaxWarm {
+		ch.add(templatePath(t.Name, "warm"), "must be between 0 and %d", MaxWarm)
+	}
+	for _, p := range t.Parameters {
+		if t.Warm > 0 && p.Default == nil {
+			ch.add(templatePath(t.Name, "warm"), "parameter %q needs a default: warm homes are made with every parameter's default", p.Name)
+		}
+	}
 }
 
 // checkPrebuild judges a template's prebuild block: a prebuild clones the

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
 )
 
@@ -45,6 +46,8 @@ type Metrics struct {
 	orphans     prometheus.Gauge
 	snapshots   *prometheus.CounterVec
 	snapBytes   prometheus.Counter
+	prebuilds   *prometheus.GaugeVec
+	warmHomes   *prometheus.GaugeVec
 }
 
 // NewMetrics registers the engine's metrics with reg.
@@ -129,7 +132,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.opDuration.WithLabelValues(string(op))
 	}
 	m.resetPassGauges()
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.workspaces, m.opAge, m.backupFailures, m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted, m.orphans, m.snapshots, m.snapBytes} {
+	m.prebuilds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "codehub_prebuilds",
+		Help: "Prebuilds of each template by status (REQUESTED, BUILDING, READY, FAILED), as the prebuild runner's last pass saw them.",
+	}, []string{"template", "status"})
+	m.warmHomes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "codehub_warm_homes",
+		Help: "Homes of each template's warm pool (size: what it keeps; ready: claimable now; filling: being made), as the prebuild runner's last pass saw them.",
+	}, []string{"template", "state"})
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.workspaces, m.opAge, m.backupFailures, m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted, m.orphans, m.snapshots, m.snapBytes, m.prebuilds, m.warmHomes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -289,5 +300,39 @@ func (m *Metrics) passSeen(t passTally) {
 func (m *Metrics) backupFailed() {
 	if m != nil {
 		m.backupFailures.Inc()
+	}
+}
+
+// prebuildPass records what a prebuild runner pass saw: prebuilds by
+// template and status, and each warm pool's size and level.
+func (m *Metrics) prebuildPass(templates []prebuildTemplate, rows []prebuildRow, pool []workspace.Workspace) {
+	if m == nil {
+		return
+	}
+	m.prebuilds.Reset()
+	for _, t := range templates {
+		if t.Prebuilds {
+			for _, st := range []string{store.PrebuildRequested, store.PrebuildBuilding, store.PrebuildReady, store.PrebuildFailed} {
+				m.prebuilds.WithLabelValues(t.Name, st).Set(0)
+			}
+		}
+	}
+	for _, r := range rows {
+		m.prebuilds.WithLabelValues(r.Template, r.Status).Inc()
+	}
+	m.warmHomes.Reset()
+	for _, t := range templates {
+		if t.Warm > 0 {
+			m.warmHomes.WithLabelValues(t.Name, "size").Set(float64(t.Warm))
+			m.warmHomes.WithLabelValues(t.Name, "ready").Set(0)
+			m.warmHomes.WithLabelValues(t.Name, "filling").Set(0)
+		}
+	}
+	for _, w := range pool {
+		state := "filling"
+		if poolReady(w) {
+			state = "ready"
+		}
+		m.warmHomes.WithLabelValues(deref(w.PoolOf), state).Inc()
 	}
 }

@@ -24,6 +24,11 @@ type PrebuildConfig struct {
 	BuildTimeout time.Duration
 	// KeepFailed is how many failed prebuilds of a template stay listed.
 	KeepFailed int
+	// MaxFilling bounds the warm homes being made at once, all templates
+	// together.
+	MaxFilling int
+	// Metrics records each pass (nil: none).
+	Metrics *Metrics
 }
 
 // Prebuild runner defaults.
@@ -31,6 +36,7 @@ const (
 	DefaultPrebuildMaxBuilding  = 2
 	DefaultPrebuildBuildTimeout = time.Hour
 	DefaultPrebuildKeepFailed   = 3
+	DefaultPoolMaxFilling       = 2
 )
 
 // PrebuildTemplates are the configured templates; *config.Config is one.
@@ -43,17 +49,20 @@ type PrebuildTemplates interface {
 // service: it builds each prebuilt home in a workspace of its own.
 type PrebuildWorkspaces interface {
 	CreateBuilder(ctx context.Context, template, id string) (workspace.Workspace, error)
+	CreatePoolHome(ctx context.Context, template string) (workspace.Workspace, error)
+	PoolHomes(ctx context.Context) ([]workspace.Workspace, error)
 	Reread(ctx context.Context, id string) (workspace.Workspace, error)
 	SetDesired(ctx context.Context, id string, desired workspace.DesiredState, by workspace.Cause) (workspace.Workspace, error)
 	Delete(ctx context.Context, id string) error
 }
 
-// PrebuildRunner keeps each template's prebuilt homes (docs/templates.md,
-// "Prebuilt homes"): it starts a build when a template's version has none,
-// when its schedule says, or when an admin asks; archives a builder once
-// its first start (clone and init) is done; records the archive as the
-// prebuild, or the failure; and drops what the template's retention does
-// not keep. Each pass reads everything, plans (planPrebuilds, pure), then
+// PrebuildRunner keeps each template's prebuilt homes and warm pool
+// (docs/templates.md): it starts a build when a template's version has
+// none, when its schedule says, or when an admin asks; archives a builder
+// once its first start (clone and init) is done; records the archive as
+// the prebuild, or the failure; drops what the template's retention does
+// not keep; and keeps `warm` homes standing by with the newest prebuilt
+// home. Each pass reads everything, plans (planPrebuilds, pure), then
 // acts. It runs on the leader only.
 type PrebuildRunner struct {
 	logger    hclog.Logger
@@ -74,6 +83,9 @@ func NewPrebuildRunner(logger hclog.Logger, pool store.Querier, svc PrebuildWork
 	}
 	if cfg.KeepFailed <= 0 {
 		cfg.KeepFailed = DefaultPrebuildKeepFailed
+	}
+	if cfg.MaxFilling <= 0 {
+		cfg.MaxFilling = DefaultPoolMaxFilling
 	}
 	return &PrebuildRunner{logger: logger, pool: pool, svc: svc, templates: templates, cfg: cfg, now: time.Now}
 }
@@ -111,6 +123,10 @@ const (
 	// deletes its builder (GC collects its archive once no workspace
 	// points to it).
 	prebuildDrop prebuildKind = "drop"
+	// poolFill adds a home to a template's warm pool.
+	poolFill prebuildKind = "fill"
+	// poolDrop deletes a warm home the pool no longer wants.
+	poolDrop prebuildKind = "unfill"
 )
 
 // prebuildAction is one step of a plan.
@@ -128,6 +144,10 @@ type prebuildTemplate struct {
 	Name, Version string
 	Every         time.Duration
 	Keep          int
+	// Prebuilds: the template has a prebuild block. Warm is its pool's
+	// size.
+	Prebuilds bool
+	Warm      int
 }
 
 // prebuildRow is a prebuild with its builder as read this pass (nil when
@@ -138,32 +158,122 @@ type prebuildRow struct {
 }
 
 // planPrebuilds decides a pass. rows are every prebuild, each template's
-// newest first.
-func planPrebuilds(templates []prebuildTemplate, rows []prebuildRow, now time.Time, cfg PrebuildConfig) []prebuildAction {
+// newest first; pool every warm home, oldest first.
+func planPrebuilds(templates []prebuildTemplate, rows []prebuildRow, pool []workspace.Workspace, now time.Time, cfg PrebuildConfig) []prebuildAction {
 	var out []prebuildAction
 	byTemplate := map[string][]prebuildRow{}
 	for _, r := range rows {
 		byTemplate[r.Template] = append(byTemplate[r.Template], r)
 	}
-	configured := map[string]bool{}
-	building := 0
+	homes := map[string][]workspace.Workspace{}
+	for _, w := range pool {
+		homes[deref(w.PoolOf)] = append(homes[deref(w.PoolOf)], w)
+	}
+	prebuilds, warm := map[string]bool{}, map[string]bool{}
+	building, filling := 0, 0
 	for _, r := range rows {
 		if r.Status == store.PrebuildBuilding {
 			building++
 		}
 	}
+	for _, w := range pool {
+		if !poolReady(w) {
+			filling++
+		}
+	}
 	for _, t := range templates {
-		configured[t.Name] = true
-		acts, starts := planTemplate(t, byTemplate[t.Name], now, cfg, building < cfg.MaxBuilding)
-		building += starts
-		out = append(out, acts...)
+		if t.Prebuilds {
+			prebuilds[t.Name] = true
+			acts, starts := planTemplate(t, byTemplate[t.Name], now, cfg, building < cfg.MaxBuilding)
+			building += starts
+			out = append(out, acts...)
+		}
+		if t.Warm > 0 {
+			warm[t.Name] = true
+			acts, fills := planPool(t, homes[t.Name], newestReady(t, byTemplate[t.Name]), max(cfg.MaxFilling-filling, 0))
+			filling += fills
+			out = append(out, acts...)
+		}
 	}
 	for _, r := range rows {
-		if !configured[r.Template] {
+		if !prebuilds[r.Template] {
 			out = append(out, drop(r, "its template has no prebuilds any more"))
 		}
 	}
+	for _, w := range pool {
+		if !warm[deref(w.PoolOf)] {
+			out = append(out, prebuildAction{Kind: poolDrop, Template: deref(w.PoolOf), WorkspaceID: w.ID, Message: "its template keeps no warm homes any more"})
+		}
+	}
 	return out
+}
+
+// poolReady reports a warm home a creation may claim: standing by on its
+// volume, nothing under way, no failure.
+func poolReady(w workspace.Workspace) bool {
+	return w.Phase == workspace.PhaseStandby && w.Operation == workspace.OpNone && w.ErrorCount == 0
+}
+
+// newestReady is the id of the newest READY prebuild of t's current
+// version: what new warm homes hold. Nil when there is none.
+func newestReady(t prebuildTemplate, rows []prebuildRow) *string {
+	for _, r := range rows {
+		if r.Status == store.PrebuildReady && r.Version == t.Version {
+			return &r.ID
+		}
+	}
+	return nil
+}
+
+// planPool keeps t.Warm fresh homes in t's pool: made at the template's
+// version from the newest prebuilt home. A home of another version, or in
+// ERROR, goes at once; one holding an older prebuilt home (claims take
+// fresh ones only) once enough fresh ones stand by. It makes at most room
+// homes.
+func planPool(t prebuildTemplate, homes []workspace.Workspace, newest *string, room int) ([]prebuildAction, int) {
+	var out []prebuildAction
+	unfill := func(w workspace.Workspace, why string) {
+		out = append(out, prebuildAction{Kind: poolDrop, Template: t.Name, WorkspaceID: w.ID, Message: why})
+	}
+	var fresh, older []workspace.Workspace
+	readyFresh := 0
+	for _, w := range homes {
+		switch {
+		case w.Phase == workspace.PhaseError:
+			unfill(w, "it failed")
+		case w.TemplateVersion != t.Version:
+			unfill(w, "made from another version of the template")
+		case deref(w.FromPrebuild) != deref(newest):
+			older = append(older, w)
+		default:
+			fresh = append(fresh, w)
+			if poolReady(w) {
+				readyFresh++
+			}
+		}
+	}
+	if readyFresh >= t.Warm {
+		for _, w := range older {
+			unfill(w, "holds an older prebuilt home")
+		}
+	}
+	// Too many (the pool shrank): the newest go first, unready before
+	// ready.
+	for i := len(fresh) - 1; i >= 0 && len(fresh) > t.Warm; i-- {
+		if !poolReady(fresh[i]) {
+			unfill(fresh[i], "the pool is smaller now")
+			fresh = append(fresh[:i], fresh[i+1:]...)
+		}
+	}
+	for len(fresh) > t.Warm {
+		unfill(fresh[len(fresh)-1], "the pool is smaller now")
+		fresh = fresh[:len(fresh)-1]
+	}
+	fills := min(t.Warm-len(fresh), room)
+	for range fills {
+		out = append(out, prebuildAction{Kind: poolFill, Template: t.Name})
+	}
+	return out, max(fills, 0)
 }
 
 // planTemplate plans one template's prebuilds; mayStart says whether a
@@ -296,10 +406,14 @@ func (r *PrebuildRunner) RunOnce(ctx context.Context) (PrebuildResult, error) {
 	var templates []prebuildTemplate
 	for _, name := range r.templates.TemplateNames() {
 		t, ok := r.templates.Template(name)
-		if !ok || t.Prebuild == nil {
+		if !ok || (t.Prebuild == nil && t.Warm == 0) {
 			continue
 		}
-		templates = append(templates, prebuildTemplate{Name: name, Version: t.Version(), Every: t.Prebuild.Every, Keep: t.Prebuild.Keep})
+		pt := prebuildTemplate{Name: name, Version: t.Version(), Prebuilds: t.Prebuild != nil, Warm: t.Warm}
+		if t.Prebuild != nil {
+			pt.Every, pt.Keep = t.Prebuild.Every, t.Prebuild.Keep
+		}
+		templates = append(templates, pt)
 	}
 	list, err := store.ListPrebuilds(ctx, r.pool)
 	if err != nil {
@@ -320,7 +434,12 @@ func (r *PrebuildRunner) RunOnce(ctx context.Context) (PrebuildResult, error) {
 		}
 		rows = append(rows, row)
 	}
-	plan := planPrebuilds(templates, rows, r.now(), r.cfg)
+	pool, err := r.svc.PoolHomes(ctx)
+	if err != nil {
+		return PrebuildResult{}, err
+	}
+	r.cfg.Metrics.prebuildPass(templates, rows, pool)
+	plan := planPrebuilds(templates, rows, pool, r.now(), r.cfg)
 	var res PrebuildResult
 	for _, a := range plan {
 		if err := r.act(ctx, a); err != nil {
@@ -361,22 +480,30 @@ func (r *PrebuildRunner) act(ctx context.Context, a prebuildAction) error {
 			return err
 		}
 		log.Warn("prebuild failed", "why", a.Message, "workspace_id", a.WorkspaceID)
-		return r.deleteBuilder(ctx, a.WorkspaceID)
+		return r.deleteWorkspace(ctx, a.WorkspaceID)
 	case prebuildDrop:
-		if err := r.deleteBuilder(ctx, a.WorkspaceID); err != nil {
+		if err := r.deleteWorkspace(ctx, a.WorkspaceID); err != nil {
 			return err
 		}
 		if err := store.DeletePrebuild(ctx, r.pool, a.PrebuildID); err != nil {
 			return err
 		}
 		log.Info("prebuild dropped", "why", a.Message)
+	case poolFill:
+		_, err := r.svc.CreatePoolHome(ctx, a.Template)
+		return err
+	case poolDrop:
+		if err := r.deleteWorkspace(ctx, a.WorkspaceID); err != nil {
+			return err
+		}
+		log.Info("warm home dropped", "workspace_id", a.WorkspaceID, "why", a.Message)
 	default:
 		return fmt.Errorf("unknown prebuild action %q", a.Kind)
 	}
 	return nil
 }
 
-func (r *PrebuildRunner) deleteBuilder(ctx context.Context, id string) error {
+func (r *PrebuildRunner) deleteWorkspace(ctx context.Context, id string) error {
 	if id == "" {
 		return nil
 	}

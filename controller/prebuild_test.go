@@ -13,7 +13,7 @@ func TestPlanPrebuilds(t *testing.T) {
 	now := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
 	at := func(ago time.Duration) *time.Time { v := now.Add(-ago); return &v }
 	cfg := PrebuildConfig{MaxBuilding: 2, BuildTimeout: time.Hour, KeepFailed: 2}
-	tmpl := prebuildTemplate{Name: "web", Version: "v2", Keep: 2}
+	tmpl := prebuildTemplate{Name: "web", Version: "v2", Keep: 2, Prebuilds: true}
 	daily := tmpl
 	daily.Every = 24 * time.Hour
 	builder := func(phase workspace.Phase, desired workspace.DesiredState, op workspace.Operation) *workspace.Workspace {
@@ -47,7 +47,7 @@ func TestPlanPrebuilds(t *testing.T) {
 		{"a new template builds", []prebuildTemplate{tmpl}, nil, cfg, []want{{prebuildBuild, ""}}},
 		{"a request builds under its id", []prebuildTemplate{tmpl}, []prebuildRow{row("r", store.PrebuildRequested, "v2", nil, nil), row("a", store.PrebuildReady, "v2", at(time.Hour), nil)}, cfg, []want{{prebuildBuild, "r"}}},
 		{"one build at a time per template", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting)), row("r", store.PrebuildRequested, "v2", nil, nil)}, cfg, nil},
-		{"the bound on builds holds across templates", []prebuildTemplate{tmpl, {Name: "api", Version: "v1", Keep: 1}}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting))}, PrebuildConfig{MaxBuilding: 1, BuildTimeout: time.Hour, KeepFailed: 2}, nil},
+		{"the bound on builds holds across templates", []prebuildTemplate{tmpl, {Name: "api", Version: "v1", Keep: 1, Prebuilds: true}}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting))}, PrebuildConfig{MaxBuilding: 1, BuildTimeout: time.Hour, KeepFailed: 2}, nil},
 		{"a running builder is archived", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseRunning, workspace.DesiredRunning, workspace.OpNone))}, cfg, []want{{prebuildArchive, "b"}}},
 		{"a builder the idle stop stopped is archived", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, func() *workspace.Workspace {
 			w := builder(workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone)
@@ -87,13 +87,70 @@ func TestPlanPrebuilds(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got []want
-			for _, a := range planPrebuilds(c.templates, c.rows, now, c.cfg) {
+			for _, a := range planPrebuilds(c.templates, c.rows, nil, now, c.cfg) {
 				got = append(got, want{a.Kind, a.PrebuildID})
 				if a.Kind == prebuildReady && a.ArchiveKey != key {
 					t.Errorf("ready with key %q", a.ArchiveKey)
 				}
 				if a.Kind == prebuildFail && a.PrebuildID == "b" && c.rows[0].Builder == failedWS && a.Message != msg {
 					t.Errorf("failure says %q", a.Message)
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("plan %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPlanPool(t *testing.T) {
+	now := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	cfg := PrebuildConfig{MaxBuilding: 2, BuildTimeout: time.Hour, KeepFailed: 2, MaxFilling: 2}
+	web := prebuildTemplate{Name: "web", Version: "v2", Keep: 2, Prebuilds: true, Warm: 2}
+	plain := prebuildTemplate{Name: "plain", Version: "p1", Warm: 1}
+	ready := prebuildRow{Prebuild: store.Prebuild{ID: "pb2", Template: "web", Status: store.PrebuildReady, Version: "v2", FinishedAt: &now}}
+	home := func(id, template, version, prebuild string, phase workspace.Phase, op workspace.Operation) workspace.Workspace {
+		w := workspace.Workspace{ID: id, PoolOf: &template, TemplateVersion: version, Phase: phase, Operation: op}
+		if prebuild != "" {
+			w.FromPrebuild = &prebuild
+		}
+		return w
+	}
+	standing := func(id, prebuild string) workspace.Workspace {
+		return home(id, "web", "v2", prebuild, workspace.PhaseStandby, workspace.OpNone)
+	}
+	type want struct {
+		kind prebuildKind
+		ws   string
+	}
+	for _, c := range []struct {
+		name      string
+		templates []prebuildTemplate
+		rows      []prebuildRow
+		pool      []workspace.Workspace
+		cfg       PrebuildConfig
+		want      []want
+	}{
+		{"an empty pool fills, bounded", []prebuildTemplate{web, plain}, []prebuildRow{ready}, nil, cfg, []want{{poolFill, ""}, {poolFill, ""}}},
+		{"full: nothing", []prebuildTemplate{web}, []prebuildRow{ready}, []workspace.Workspace{standing("a", "pb2"), standing("b", "pb2")}, cfg, nil},
+		{"homes being made count", []prebuildTemplate{web}, []prebuildRow{ready}, []workspace.Workspace{standing("a", "pb2"), home("b", "web", "v2", "pb2", workspace.PhaseArchived, workspace.OpRestoring)}, cfg, nil},
+		{"a claimed home is refilled", []prebuildTemplate{web}, []prebuildRow{ready}, []workspace.Workspace{standing("a", "pb2")}, cfg, []want{{poolFill, ""}}},
+		{"the bound counts homes already filling", []prebuildTemplate{web, plain}, []prebuildRow{ready}, []workspace.Workspace{
+			home("a", "web", "v2", "pb2", workspace.PhasePending, workspace.OpProvisioning),
+			home("b", "web", "v2", "pb2", workspace.PhaseArchived, workspace.OpRestoring)}, cfg, nil},
+		{"without a prebuilt home yet: empty homes", []prebuildTemplate{plain}, nil, nil, cfg, []want{{poolFill, ""}}},
+		{"a new prebuilt home: fresh ones first, then the old go", []prebuildTemplate{web}, []prebuildRow{ready}, []workspace.Workspace{standing("a", "pb1"), standing("b", "pb1")}, cfg, []want{{poolFill, ""}, {poolFill, ""}}},
+		{"fresh ones stand by: the old go", []prebuildTemplate{web}, []prebuildRow{ready}, []workspace.Workspace{standing("a", "pb1"), standing("b", "pb2"), standing("c", "pb2")}, cfg, []want{{poolDrop, "a"}}},
+		{"another version goes at once", []prebuildTemplate{web}, []prebuildRow{ready}, []workspace.Workspace{home("a", "web", "v1", "pb2", workspace.PhaseStandby, workspace.OpNone), standing("b", "pb2")}, cfg, []want{{poolDrop, "a"}, {poolFill, ""}}},
+		{"a failed home goes", []prebuildTemplate{web}, []prebuildRow{ready}, []workspace.Workspace{home("a", "web", "v2", "pb2", workspace.PhaseError, workspace.OpNone), standing("b", "pb2"), standing("c", "pb2")}, cfg, []want{{poolDrop, "a"}}},
+		{"a smaller pool drops the newest, unready first", []prebuildTemplate{{Name: "web", Version: "v2", Prebuilds: true, Keep: 2, Warm: 1}}, []prebuildRow{ready}, []workspace.Workspace{standing("a", "pb2"), home("b", "web", "v2", "pb2", workspace.PhaseArchived, workspace.OpRestoring), standing("c", "pb2")}, cfg, []want{{poolDrop, "b"}, {poolDrop, "c"}}},
+		{"a template without a pool empties it", nil, nil, []workspace.Workspace{standing("a", "pb2")}, cfg, []want{{poolDrop, "a"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []want
+			for _, a := range planPrebuilds(c.templates, c.rows, c.pool, now, c.cfg) {
+				if a.Kind == poolFill || a.Kind == poolDrop {
+					got = append(got, want{a.Kind, a.WorkspaceID})
 				}
 			}
 			if !slices.Equal(got, c.want) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -272,4 +274,156 @@ func TestPrebuildSurvivesServerKill(t *testing.T) {
 	if len(page.Workspaces) != 1 || page.Workspaces[0].ID != *building.WorkspaceID {
 		t.Errorf("workspaces after the kill: %+v, want only the builder %s", page.Workspaces, *building.WorkspaceID)
 	}
+}
+
+type apiPoolLevel struct {
+	Template             string
+	Warm, Ready, Filling int
+}
+
+// pool is template's warm pool level.
+func (c *apiClient) pool(template string) apiPoolLevel {
+	c.tb.Helper()
+	var u struct{ Pools []apiPoolLevel }
+	if code := c.do("GET", "/api/v1/admin/templates", nil, &u); code != http.StatusOK {
+		c.tb.Fatalf("admin templates: %d", code)
+	}
+	for _, p := range u.Pools {
+		if p.Template == template {
+			return p
+		}
+	}
+	c.tb.Fatalf("no pool for %s in %+v", template, u.Pools)
+	return apiPoolLevel{}
+}
+
+// warmHomes are the workspaces the admin list shows named as template's
+// warm homes, by id, with the prebuild each holds ("" for none).
+func (c *apiClient) warmHomes(template string) map[string]string {
+	c.tb.Helper()
+	var page struct {
+		Workspaces []struct {
+			ID, Name     string
+			FromPrebuild *string `json:"from_prebuild"`
+		}
+	}
+	if code := c.do("GET", "/api/v1/admin/workspaces", nil, &page); code != http.StatusOK {
+		c.tb.Fatalf("admin workspaces: %d", code)
+	}
+	ids := map[string]string{}
+	for _, w := range page.Workspaces {
+		if strings.HasPrefix(w.Name, "warm-"+template+"-") {
+			ids[w.ID] = ""
+			if w.FromPrebuild != nil {
+				ids[w.ID] = *w.FromPrebuild
+			}
+		}
+	}
+	return ids
+}
+
+// awaitWarm waits until template's pool holds two ready homes, all of
+// prebuild id, and returns them.
+func awaitWarm(t *testing.T, c *apiClient, template, id string) map[string]string {
+	t.Helper()
+	var homes map[string]string
+	nomadtest.Eventually(t, 3*time.Minute, "two warm homes of prebuild "+id, func() bool {
+		homes = c.warmHomes(template)
+		for _, pb := range homes {
+			if pb != id {
+				return false
+			}
+		}
+		return len(homes) == 2 && c.pool(template).Ready == 2
+	})
+	return homes
+}
+
+// TestWarmPool: a template keeping two warm homes fills its pool with the
+// prebuilt home; a creation claims one (the workspace is that home, its
+// checkout brought up to a commit pushed since) and the pool refills; a
+// change of the template, made by restarting codehub with another
+// configuration, builds again and replaces every warm home.
+func TestWarmPool(t *testing.T) {
+	warmPool(t, localConfig(t), func(srv *server) func(string) string {
+		return func(id string) string { return filepath.Join(srv.dataDir, "volumes", "ws-"+id+"-home") }
+	})
+}
+
+// TestNomadWarmPool is TestWarmPool on a real Nomad agent under raw_exec:
+// the warm homes are volumes Nomad holds, filled by restore jobs, and a
+// claim starts the workspace job on one.
+func TestNomadWarmPool(t *testing.T) {
+	agent := nomadtest.Start(t, "")
+	warmPool(t, nomadConfig(t, agent), func(*server) func(string) string {
+		return func(id string) string { return volumePath(t, agent, id) }
+	})
+}
+
+func warmPool(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
+	cfg.maxRunning = 3
+	cfg.workspace += strings.Replace(prebuildTemplate(repo), "  prebuild {", "  warm = 2\n  prebuild {", 1)
+	srv := startServer(t, cfg)
+	c := login(t, srv)
+	home := homeOf(srv)
+	first := awaitPrebuild(t, c, "service", "", 3*time.Minute)
+	warm := awaitWarm(t, c, "service", first.ID)
+	pushed := testenv.PushCommit(t, repo, map[string]string{"NEWS": "after the warm homes"})
+
+	began := time.Now()
+	ws := c.createFrom("claimed", "service", nil)
+	took := c.settle(ws.ID, "RUNNING", began)
+	if _, claimed := warm[ws.ID]; !claimed || ws.FromPrebuild == nil || *ws.FromPrebuild != first.ID {
+		t.Fatalf("the new workspace %+v is not one of the warm homes %v of prebuild %s", ws, warm, first.ID)
+	}
+	t.Logf("create to RUNNING from a warm home: %s", took)
+	checkout := filepath.Join(home(ws.ID), "service")
+	if head := gitHead(t, checkout); head != pushed {
+		t.Errorf("the claimed home's checkout at %s, want %s", head, pushed)
+	}
+	if at := readFile(t, filepath.Join(checkout, "built-at")); at == "" || at == pushed {
+		t.Errorf("init's output in the claimed home: %q", at)
+	}
+	if _, still := awaitWarm(t, c, "service", first.ID)[ws.ID]; still {
+		t.Error("the claimed workspace is still a warm home")
+	}
+
+	// The template changes: a new version, a new prebuild, new warm homes.
+	srv.stop()
+	cfg.workspace = strings.Replace(cfg.workspace, `init = ["sh ./build.sh"]`, `init = ["sh ./build.sh", "echo v2 > version"]`, 1)
+	if err := os.WriteFile(srv.cfgPath, []byte(renderConfig(srv, portOf(t, srv.url), cfg)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv.start(t)
+	c = login(t, srv)
+	var second apiPrebuild
+	nomadtest.Eventually(t, 3*time.Minute, "a prebuild of the new version", func() bool {
+		ps := c.prebuilds("service")
+		second = ps[0]
+		return second.ID != first.ID && second.Status == "READY"
+	})
+	renewed := awaitWarm(t, c, "service", second.ID)
+	again := c.createFrom("after-change", "service", nil)
+	if _, claimed := renewed[again.ID]; !claimed || again.FromPrebuild == nil || *again.FromPrebuild != second.ID {
+		t.Fatalf("after the change %+v is not a warm home of %s (%v)", again, second.ID, renewed)
+	}
+	c.settle(again.ID, "RUNNING", time.Now())
+	if v := readFile(t, filepath.Join(home(again.ID), "service", "version")); v != "v2" {
+		t.Errorf("the new version's init output: %q", v)
+	}
+}
+
+// portOf is the port of a server's URL.
+func portOf(t *testing.T, rawURL string) int {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

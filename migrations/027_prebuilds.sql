@@ -27,9 +27,13 @@ CREATE INDEX prebuilds_template_idx ON prebuilds (template, created_at DESC);
 
 -- prebuild_of: the prebuild a workspace builds (its first start marks the
 -- home prebuilt). from_prebuild: the prebuild a workspace started from.
+-- pool_of: the template whose warm pool holds the workspace, until a
+-- creation claims it (owner, name and pool_of change in one statement).
 ALTER TABLE workspaces
     ADD COLUMN prebuild_of   text,
-    ADD COLUMN from_prebuild text;
+    ADD COLUMN from_prebuild text,
+    ADD COLUMN pool_of       text;
+CREATE INDEX workspaces_pool_idx ON workspaces (pool_of, created_at) WHERE pool_of IS NOT NULL AND deleted_at IS NULL;
 
 -- The prebuild runner archives a builder once its home is prebuilt.
 ALTER TABLE workspaces

@@ -20,7 +20,7 @@ const WorkspaceColumns = `id, owner_id, name, description, image, desired_state,
 	error_message, error_count, next_attempt_at, observed_at, phase_changed_at, last_access_at,
 	standby_ttl, archive_ttl, desired_by, desired_at, keep_until, autostart_days, autostart_at, autostart_tz,
 	autostart_done, version, created_at, updated_at, deleted_at, template, template_version, parameters,
-	prebuild_of, from_prebuild`
+	prebuild_of, from_prebuild, pool_of`
 
 func collectOne[T any](rows pgx.Rows, err error) (T, error) {
 	var zero T
@@ -121,15 +121,17 @@ type NewWorkspace struct {
 	// names the prebuild a builder workspace makes.
 	ArchiveKey               *string
 	FromPrebuild, PrebuildOf *string
+	// PoolOf puts the workspace in the template's warm pool.
+	PoolOf *string
 }
 
 // InsertWorkspace inserts a workspace and returns the stored row.
 func InsertWorkspace[T any](ctx context.Context, q Querier, w NewWorkspace) (T, error) {
 	return collectOne[T](q.Query(ctx, `INSERT INTO workspaces (id, owner_id, name, description, image, desired_state,
-			template, template_version, parameters, standby_ttl, archive_ttl, archive_key, from_prebuild, prebuild_of)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING `+WorkspaceColumns,
+			template, template_version, parameters, standby_ttl, archive_ttl, archive_key, from_prebuild, prebuild_of, pool_of)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING `+WorkspaceColumns,
 		w.ID, w.OwnerID, w.Name, w.Description, w.Image, w.DesiredState,
-		w.Template, w.TemplateVersion, w.Parameters, w.StandbyTTL, w.ArchiveTTL, w.ArchiveKey, w.FromPrebuild, w.PrebuildOf))
+		w.Template, w.TemplateVersion, w.Parameters, w.StandbyTTL, w.ArchiveTTL, w.ArchiveKey, w.FromPrebuild, w.PrebuildOf, w.PoolOf))
 }
 
 // UpdateWorkspaceMeta changes name and/or description (nil: unchanged).
@@ -259,7 +261,7 @@ func TouchLastAccess(ctx context.Context, q Querier, ids []string, at []time.Tim
 // workspace its owner keeps running (keep_until) waits for that time.
 func ListIdleWorkspaces[T any](ctx context.Context, q Querier, now time.Time, standbyTTL, archiveTTL time.Duration) ([]T, error) {
 	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
-		WHERE deleted_at IS NULL AND operation = 'NONE' AND (
+		WHERE deleted_at IS NULL AND operation = 'NONE' AND pool_of IS NULL AND (
 		      (phase = 'RUNNING' AND desired_state = 'RUNNING'
 		       AND last_access_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval)
 		       AND phase_changed_at < $1::timestamptz - COALESCE(standby_ttl, $2::interval)
@@ -435,4 +437,27 @@ func CommitSnapshot(ctx context.Context, q Querier, id, runID string, parent, ke
 		return ErrConflict
 	}
 	return nil
+}
+
+// ClaimPoolWorkspace gives a ready workspace of template's warm pool, one
+// made at version from prebuild (nil: an empty home), to a new owner as a
+// new workspace: owner, name, description, desired state, and the times a
+// new workspace has, all in one statement, and out of the pool. None ready
+// is ErrNotFound; one another claim holds is skipped.
+func ClaimPoolWorkspace[T any](ctx context.Context, q Querier, template, version string, prebuild *string, owner, name, description, desired string) (T, error) {
+	return collectOne[T](q.Query(ctx, `UPDATE workspaces SET
+			owner_id = $4, name = $5, description = $6, desired_state = $7, desired_by = 'user', desired_at = now(),
+			pool_of = NULL, created_at = now(), last_access_at = now(), phase_changed_at = now()
+		WHERE id = (SELECT id FROM workspaces
+			WHERE pool_of = $1 AND deleted_at IS NULL AND phase = 'STANDBY' AND operation = 'NONE'
+			  AND error_count = 0 AND template_version = $2 AND from_prebuild IS NOT DISTINCT FROM $3
+			ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+		RETURNING `+WorkspaceColumns, template, version, prebuild, owner, name, description, desired))
+}
+
+// ListPoolWorkspaces returns the live workspaces of every warm pool,
+// oldest first.
+func ListPoolWorkspaces[T any](ctx context.Context, q Querier) ([]T, error) {
+	return collectAll[T](q.Query(ctx, `SELECT `+WorkspaceColumns+` FROM workspaces
+		WHERE pool_of IS NOT NULL AND deleted_at IS NULL ORDER BY created_at, id`))
 }

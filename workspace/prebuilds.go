@@ -17,11 +17,7 @@ import (
 // has prebuilds and values are the defaults a prebuild is made with. Nil
 // when there is none: the workspace's first start clones.
 func prebuiltHome(ctx context.Context, q store.Querier, t *config.Template, values map[string]any) (*store.Prebuild, error) {
-	if t.Prebuild == nil {
-		return nil, nil
-	}
-	defaults, err := t.ParameterValues(nil)
-	if err != nil || !maps.Equal(defaults, values) {
+	if t.Prebuild == nil || !defaultValues(t, values) {
 		return nil, nil
 	}
 	p, err := store.NewestReadyPrebuild(ctx, q, t.Name, t.Version())
@@ -32,6 +28,13 @@ func prebuiltHome(ctx context.Context, q store.Querier, t *config.Template, valu
 		return nil, err
 	}
 	return &p, nil
+}
+
+// defaultValues reports whether values are every parameter's default:
+// what prebuilt and warm homes are made with.
+func defaultValues(t *config.Template, values map[string]any) bool {
+	defaults, err := t.ParameterValues(nil)
+	return err == nil && maps.Equal(defaults, values)
 }
 
 // BuilderName is the name of the workspace building prebuild id of
@@ -91,4 +94,90 @@ func (s *Service) RequestPrebuild(ctx context.Context, template, by string) (sto
 	}
 	s.logger.Info("prebuild requested", "template", template, "prebuild_id", p.ID, "by", by)
 	return p, nil
+}
+
+// PoolName is the name of a home of template's warm pool.
+func PoolName(template, id string) string {
+	return "warm-" + template + "-" + id[len(id)-8:]
+}
+
+// CreatePoolHome adds a home to template's warm pool: a workspace owned by
+// store.PrebuildOwnerID with the default parameters, asked to stand by, so
+// its volume is provisioned and filled from the newest prebuilt home of
+// the template's version (left empty without one), and its program never
+// runs. A creation claims it (store.ClaimPoolWorkspace); until then it is
+// nobody's home.
+func (s *Service) CreatePoolHome(ctx context.Context, template string) (Workspace, error) {
+	row, err := s.newFromTemplate(CreateRequest{Template: template, Creator: Creator{Admin: true, Groups: []string{config.GroupAdmins}}})
+	if err != nil {
+		return Workspace{}, fmt.Errorf("warm home of %s: %w", template, err)
+	}
+	t, _ := s.template(template)
+	values, _ := row.Parameters.(map[string]any)
+	pb, err := prebuiltHome(ctx, s.pool, t, values)
+	if err != nil {
+		return Workspace{}, err
+	}
+	if pb != nil {
+		row.ArchiveKey, row.FromPrebuild = pb.ArchiveKey, &pb.ID
+	}
+	row.ID, row.OwnerID = NewID(), store.PrebuildOwnerID
+	row.Name = PoolName(template, row.ID)
+	row.Description = fmt.Sprintf("A warm home of template %s, ready for the next workspace created.", template)
+	row.DesiredState, row.PoolOf = string(DesiredStandby), &template
+	w, err := store.InsertWorkspace[Workspace](ctx, s.pool, row)
+	if err != nil {
+		return Workspace{}, fmt.Errorf("create a warm home of %s: %w", template, err)
+	}
+	s.logger.Info("warm home added", "template", template, "workspace_id", w.ID, "prebuild", deref(w.FromPrebuild))
+	return w, nil
+}
+
+// PoolHomes lists every live home of the warm pools.
+func (s *Service) PoolHomes(ctx context.Context) ([]Workspace, error) {
+	ws, err := store.ListPoolWorkspaces[Workspace](ctx, s.pool)
+	if err != nil {
+		return nil, fmt.Errorf("list warm homes: %w", err)
+	}
+	return ws, nil
+}
+
+// PoolLevel is how full one template's warm pool is.
+type PoolLevel struct {
+	Template string `json:"template"`
+	// Warm is the pool's size; Ready the homes a creation may claim now;
+	// Filling those being made (provisioned, restored).
+	Warm    int `json:"warm"`
+	Ready   int `json:"ready"`
+	Filling int `json:"filling"`
+}
+
+// PoolLevels says how full each template's warm pool is.
+func (s *Service) PoolLevels(ctx context.Context) ([]PoolLevel, error) {
+	homes, err := s.PoolHomes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []PoolLevel{}
+	if s.opts.Templates == nil {
+		return out, nil
+	}
+	for _, name := range s.opts.Templates.TemplateNames() {
+		t, ok := s.template(name)
+		if !ok || t.Warm == 0 {
+			continue
+		}
+		l := PoolLevel{Template: name, Warm: t.Warm}
+		for _, w := range homes {
+			switch {
+			case deref(w.PoolOf) != name:
+			case w.Phase == PhaseStandby && w.Operation == OpNone && w.ErrorCount == 0:
+				l.Ready++
+			default:
+				l.Filling++
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }

@@ -191,6 +191,8 @@ type Created struct {
 	// HeldBy is the running limit the workspace would have exceeded: it
 	// was created stopped (desired STANDBY). Nil when it starts.
 	HeldBy *LimitError
+	// Warm: the workspace is a home of its template's warm pool, claimed.
+	Warm bool
 }
 
 // Create inserts a workspace with desired state RUNNING: a new workspace is
@@ -236,6 +238,17 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		if pb != nil {
 			row.ArchiveKey, row.FromPrebuild = pb.ArchiveKey, &pb.ID
 		}
+		if req.Image == "" && defaultValues(t, values) && t.Warm > 0 {
+			c.Workspace, err = store.ClaimPoolWorkspace[Workspace](ctx, tx, t.Name, row.TemplateVersion, row.FromPrebuild,
+				row.OwnerID, row.Name, row.Description, row.DesiredState)
+			if err == nil {
+				c.Warm = true
+				return nil
+			}
+			if !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
 		c.Workspace, err = store.InsertWorkspace[Workspace](ctx, tx, row)
 		return err
 	})
@@ -248,7 +261,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		return Created{}, fmt.Errorf("create workspace: %w", err)
 	}
 	s.logger.Info("workspace created", "workspace_id", c.ID, "owner_id", c.OwnerID, "template", c.Template, "image", s.Image(c.Workspace), "desired", c.DesiredState,
-		"prebuild", deref(c.FromPrebuild))
+		"prebuild", deref(c.FromPrebuild), "warm", c.Warm)
 	return c, nil
 }
 

@@ -187,6 +187,8 @@ type Workspace struct {
 	// the prebuild whose home it started from (docs/templates.md).
 	PrebuildOf   *string `db:"prebuild_of"`
 	FromPrebuild *string `db:"from_prebuild"`
+	// PoolOf names the template whose warm pool holds this workspace.
+	PoolOf *string `db:"pool_of"`
 }
 
 // MarshalJSON keeps the conditions map non-nil in JSON.

@@ -218,6 +218,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 		}),
 		controller.NewPrebuildRunner(logger.Named("prebuild"), d.pool, svc, cfg, controller.PrebuildConfig{
 			Interval: cfg.Coordinator.IdleInterval,
+			Metrics:  engineMetrics,
 		}),
 		controller.NewGCRunner(logger.Named("gc"), svc, archives, controller.GCConfig{
 			Interval:     cfg.GC.Interval,

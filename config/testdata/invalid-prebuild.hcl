@@ -21,3 +21,8 @@ template "badevery" {
     every = "daily"
   }
 }
+template "toowarm" {
+  warm = 101
+  parameter "x" {
+  }
+}

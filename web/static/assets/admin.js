@@ -264,8 +264,9 @@ async function evacuate(n, start) {
 
 // ---------- Templates and prebuilt homes ----------
 
-// loadAdminTemplates lists the workspaces per template version, then every
-// prebuild; each template with prebuilds gets a button to build one now.
+// loadAdminTemplates lists the workspaces per template version, the warm
+// pools, then every prebuild; each template with prebuilds gets a button to
+// build one now.
 async function loadAdminTemplates() {
   const note = $("templates-note");
   let usage;
@@ -286,6 +287,16 @@ async function loadAdminTemplates() {
     cell(row, t.current ? `${t.version} (current)` : t.version);
     cell(row, String(t.count));
     cell(row, "");
+  }
+  const pools = $("pools-body");
+  pools.replaceChildren();
+  for (const p of usage.pools) {
+    const row = pools.insertRow();
+    row.dataset.template = p.template;
+    cell(row, p.template);
+    cell(row, String(p.warm));
+    cell(row, String(p.ready));
+    cell(row, String(p.filling));
   }
   const pre = $("prebuilds-body");
   pre.replaceChildren();
