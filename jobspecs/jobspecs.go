@@ -256,6 +256,10 @@ type Values struct {
 	// its environment: the URLs and the git credential.
 	FirstStartScript       string
 	FirstStartVariablePath string
+	// FirstStartInit: the first start runs the template's init commands
+	// (the project's set-up), so its task gets the program's environment
+	// (Env) and resources rather than a clone's.
+	FirstStartInit bool
 
 	// UserEnvVariablePath, when set, is the Nomad Variable whose
 	// ItemUserEnv item the program gets as further environment: the

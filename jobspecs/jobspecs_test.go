@@ -110,6 +110,15 @@ func TestRenderGolden(t *testing.T) {
 			v.FirstStartScript = "echo first start\n"
 			v.FirstStartVariablePath = "nomad/jobs/" + v.JobID
 		}},
+		// A first start that runs the template's init: the task gets the
+		// program's environment and resources.
+		{"workspace-docker-first-start-init", KindWorkspace, "docker", func(v *Values) {
+			v.FirstStartScript = "echo first start\n"
+			v.FirstStartVariablePath = "nomad/jobs/" + v.JobID
+			v.FirstStartInit = true
+			v.CPU, v.Memory, v.MemoryMax = 2000, 4096, 8192
+			v.Env = SortedEnv(map[string]string{"GOPROXY": "https://proxy.internal", "GOFLAGS": "-mod=mod"})
+		}},
 		// A template's parameters: the user's values are in the variable.
 		{"workspace-raw_exec-user-env", KindWorkspace, "raw_exec", func(v *Values) {
 			v.UserEnvVariablePath = "nomad/jobs/" + v.JobID

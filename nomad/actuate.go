@@ -687,6 +687,7 @@ func (b *Backend) RenderWorkspace(spec controller.WorkspaceSpec, home string) (s
 	if spec.FirstStart() {
 		v.FirstStartScript = firststart.Script
 		v.FirstStartVariablePath = variablePath(jobID(spec.WorkspaceID))
+		v.FirstStartInit = len(spec.Init) > 0
 	}
 	if len(spec.UserEnv) > 0 {
 		v.UserEnvVariablePath = variablePath(jobID(spec.WorkspaceID))

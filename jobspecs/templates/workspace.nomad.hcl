@@ -142,6 +142,11 @@ job [[ hcl .JobID ]] {
         # The file below, removed by the script once its clones are done,
         # before the dotfiles' install script runs.
         CODEHUB_GIT_TOKEN_FILE = "${NOMAD_SECRETS_DIR}/first-start.env"
+[[- if .FirstStartInit ]]
+[[- range .Env ]]
+        [[ ident .Name ]] = [[ hcl .Value ]]
+[[- end ]]
+[[- end ]]
       }
 
       # The repository and dotfiles URLs and the owner's git credential,
@@ -160,8 +165,17 @@ job [[ hcl .JobID ]] {
       }
 
       resources {
+[[- if .FirstStartInit ]]
+        # Init builds the project: the program's share of the node.
+        cpu    = [[ required "cpu" .CPU ]]
+        memory = [[ required "memory" .Memory ]]
+[[- if .MemoryMax ]]
+        memory_max = [[ .MemoryMax ]]
+[[- end ]]
+[[- else ]]
         cpu    = 100
         memory = 256
+[[- end ]]
       }
     }
 [[- end ]]
