@@ -29,9 +29,9 @@ func benchSamples(name string, def int) int {
 // first start (clone and init), a start from a prebuilt home restored
 // from S3, a claim of a warm home, and, as the baseline, a wake of a
 // stopped workspace. The project is this repository, cloned from a local
-// bare copy; its init downloads its modules from this machine's module
-// cache (GOPROXY=file://…, nothing leaves the machine) and builds every
-// package, with the module and build caches in the home.
+// bare copy; its init builds every package, downloading the modules the
+// build needs from this machine's module cache (GOPROXY=file://…, nothing
+// leaves the machine), with the module and build caches in the home.
 // CODEHUB_BENCH_SAMPLES (10) and CODEHUB_BENCH_COLD (3) set the samples.
 func BenchmarkNomadStarts(b *testing.B) {
 	modcache, err := exec.Command("go", "env", "GOMODCACHE").Output()
@@ -66,7 +66,7 @@ func BenchmarkNomadStarts(b *testing.B) {
   }
   warm = %d
   prebuild {
-    init = ["go mod download", "go build ./..."]
+    init = ["go build ./..."]
   }
 }
 `, name, repo, filepath.Dir(goBin), proxy, warm)

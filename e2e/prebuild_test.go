@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -103,7 +104,8 @@ const buildScript = "#!/bin/sh\nset -e\ngit rev-parse HEAD > built-at\necho buil
 // gitHead is the commit checked out in dir.
 func gitHead(t *testing.T, dir string) string {
 	t.Helper()
-	out, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	// The home may belong to the workspace user, not to this process.
+	out, err := exec.Command("git", "-c", "safe.directory=*", "-C", dir, "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Fatalf("git rev-parse in %s: %v", dir, err)
 	}
@@ -169,7 +171,14 @@ func TestNomadPrebuiltHomes(t *testing.T) {
 // prebuiltHomes runs the prebuild scenario on the server cfg describes;
 // homeOf gives where a workspace's home is on this machine.
 func prebuiltHomes(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string) *server {
-	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
+	return prebuiltHomesFrom(t, cfg, homeOf, func(url string) string { return url })
+}
+
+// prebuiltHomesFrom is prebuiltHomes with the repositories reached at
+// serve's URL for each bare repository's file URL.
+func prebuiltHomesFrom(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string, serve func(string) string) *server {
+	bare := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
+	repo := serve(bare)
 	cfg.maxRunning = 3
 	cfg.workspace += prebuildTemplate(repo)
 	srv := startServer(t, cfg)
@@ -182,7 +191,7 @@ func prebuiltHomes(t *testing.T, cfg serverConfig, homeOf func(*server) func(str
 		t.Fatalf("first prebuild: %+v", first)
 	}
 	t.Logf("prebuild %s ready after %s: %s", first.ID, time.Since(began).Round(time.Millisecond), *first.ArchiveKey)
-	built := testenv.PushCommit(t, repo, map[string]string{"NEWS": "after the prebuild"})
+	built := testenv.PushCommit(t, bare, map[string]string{"NEWS": "after the prebuild"})
 
 	ws := c.createFrom("prebuilt", "service", nil)
 	if ws.FromPrebuild == nil || *ws.FromPrebuild != first.ID {
@@ -200,7 +209,7 @@ func prebuiltHomes(t *testing.T, cfg serverConfig, homeOf func(*server) func(str
 		t.Errorf("the prebuilt marker is still in the home: %v", err)
 	}
 
-	other := testenv.BareRepo(t, "other", map[string]string{"build.sh": buildScript})
+	other := serve(testenv.BareRepo(t, "other", map[string]string{"build.sh": buildScript}))
 	cold := c.createFrom("cold", "service", map[string]any{"repo": other})
 	if cold.FromPrebuild != nil {
 		t.Errorf("a workspace of other parameters started from a prebuild: %+v", cold)
@@ -213,7 +222,7 @@ func prebuiltHomes(t *testing.T, cfg serverConfig, homeOf func(*server) func(str
 
 	// A commit breaks the build; the rebuild an admin asks for fails and
 	// says why, and new workspaces keep starting from the last good one.
-	testenv.PushCommit(t, repo, map[string]string{"build.sh": "#!/bin/sh\necho the build is broken >&2\nexit 7\n"})
+	testenv.PushCommit(t, bare, map[string]string{"build.sh": "#!/bin/sh\necho the build is broken >&2\nexit 7\n"})
 	var req apiPrebuild
 	if code := c.do("POST", "/api/v1/admin/templates/service/prebuilds", nil, &req); code != http.StatusAccepted || req.Status != "REQUESTED" {
 		t.Fatalf("request a prebuild: %d %+v", code, req)
@@ -426,4 +435,35 @@ func portOf(t *testing.T, rawURL string) int {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestNomadDockerPrebuiltHomes is the prebuild scenario under the docker
+// driver with the locally built code-server image: the builder's
+// first-start task clones over HTTP and runs init in the image as the
+// workspace user, and the homes move through the codehub job image's
+// archive and restore jobs.
+func TestNomadDockerPrebuiltHomes(t *testing.T) {
+	cfg, agent, _ := dockerNomadConfig(t)
+	prebuiltHomesFrom(t, cfg, func(*server) func(string) string {
+		return func(id string) string { return volumePath(t, agent, id) }
+	}, func(fileURL string) string { return serveRepo(t, fileURL) })
+}
+
+// serveRepo serves the bare repository at fileURL over git's dumb HTTP
+// protocol on loopback (reachable from containers on the host network),
+// keeping its info files current as commits are pushed, and returns its
+// URL.
+func serveRepo(t *testing.T, fileURL string) string {
+	t.Helper()
+	dir := strings.TrimPrefix(fileURL, "file://")
+	hook := filepath.Join(dir, "hooks", "post-update")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\nexec git update-server-info\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "-C", dir, "update-server-info").CombinedOutput(); err != nil {
+		t.Fatalf("git update-server-info: %v\n%s", err, out)
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(dir))))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/" + filepath.Base(dir)
 }

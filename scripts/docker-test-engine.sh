@@ -53,6 +53,17 @@ build_code_server_image() {
 	for tool in rsync ssh-add; do
 		copy_with_libs "$(command -v "$tool")" "/usr/bin/$tool"
 	done
+	# git for a first start's clone (over HTTP) and fast-forward, and
+	# basename and find, which the first-start script runs.
+	copy_with_libs "$(command -v git)" /usr/bin/git
+	for helper in git-remote-http git-remote-https; do
+		copy_with_libs "$(git --exec-path)/$helper" "/usr/lib/git-core/$helper"
+	done
+	for tool in basename find; do
+		if command -v "$tool" >/dev/null; then
+			copy_with_libs "$(command -v "$tool")" "/bin/$tool"
+		fi
+	done
 	mkdir -p "$rootfs/usr/lib/code-server"
 	cp -a "$cs/node_modules" "$rootfs/usr/lib/code-server/node_modules"
 	# Native modules and ripgrep are binaries with libraries of their own.
