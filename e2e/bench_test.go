@@ -64,20 +64,7 @@ func (c *apiClient) do(method, path string, body any, out any) int {
 // returns how long that took.
 func (c *apiClient) settle(id, phase string, start time.Time) time.Duration {
 	c.tb.Helper()
-	deadline := start.Add(5 * time.Minute)
-	for {
-		var ws apiWorkspace
-		if code := c.do("GET", "/api/v1/workspaces/"+id, nil, &ws); code != http.StatusOK {
-			c.tb.Fatalf("get workspace: %d", code)
-		}
-		if ws.Phase == phase && ws.Operation == "NONE" {
-			return time.Since(start)
-		}
-		if ws.Phase == "ERROR" || time.Now().After(deadline) {
-			c.tb.Fatalf("workspace never settled in %s: %+v", phase, ws)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return c.settleWithin(id, phase, start, 5*time.Minute)
 }
 
 // BenchmarkWakeToReady measures, through the REST API of a real server with

@@ -159,8 +159,9 @@ func awaitPrebuildB(tb testing.TB, c *apiClient, template string, within time.Du
 	return done
 }
 
-// settleWithin is settle with a deadline of its own: a cold start of a
-// real project takes minutes.
+// settleWithin polls the workspace until it shows phase with no
+// operation, for at most within from start, and returns how long that
+// took.
 func (c *apiClient) settleWithin(id, phase string, start time.Time, within time.Duration) time.Duration {
 	c.tb.Helper()
 	for {

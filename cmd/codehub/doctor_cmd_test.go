@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -52,28 +51,7 @@ func TestDoctorInvalidConfig(t *testing.T) {
 // database not migrated yet is a warning the server resolves at start,
 // so the exit status is 0, and the text says what to change.
 func TestDoctorLocal(t *testing.T) {
-	s3 := testenv.NewS3(t)
-	path := filepath.Join(t.TempDir(), "codehub.hcl")
-	body := fmt.Sprintf(`
-listen     = "127.0.0.1:8080"
-public_url = "http://codehub.localhost:8080"
-database { url = %q }
-redis    { url = %q }
-s3 {
-  endpoint   = %q
-  bucket     = %q
-  access_key = %q
-  secret_key = %q
-  region     = %q
-}
-backend "local" {
-  data_dir    = %q
-  code_server = "/bin/true"
-}
-`, testenv.PostgresURL(t), testenv.RedisURL(t), s3.Endpoint, s3.Bucket, s3.AccessKey, s3.SecretKey, s3.Region, t.TempDir())
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := testConfigFile(t, testenv.RedisURL(t))
 	var stdout, stderr bytes.Buffer
 	code := runDoctor([]string{"-config", path}, nil, &stdout, &stderr)
 	out := stdout.String()

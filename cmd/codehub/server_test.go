@@ -23,6 +23,17 @@ import (
 // testConfig writes a server config for the test services and loads it.
 func testConfig(t *testing.T, redisURL string, extra ...string) *config.Config {
 	t.Helper()
+	cfg, err := config.Load(testConfigFile(t, redisURL, extra...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// testConfigFile writes a server config for the test services, with extra
+// lines, and returns its path.
+func testConfigFile(t *testing.T, redisURL string, extra ...string) string {
+	t.Helper()
 	s3 := testenv.NewS3(t)
 	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	path := filepath.Join(t.TempDir(), "codehub.hcl")
@@ -47,11 +58,7 @@ backend "local" {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return path
 }
 
 type healthBody struct {
