@@ -351,8 +351,9 @@ func awaitWarm(t *testing.T, c *apiClient, template, id string) map[string]strin
 // TestWarmPool: a template keeping two warm homes fills its pool with the
 // prebuilt home; a creation claims one (the workspace is that home, its
 // checkout brought up to a commit pushed since) and the pool refills; a
-// change of the template, made by restarting codehub with another
-// configuration, builds again and replaces every warm home.
+// claim answered just before codehub is killed holds; a change of the
+// template, made by restarting codehub with another configuration,
+// builds again and replaces every warm home.
 func TestWarmPool(t *testing.T) {
 	warmPool(t, localConfig(t), func(srv *server) func(string) string {
 		return func(id string) string { return filepath.Join(srv.dataDir, "volumes", "ws-"+id+"-home") }
@@ -371,7 +372,7 @@ func TestNomadWarmPool(t *testing.T) {
 
 func warmPool(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string) {
 	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
-	cfg.maxRunning = 3
+	cfg.maxRunning = 4
 	cfg.workspace += strings.Replace(prebuildTemplate(repo), "  prebuild {", "  warm = 2\n  prebuild {", 1)
 	srv := startServer(t, cfg)
 	c := login(t, srv)
@@ -394,8 +395,24 @@ func warmPool(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) 
 	if at := readFile(t, filepath.Join(checkout, "built-at")); at == "" || at == pushed {
 		t.Errorf("init's output in the claimed home: %q", at)
 	}
-	if _, still := awaitWarm(t, c, "service", first.ID)[ws.ID]; still {
+	refilled := awaitWarm(t, c, "service", first.ID)
+	if _, still := refilled[ws.ID]; still {
 		t.Error("the claimed workspace is still a warm home")
+	}
+
+	// codehub is killed (SIGKILL) the moment a claim is answered: the
+	// workspace is the user's, starts after the restart, and is no warm
+	// home any more; the pool refills.
+	killed := c.createFrom("claimed-then-killed", "service", nil)
+	srv.kill(t)
+	srv.start(t)
+	c = login(t, srv)
+	if _, claimed := refilled[killed.ID]; !claimed {
+		t.Fatalf("%s is not one of the warm homes %v", killed.ID, refilled)
+	}
+	c.settle(killed.ID, "RUNNING", time.Now())
+	if _, still := awaitWarm(t, c, "service", first.ID)[killed.ID]; still {
+		t.Error("the workspace claimed before the kill is still a warm home")
 	}
 
 	// The template changes: a new version, a new prebuild, new warm homes.
