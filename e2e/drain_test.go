@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/internal/nomadtest"
+	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // TestNomadFleetDrain drains, with `nomad node drain` as an operator types
@@ -459,5 +461,52 @@ func (d *drainRun) wait(t *testing.T) {
 		}
 	case <-time.After(limit):
 		t.Fatalf("the drain command did not return:\n%s", d.out.String())
+	}
+}
+
+// TestNomadFleetDrainWarmHomes drains the node that holds a template's
+// warm homes: they move to the other node as stopped homes do (their
+// prebuilt home restored there), stay in the pool, and a creation still
+// claims one, on the node that took it.
+func TestNomadFleetDrainWarmHomes(t *testing.T) {
+	nomadBin, cluster, agent, cfg := drainCluster(t)
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
+	cfg.workspace += strings.Replace(prebuildTemplate(repo), "  prebuild {", "  warm = 2\n  prebuild {", 1)
+	a, b := cluster.Node(t, "node-a"), cluster.Node(t, "node-b")
+	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, cfg)
+	c := login(t, srv)
+	first := awaitPrebuild(t, c, "service", "", 3*time.Minute)
+	warm := awaitWarm(t, c, "service", first.ID)
+	for id := range warm {
+		if !onNode(t, agent, id, a.NodeID) {
+			t.Fatalf("warm home %s is not on node-a", id)
+		}
+	}
+	if _, err := cluster.Client.Nodes().ToggleEligibility(b.NodeID, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	drain := startDrain(t, nomadBin, cluster.Addr, a.NodeID, "-deadline", "10m")
+	nomadtest.Eventually(t, 8*time.Minute, "the warm homes on node-b, ready", func() bool {
+		for id := range warm {
+			if vols := volumes(t, agent, id); len(vols) != 1 || vols[0].NodeID != b.NodeID {
+				return false
+			}
+		}
+		return c.pool("service").Ready == 2
+	})
+	drain.wait(t)
+	if now := awaitWarm(t, c, "service", first.ID); len(now) != 2 {
+		t.Fatalf("warm homes after the drain: %v, were %v", now, warm)
+	}
+	ws := c.createFrom("after-the-drain", "service", nil)
+	c.settle(ws.ID, "RUNNING", time.Now())
+	if _, claimed := warm[ws.ID]; !claimed || !onNode(t, agent, ws.ID, b.NodeID) {
+		t.Errorf("after the drain %s is not a warm home moved to node-b (%v)", ws.ID, warm)
+	}
+	if at := readFile(t, filepath.Join(volumePath(t, agent, ws.ID), "service", "built-at")); at == "" {
+		t.Error("the moved warm home lost its prebuilt checkout")
 	}
 }
