@@ -198,7 +198,10 @@ type Created struct {
 // Create inserts a workspace with desired state RUNNING: a new workspace is
 // started at once, so it counts toward the running limits from creation.
 // At a running limit it is created all the same, with desired STANDBY, so
-// the user can start it once another one stops.
+// the user can start it once another one stops. With the template's
+// default parameters it starts from the newest prebuilt home, and is a
+// warm home claimed from the template's pool when one is ready
+// (docs/templates.md).
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error) {
 	if req.OwnerID == "" {
 		return Created{}, &InputError{Field: "owner_id", Message: "required"}
