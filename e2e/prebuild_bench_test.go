@@ -64,7 +64,9 @@ func BenchmarkNomadStarts(b *testing.B) {
     GOFLAGS     = "-mod=mod"
     GOTOOLCHAIN = "local"
   }
-  warm = %d
+  # go build needs more than code-server's 1 GiB.
+  memory = 4096
+  warm   = %d
   prebuild {
     init = ["go build ./..."]
   }
