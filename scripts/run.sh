@@ -194,7 +194,8 @@ workspace {
 }
 
 # Two templates beside the default code-server: the same program, and one
-# whose first start clones a sample repository made by scripts/run.sh.
+# whose first start clones a sample repository made by scripts/run.sh, with
+# a prebuilt home and a warm one, so a new workspace of it starts at once.
 template "default" {
   description = "Plain code-server"
 }
@@ -206,6 +207,10 @@ template "sample" {
     description = "Repository to clone at the first start"
     default     = "file://$sample"
     regex       = "(https|ssh|git|file)://.+"
+  }
+  warm = 1
+  prebuild {
+    init = ["git log --oneline > HISTORY"]
   }
 }
 
