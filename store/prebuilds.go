@@ -94,13 +94,17 @@ func RequestPrebuild(ctx context.Context, q Querier, id, template, version, by s
 
 // StartPrebuild records that workspace wsID builds prebuild id of template
 // at version: a waiting request becomes BUILDING, or a new row is made.
+// A prebuild past its request is ErrConflict.
 func StartPrebuild(ctx context.Context, q Querier, id, template, version, wsID string) error {
-	_, err := q.Exec(ctx, `INSERT INTO prebuilds (id, template, version, status, workspace_id, started_at)
+	tag, err := q.Exec(ctx, `INSERT INTO prebuilds (id, template, version, status, workspace_id, started_at)
 		VALUES ($1, $2, $3, 'BUILDING', $4, now())
 		ON CONFLICT (id) DO UPDATE SET status = 'BUILDING', version = $3, workspace_id = $4, started_at = now()
 		WHERE prebuilds.status = 'REQUESTED'`, id, template, version, wsID)
 	if err != nil {
 		return fmt.Errorf("start prebuild %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("start prebuild %s: %w", id, ErrConflict)
 	}
 	return nil
 }
