@@ -455,7 +455,10 @@ func (r *PrebuildRunner) RunOnce(ctx context.Context) (PrebuildResult, error) {
 }
 
 func (r *PrebuildRunner) act(ctx context.Context, a prebuildAction) error {
-	log := r.logger.With("prebuild_id", a.PrebuildID, "template", a.Template)
+	log := r.logger.With("template", a.Template)
+	if a.PrebuildID != "" {
+		log = log.With("prebuild_id", a.PrebuildID)
+	}
 	switch a.Kind {
 	case prebuildBuild:
 		id := a.PrebuildID
