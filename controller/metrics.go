@@ -330,7 +330,7 @@ func (m *Metrics) prebuildPass(templates []prebuildTemplate, rows []prebuildRow,
 	}
 	for _, w := range pool {
 		state := "filling"
-		if poolReady(w) {
+		if workspace.PoolReady(w) {
 			state = "ready"
 		}
 		m.warmHomes.WithLabelValues(deref(w.PoolOf), state).Inc()

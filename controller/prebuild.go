@@ -177,7 +177,7 @@ func planPrebuilds(templates []prebuildTemplate, rows []prebuildRow, pool []work
 		}
 	}
 	for _, w := range pool {
-		if !poolReady(w) {
+		if !workspace.PoolReady(w) {
 			filling++
 		}
 	}
@@ -206,12 +206,6 @@ func planPrebuilds(templates []prebuildTemplate, rows []prebuildRow, pool []work
 		}
 	}
 	return out
-}
-
-// poolReady reports a warm home a creation may claim: standing by on its
-// volume, nothing under way, no failure.
-func poolReady(w workspace.Workspace) bool {
-	return w.Phase == workspace.PhaseStandby && w.Operation == workspace.OpNone && w.ErrorCount == 0
 }
 
 // newestReady is the id of the newest READY prebuild of t's current
@@ -247,7 +241,7 @@ func planPool(t prebuildTemplate, homes []workspace.Workspace, newest *string, r
 			older = append(older, w)
 		default:
 			fresh = append(fresh, w)
-			if poolReady(w) {
+			if workspace.PoolReady(w) {
 				readyFresh++
 			}
 		}
@@ -260,7 +254,7 @@ func planPool(t prebuildTemplate, homes []workspace.Workspace, newest *string, r
 	// Too many (the pool shrank): the newest go first, unready before
 	// ready.
 	for i := len(fresh) - 1; i >= 0 && len(fresh) > t.Warm; i-- {
-		if !poolReady(fresh[i]) {
+		if !workspace.PoolReady(fresh[i]) {
 			unfill(fresh[i], "the pool is smaller now")
 			fresh = append(fresh[:i], fresh[i+1:]...)
 		}

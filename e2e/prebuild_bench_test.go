@@ -80,7 +80,7 @@ func BenchmarkNomadStarts(b *testing.B) {
 
 	began := time.Now()
 	for _, name := range []string{"project", "project-warm"} {
-		if p := awaitPrebuildB(b, c, name, 20*time.Minute); p.Status != "READY" {
+		if p := awaitPrebuild(b, c, name, "", 20*time.Minute); p.Status != "READY" {
 			b.Fatalf("prebuild of %s: %+v", name, p)
 		}
 	}
@@ -144,21 +144,6 @@ func BenchmarkNomadStarts(b *testing.B) {
 		home, err := exec.Command("du", "-sh", volumePath(b, agent, id)).CombinedOutput()
 		b.Logf("a prebuilt home's size: %s (%v)", strings.TrimSpace(string(home)), err)
 	}
-}
-
-// awaitPrebuildB waits for the newest prebuild of template to end.
-func awaitPrebuildB(tb testing.TB, c *apiClient, template string, within time.Duration) apiPrebuild {
-	tb.Helper()
-	var done apiPrebuild
-	nomadtest.Eventually(tb, within, "a prebuild of "+template, func() bool {
-		ps := c.prebuilds(template)
-		if len(ps) > 0 && (ps[0].Status == "READY" || ps[0].Status == "FAILED") {
-			done = ps[0]
-			return true
-		}
-		return false
-	})
-	return done
 }
 
 // settleWithin polls the workspace until it shows phase with no

@@ -48,7 +48,7 @@ func (c *apiClient) prebuilds(template string) []apiPrebuild {
 
 // awaitPrebuild waits until prebuild id (the newest one when id is empty)
 // of template is READY or FAILED, and returns it.
-func awaitPrebuild(t *testing.T, c *apiClient, template, id string, within time.Duration) apiPrebuild {
+func awaitPrebuild(t testing.TB, c *apiClient, template, id string, within time.Duration) apiPrebuild {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {

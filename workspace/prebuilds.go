@@ -43,21 +43,32 @@ func BuilderName(template, id string) string {
 	return "prebuild-" + template + "-" + id[len(id)-8:]
 }
 
+// systemRow is a new workspace of template owned by store.PrebuildOwnerID,
+// with every parameter's default: a builder or a warm home.
+func (s *Service) systemRow(template string) (store.NewWorkspace, *config.Template, error) {
+	row, err := s.newFromTemplate(CreateRequest{Template: template, Creator: Creator{Admin: true, Groups: []string{config.GroupAdmins}}})
+	if err != nil {
+		return store.NewWorkspace{}, nil, err
+	}
+	t, _ := s.template(template)
+	row.ID, row.OwnerID = NewID(), store.PrebuildOwnerID
+	return row, t, nil
+}
+
 // CreateBuilder creates the workspace that builds prebuild id of template
 // at its current version: owned by store.PrebuildOwnerID, with the
 // template's default parameters, asked to run (its first start clones and
 // runs init), and not held by the running limits. The prebuild becomes
 // BUILDING in the same transaction.
 func (s *Service) CreateBuilder(ctx context.Context, template, id string) (Workspace, error) {
-	row, err := s.newFromTemplate(CreateRequest{Template: template, Creator: Creator{Admin: true, Groups: []string{config.GroupAdmins}}})
+	row, t, err := s.systemRow(template)
 	if err != nil {
 		return Workspace{}, fmt.Errorf("builder of prebuild %s: %w", id, err)
 	}
-	t, _ := s.template(template)
 	if t.Prebuild == nil {
 		return Workspace{}, fmt.Errorf("%w: template %q has no prebuild", ErrInvalidState, template)
 	}
-	row.ID, row.OwnerID, row.Name = NewID(), store.PrebuildOwnerID, BuilderName(template, id)
+	row.Name = BuilderName(template, id)
 	row.Description = fmt.Sprintf("Builds a prebuilt home of template %s (prebuild %s).", template, id)
 	row.DesiredState, row.PrebuildOf = string(DesiredRunning), &id
 	var w Workspace
@@ -108,11 +119,10 @@ func PoolName(template, id string) string {
 // runs. A creation claims it (store.ClaimPoolWorkspace); until then it is
 // nobody's home.
 func (s *Service) CreatePoolHome(ctx context.Context, template string) (Workspace, error) {
-	row, err := s.newFromTemplate(CreateRequest{Template: template, Creator: Creator{Admin: true, Groups: []string{config.GroupAdmins}}})
+	row, t, err := s.systemRow(template)
 	if err != nil {
 		return Workspace{}, fmt.Errorf("warm home of %s: %w", template, err)
 	}
-	t, _ := s.template(template)
 	values, _ := row.Parameters.(map[string]any)
 	pb, err := prebuiltHome(ctx, s.pool, t, values)
 	if err != nil {
@@ -121,7 +131,6 @@ func (s *Service) CreatePoolHome(ctx context.Context, template string) (Workspac
 	if pb != nil {
 		row.ArchiveKey, row.FromPrebuild = pb.ArchiveKey, &pb.ID
 	}
-	row.ID, row.OwnerID = NewID(), store.PrebuildOwnerID
 	row.Name = PoolName(template, row.ID)
 	row.Description = fmt.Sprintf("A warm home of template %s, ready for the next workspace created.", template)
 	row.DesiredState, row.PoolOf = string(DesiredStandby), &template
@@ -140,6 +149,13 @@ func (s *Service) PoolHomes(ctx context.Context) ([]Workspace, error) {
 		return nil, fmt.Errorf("list warm homes: %w", err)
 	}
 	return ws, nil
+}
+
+// PoolReady reports a warm home a creation may claim: standing by on its
+// volume, nothing under way, no failure (store.ClaimPoolWorkspace asks
+// the same of the row).
+func PoolReady(w Workspace) bool {
+	return w.Phase == PhaseStandby && w.Operation == OpNone && w.ErrorCount == 0
 }
 
 // PoolLevel is how full one template's warm pool is.
@@ -171,7 +187,7 @@ func (s *Service) PoolLevels(ctx context.Context) ([]PoolLevel, error) {
 		for _, w := range homes {
 			switch {
 			case deref(w.PoolOf) != name:
-			case w.Phase == PhaseStandby && w.Operation == OpNone && w.ErrorCount == 0:
+			case PoolReady(w):
 				l.Ready++
 			default:
 				l.Filling++
