@@ -8,7 +8,7 @@ export CODEHUB_TOOLS_DIR := $(STATE)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build image deps test run stop vet fmt golden bench-archive bench-engine bench-proxy bench-proxy-peers bench-ports clean
+.PHONY: all build image deps test run stop vet fmt golden bench-archive bench-engine bench-proxy bench-proxy-peers bench-ports scale clean
 
 all: build
 
@@ -69,6 +69,15 @@ bench-proxy-peers:
 
 bench-ports:
 	scripts/bench-ports.sh
+
+# The scale harness (docs/benchmarks.md, "At scale"): SCALE_WORKSPACES
+# workspaces on a real Nomad agent, which must be on PATH (docs/nomad.md),
+# against the same jobs registered straight to Nomad. Not part of make test.
+SCALE_WORKSPACES ?= 300
+scale: deps
+	@command -v nomad >/dev/null || { echo "make scale needs a nomad binary on PATH (docs/nomad.md)"; exit 1; }
+	CODEHUB_SCALE_WORKSPACES=$(SCALE_WORKSPACES) scripts/with-services.sh \
+		go test -count=1 -run '^$$' -bench NomadScale -benchtime 1x -timeout 90m ./e2e/
 
 clean:
 	rm -rf bin

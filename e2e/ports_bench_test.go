@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -95,7 +96,7 @@ func BenchmarkNomadPorts(b *testing.B) {
 	b.ReportMetric(median(port), "port-req/s")
 }
 
-func median(v []float64) float64 {
+func median[T cmp.Ordered](v []T) T {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]

@@ -64,6 +64,9 @@ type serverConfig struct {
 	workspace string
 	// maxRunning is the running limit per user; 1 if zero.
 	maxRunning int
+	// maxRunningGlobal is the running limit of the whole server; the
+	// default if zero.
+	maxRunningGlobal int
 	// port is the port the server listens on; a free one if zero.
 	port int
 	// oidc is an oidc block for the auth block.
@@ -75,6 +78,10 @@ type serverConfig struct {
 	// coordinator holds more settings of the coordinator block, one per
 	// line.
 	coordinator string
+	// defaultPacing keeps the coordinator's default pass intervals, which
+	// the tests otherwise shorten, and logs at info: what an operator
+	// runs, for measurements.
+	defaultPacing bool
 }
 
 // localConfig is a single-machine server on this test's own database, Redis
@@ -287,6 +294,10 @@ func renderConfig(srv *server, port int, cfg serverConfig) string {
 	if maxRunning == 0 {
 		maxRunning = 1
 	}
+	global := ""
+	if cfg.maxRunningGlobal > 0 {
+		global = fmt.Sprintf("  max_running_global   = %d\n", cfg.maxRunningGlobal)
+	}
 	coordinator := cfg.coordinator
 	if cfg.ttlInterval != "" {
 		coordinator += fmt.Sprintf("  ttl_interval    = %q\n", cfg.ttlInterval)
@@ -299,9 +310,13 @@ func renderConfig(srv *server, port int, cfg serverConfig) string {
 		// One workspace block holds every workspace setting.
 		workspace = strings.Replace(workspace, "workspace {\n", fmt.Sprintf("workspace {\n  standby_ttl = %q\n", cfg.standbyTTL), 1)
 	}
+	logLevel, pacing := "debug", "  idle_interval   = \"2s\"\n  active_interval = \"250ms\"\n"
+	if cfg.defaultPacing {
+		logLevel, pacing = "info", ""
+	}
 	return proxy + backend + workspace + fmt.Sprintf(`listen     = "127.0.0.1:%d"
 public_url = %q
-log_level  = "debug"
+log_level  = %q
 
 database { url = %q }
 redis    { url = %q }
@@ -316,12 +331,10 @@ s3 {
 
 limits {
   max_running_per_user = %d
-}
+%s}
 
 coordinator {
-  idle_interval   = "2s"
-  active_interval = "250ms"
-%s}
+%s%s}
 
 auth {
   bootstrap_admin {
@@ -329,8 +342,8 @@ auth {
     password = %q
   }
 %s}
-`, port, cmp.Or(cfg.publicURL, srv.url), cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
-		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, coordinator, adminPassword, cfg.oidc)
+`, port, cmp.Or(cfg.publicURL, srv.url), logLevel, cfg.databaseURL, cfg.redisURL, cfg.s3.Endpoint, cfg.s3.Bucket, cfg.s3.Region,
+		cfg.s3.AccessKey, cfg.s3.SecretKey, maxRunning, global, pacing, coordinator, adminPassword, cfg.oidc)
 }
 
 func tail(path string, lines int) string {

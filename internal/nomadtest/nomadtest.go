@@ -72,6 +72,25 @@ func Binary(t testing.TB) string {
 // stopped when the test ends.
 func Start(t testing.TB, extra string, drivers ...string) *Agent {
 	t.Helper()
+	return StartWith(t, Options{Extra: extra, Drivers: drivers})
+}
+
+// Options are what StartWith adds to the dev agent Start runs.
+type Options struct {
+	// Extra is added to the agent configuration, as Start's extra.
+	Extra string
+	// Client is added inside the client block: a scale test's node
+	// capacity (memory_total_mb, cpu_total_compute), for one.
+	Client string
+	// Drivers must be healthy, with raw_exec, before the agent counts as
+	// started.
+	Drivers []string
+}
+
+// StartWith is Start with more of the agent's configuration.
+func StartWith(t testing.TB, o Options) *Agent {
+	t.Helper()
+	extra, drivers := o.Extra, o.Drivers
 	bin := Binary(t)
 	// Not t.TempDir: the agent leaves task mounts (secrets tmpfs) behind,
 	// which must be unmounted before the directory can be removed.
@@ -93,8 +112,9 @@ client {
   options = {
     %s
   }
+%s
 }
-`, a.HostVolumesDir, fingerprintDenylist) + rawExecPlugin + extra
+`, a.HostVolumesDir, fingerprintDenylist, o.Client) + rawExecPlugin + extra
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,747 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/codehub-io/codehub/internal/nomadtest"
+	"github.com/codehub-io/codehub/internal/testenv"
+)
+
+// scaleNodeCapacity is the dev agent's node as the scale harness sizes
+// it. Each workspace job reserves the largest of its tasks' memory, and
+// the stop archive's data mover asks for 256 MiB, so Nomad would place
+// about 90 workspaces on this machine's 24 GiB although each uses a
+// small part of that; the harness measures what they use instead.
+const scaleNodeCapacity = `  memory_total_mb   = 262144
+  cpu_total_compute = 262144`
+
+// scalePoll is how often both sides of a measurement look for what became
+// ready: the server's listing, or Nomad's allocations and a probe of each.
+const scalePoll = 250 * time.Millisecond
+
+// scaleWorkers is how many requests each side has in flight during a wave.
+const scaleWorkers = 16
+
+// BenchmarkNomadScale runs CODEHUB_SCALE_WORKSPACES (300) workspaces on a
+// real Nomad agent (raw_exec, the small test server as the program, S3 on
+// this machine) through a server started from its configuration file with
+// the default pacing, and measures, against a plain client registering
+// the same volumes and jobs straight to Nomad in the same run:
+//
+//   - creating every workspace until all are RUNNING;
+//   - a mass wake: half of them stopped, then asked to run at once, with
+//     the spread of their waits against the controller's pass length;
+//   - one wake while the others run, against the same wake on an empty
+//     cluster (CODEHUB_SCALE_WAKES samples each, 10);
+//   - the memory of a workspace (its program and Nomad's executor and
+//     logmon), of the server and of the Nomad agent.
+//
+// `make scale` runs it; docs/benchmarks.md holds the results.
+func BenchmarkNomadScale(b *testing.B) {
+	n := benchSamples("CODEHUB_SCALE_WORKSPACES", 300)
+	samples := benchSamples("CODEHUB_SCALE_WAKES", 10)
+	bins := b.TempDir()
+	if err := os.Chmod(bins, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	wsserver := nomadtest.BuildProgram(b, bins, "../nomad/testdata/wsserver", "wsserver")
+	agent := nomadtest.StartWith(b, nomadtest.Options{Client: scaleNodeCapacity})
+	agentPID := agentProcess(b, agent)
+	// A dev agent that stops leaves its raw_exec tasks running; hundreds
+	// of them would weigh on whatever runs next. The servers stop first
+	// (their cleanups run earlier), then every job goes.
+	b.Cleanup(func() { stopAllJobs(b, agent.Client) })
+	for i := 0; i < b.N; i++ {
+		direct := &directClient{tb: b, client: agent.Client, program: wsserver}
+		baseCreate := direct.create(n)
+		baseWake := direct.wake(n / 2)
+		direct.teardown()
+
+		metricsPort := testenv.FreePort(b)
+		cfg := serverConfig{databaseURL: testenv.PostgresURL(b), redisURL: testenv.RedisURL(b), s3: testenv.NewS3(b)}
+		cfg.backend = fmt.Sprintf(`backend "nomad" {
+  address = %q
+  driver  = "raw_exec"
+`+aclOptOut+`}
+
+metrics {
+  listen = "127.0.0.1:%d"
+}
+
+workspace {
+  command = %q
+  args    = ["-listen", "127.0.0.1:%%PORT%%", "-home", "%%HOME%%"]
+  cpu     = 20
+  memory  = 32
+}
+`, agent.Addr, metricsPort, wsserver)
+		cfg.maxRunning, cfg.maxRunningGlobal = n, n
+		cfg.defaultPacing = true
+		srv := startServer(b, cfg)
+		c := login(b, srv)
+		metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+
+		probe := c.create("scale-probe")
+		c.settle(probe, "RUNNING", time.Now())
+		emptyWakes := wakeSamples(c, probe, samples)
+
+		idle, _ := treeRSS(b, agentPID)
+		ids, created := c.wave(n-1, func(i int) (string, error) {
+			var ws apiWorkspace
+			code, err := c.try("POST", "/api/v1/workspaces", map[string]string{"name": fmt.Sprintf("scale-%d", i)}, &ws)
+			if err == nil && code != http.StatusCreated {
+				err = fmt.Errorf("create: %d", code)
+			}
+			return ws.ID, err
+		}, "RUNNING")
+		busy, processes := treeRSS(b, agentPID)
+		busyWakes := wakeSamples(c, probe, samples)
+
+		half := ids[:len(ids)/2]
+		c.each(half, func(id string) error { return c.trySetDesired(id, "STANDBY") })
+		c.awaitAll(half, "STANDBY", time.Now(), 10*time.Minute)
+		passesBefore := scrapePasses(b, metrics)
+		_, woken := c.wave(len(half), func(i int) (string, error) {
+			return half[i], c.trySetDesired(half[i], "RUNNING")
+		}, "RUNNING")
+		passes := scrapePasses(b, metrics).since(passesBefore)
+		serverRSS := processRSS(b, srv.running.cmd.Process.Pid)
+
+		createRate := float64(n-1) / created.last().Seconds()
+		baseRate := float64(n) / baseCreate.last().Seconds()
+		wakeRate := float64(len(half)) / woken.last().Seconds()
+		baseWakeRate := float64(n/2) / baseWake.last().Seconds()
+		perWorkspace := busy.sub(idle).per(n - 1)
+		b.ReportMetric(createRate/baseRate, "create-ratio")
+		b.ReportMetric(wakeRate/baseWakeRate, "wake-ratio")
+		b.ReportMetric(median(busyWakes).Seconds()/median(emptyWakes).Seconds(), "busy-wake-ratio")
+		b.Logf("workspaces: %d; node: %d MiB per workspace (program %d KiB, executor %d KiB, logmon %d KiB, other %d KiB); processes beside the agent: %v",
+			n, perWorkspace.total()>>10, perWorkspace["program"], perWorkspace["executor"], perWorkspace["logmon"], perWorkspace["other"], processes)
+		b.Logf("create: direct %d in %v (%.1f/s); codehub %d in %v (%.1f/s); ratio %.2f",
+			n, baseCreate.last().Round(time.Millisecond), baseRate, n-1, created.last().Round(time.Millisecond), createRate, createRate/baseRate)
+		b.Logf("create waits: direct %s; codehub %s", baseCreate.summary(), created.summary())
+		b.Logf("mass wake of %d: direct in %v (%.1f/s); codehub in %v (%.1f/s); ratio %.2f",
+			len(half), baseWake.last().Round(time.Millisecond), baseWakeRate, woken.last().Round(time.Millisecond), wakeRate, wakeRate/baseWakeRate)
+		b.Logf("mass wake waits: direct %s; codehub %s; %d passes, mean %v; slowest wait − median = %.1f mean passes",
+			baseWake.summary(), woken.summary(), passes.count, passes.mean().Round(time.Millisecond),
+			(woken.max()-woken.p50()).Seconds()/passes.mean().Seconds())
+		b.Logf("one wake: empty cluster p50 %v %v; beside %d running p50 %v %v; ratio %.2f",
+			median(emptyWakes).Round(time.Millisecond), emptyWakes, n-1, median(busyWakes).Round(time.Millisecond), busyWakes,
+			median(busyWakes).Seconds()/median(emptyWakes).Seconds())
+		b.Logf("memory: server %d MiB, nomad agent %d MiB (idle %d MiB)", serverRSS>>20, busy["agent"]>>10, idle["agent"]>>10)
+	}
+}
+
+// wakeSamples stops and wakes workspace id n times through the API and
+// returns each wake's time to RUNNING.
+func wakeSamples(c *apiClient, id string, n int) []time.Duration {
+	var out []time.Duration
+	for range n {
+		c.setDesired(id, "STANDBY")
+		c.settle(id, "STANDBY", time.Now())
+		start := time.Now()
+		c.setDesired(id, "RUNNING")
+		out = append(out, c.settle(id, "RUNNING", start))
+	}
+	return out
+}
+
+// waits are how long each of a wave's workspaces took, from the wave's
+// start, sorted.
+type waits []time.Duration
+
+func (w waits) last() time.Duration { return w[len(w)-1] }
+func (w waits) max() time.Duration  { return w.last() }
+func (w waits) p50() time.Duration  { return w[len(w)/2] }
+func (w waits) p90() time.Duration  { return w[len(w)*9/10] }
+
+func (w waits) summary() string {
+	return fmt.Sprintf("first %v, p50 %v, p90 %v, last %v", w[0].Round(time.Millisecond), w.p50().Round(time.Millisecond),
+		w.p90().Round(time.Millisecond), w.last().Round(time.Millisecond))
+}
+
+// try is do for goroutines other than the test's: it returns what went
+// wrong instead of failing the test.
+func (c *apiClient) try(method, path string, body, out any) (int, error) {
+	var r io.Reader = http.NoBody
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, err
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func (c *apiClient) trySetDesired(id, desired string) error {
+	code, err := c.try("PATCH", "/api/v1/workspaces/"+id, map[string]string{"desired_state": desired}, nil)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("set %s desired %s: %d", id, desired, code)
+	}
+	return err
+}
+
+// each runs fn for every id, scaleWorkers at a time, and fails the test
+// on the first error.
+func (c *apiClient) each(ids []string, fn func(string) error) {
+	c.tb.Helper()
+	if err := parallel(len(ids), func(i int) error { return fn(ids[i]) }); err != nil {
+		c.tb.Fatal(err)
+	}
+}
+
+// parallel runs fn(0..n-1), scaleWorkers at a time, and returns the first
+// error.
+func parallel(n int, fn func(int) error) error {
+	next := make(chan int)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range scaleWorkers {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(i); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// wave issues n requests at once (start returns the workspace each
+// concerns) and waits until every one shows phase: it returns the ids in
+// request order and the sorted waits from the wave's first request.
+func (c *apiClient) wave(n int, start func(int) (string, error), phase string) ([]string, waits) {
+	c.tb.Helper()
+	began := time.Now()
+	ids := make([]string, n)
+	if err := parallel(n, func(i int) error {
+		id, err := start(i)
+		ids[i] = id
+		return err
+	}); err != nil {
+		c.tb.Fatal(err)
+	}
+	return ids, c.awaitAll(ids, phase, began, 20*time.Minute)
+}
+
+// awaitAll polls the listing until every id shows phase with no
+// operation, and returns the sorted waits since began. A workspace in
+// ERROR fails the test: none may fail because others were slow.
+func (c *apiClient) awaitAll(ids []string, phase string, began time.Time, within time.Duration) waits {
+	c.tb.Helper()
+	pending := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		pending[id] = true
+	}
+	var out waits
+	for len(pending) > 0 {
+		for _, ws := range c.listAll() {
+			if !pending[ws.ID] {
+				continue
+			}
+			if ws.Phase == "ERROR" {
+				c.tb.Fatalf("workspace %s in ERROR during the wave: %+v", ws.ID, ws)
+			}
+			if ws.Phase == phase && ws.Operation == "NONE" {
+				delete(pending, ws.ID)
+				out = append(out, time.Since(began))
+			}
+		}
+		if time.Since(began) > within {
+			c.tb.Fatalf("%d of %d workspaces not %s after %v", len(pending), len(ids), phase, within)
+		}
+		time.Sleep(scalePoll)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// listAll reads every page of the user's workspaces.
+func (c *apiClient) listAll() []apiWorkspace {
+	c.tb.Helper()
+	var all []apiWorkspace
+	after := ""
+	for {
+		var page struct {
+			Workspaces []apiWorkspace `json:"workspaces"`
+			Next       *string        `json:"next"`
+		}
+		path := "/api/v1/workspaces?limit=200"
+		if after != "" {
+			path += "&after=" + after
+		}
+		if code := c.do("GET", path, nil, &page); code != http.StatusOK {
+			c.tb.Fatalf("list workspaces: %d", code)
+		}
+		all = append(all, page.Workspaces...)
+		if page.Next == nil {
+			return all
+		}
+		after = *page.Next
+	}
+}
+
+// directClient is the baseline: a plain Nomad API client registering the
+// volumes and jobs a workspace has (the same volume request, the same
+// group, program, port, service check and resources), with none of
+// codehub's work around them (no database, no variables, no token, no
+// stop archive).
+type directClient struct {
+	tb      testing.TB
+	client  *api.Client
+	program string
+	jobs    []*api.Job
+	volumes []string
+}
+
+// create registers n volumes and jobs, scaleWorkers at a time, each job
+// once its volume is ready, and returns the sorted waits until each
+// program answers.
+func (d *directClient) create(n int) waits {
+	d.tb.Helper()
+	began := time.Now()
+	d.jobs, d.volumes = make([]*api.Job, n), make([]string, n)
+	if err := parallel(n, func(i int) error {
+		name := fmt.Sprintf("scale-direct-%d", i)
+		vol, err := d.volume(name + "-home")
+		if err != nil {
+			return err
+		}
+		d.volumes[i] = vol.ID
+		d.jobs[i] = d.job(name, vol)
+		_, _, err = d.client.Jobs().Register(d.jobs[i], nil)
+		return err
+	}); err != nil {
+		d.tb.Fatal(err)
+	}
+	return d.awaitReady(d.jobs, nil, began)
+}
+
+// wake stops the first n jobs (their volumes stay), then registers them
+// again at once, and returns the sorted waits until each answers.
+func (d *directClient) wake(n int) waits {
+	d.tb.Helper()
+	jobs := d.jobs[:n]
+	old := map[string]bool{}
+	for _, a := range d.allocs() {
+		old[a.ID] = true
+	}
+	if err := parallel(n, func(i int) error {
+		_, _, err := d.client.Jobs().Deregister(*jobs[i].ID, false, nil)
+		return err
+	}); err != nil {
+		d.tb.Fatal(err)
+	}
+	nomadtest.Eventually(d.tb, 5*time.Minute, "the stopped jobs' allocations ended", func() bool {
+		stopping := map[string]bool{}
+		for _, j := range jobs {
+			stopping[*j.ID] = true
+		}
+		for _, a := range d.allocs() {
+			if stopping[a.JobID] && a.ClientStatus == api.AllocClientStatusRunning {
+				return false
+			}
+		}
+		return true
+	})
+	began := time.Now()
+	if err := parallel(n, func(i int) error {
+		jobs[i].Stop = new(false)
+		_, _, err := d.client.Jobs().Register(jobs[i], nil)
+		return err
+	}); err != nil {
+		d.tb.Fatal(err)
+	}
+	return d.awaitReady(jobs, old, began)
+}
+
+// teardown purges the jobs and deletes the volumes.
+func (d *directClient) teardown() {
+	d.tb.Helper()
+	if err := parallel(len(d.jobs), func(i int) error {
+		_, _, err := d.client.Jobs().Deregister(*d.jobs[i].ID, true, nil)
+		return err
+	}); err != nil {
+		d.tb.Fatal(err)
+	}
+	nomadtest.Eventually(d.tb, 5*time.Minute, "the direct volumes deleted", func() bool {
+		left := 0
+		for _, id := range d.volumes {
+			if _, _, err := d.client.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id}, nil); err != nil {
+				var e api.UnexpectedResponseError
+				if !errors.As(err, &e) || e.StatusCode() != http.StatusNotFound {
+					left++
+				}
+			}
+		}
+		return left == 0
+	})
+}
+
+func (d *directClient) volume(name string) (*api.HostVolume, error) {
+	vol := &api.HostVolume{
+		Namespace: "default",
+		Name:      name,
+		PluginID:  "mkdir",
+		NodePool:  "default",
+		RequestedCapabilities: []*api.HostVolumeCapability{
+			{AttachmentMode: api.HostVolumeAttachmentModeFilesystem, AccessMode: api.HostVolumeAccessModeSingleNodeWriter},
+			{AttachmentMode: api.HostVolumeAttachmentModeFilesystem, AccessMode: api.HostVolumeAccessModeSingleNodeReader},
+		},
+		Parameters: map[string]string{"uid": strconv.Itoa(os.Getuid()), "gid": strconv.Itoa(os.Getgid()), "mode": "0700"},
+	}
+	resp, _, err := d.client.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, nil)
+	if err != nil {
+		return nil, err
+	}
+	id := resp.Volume.ID
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		got, _, err := d.client.HostVolumes().Get(id, nil)
+		if err != nil {
+			return nil, err
+		}
+		if got.State == api.HostVolumeStateReady && got.HostPath != "" {
+			return got, nil
+		}
+	}
+	return nil, fmt.Errorf("volume %s never ready", name)
+}
+
+// job is a workspace job as the built-in template renders it under
+// raw_exec, less what only codehub needs.
+func (d *directClient) job(name string, vol *api.HostVolume) *api.Job {
+	job := api.NewServiceJob(name, name, "global", 50)
+	job.Datacenters = []string{"dc1"}
+	group := api.NewTaskGroup("workspace", 1)
+	group.Volumes = map[string]*api.VolumeRequest{"home": {
+		Name: "home", Type: "host", Source: vol.Name,
+		AccessMode: "single-node-writer", AttachmentMode: "file-system",
+	}}
+	group.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "http"}}}}
+	group.Update = &api.UpdateStrategy{HealthCheck: new("checks"), MinHealthyTime: new(time.Duration(0)),
+		HealthyDeadline: new(5 * time.Minute), ProgressDeadline: new(10 * time.Minute), AutoRevert: new(false)}
+	group.RestartPolicy = &api.RestartPolicy{Attempts: new(1), Interval: new(5 * time.Minute), Delay: new(2 * time.Second), Mode: new("fail")}
+	group.ReschedulePolicy = &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)}
+	group.Services = []*api.Service{{
+		Name: name, PortLabel: "http", Provider: "nomad",
+		Checks: []api.ServiceCheck{{Name: "healthz", Type: "http", Path: "/healthz", Interval: time.Second, Timeout: time.Second}},
+	}}
+	task := api.NewTask("workspace", "raw_exec")
+	task.KillSignal, task.KillTimeout = "SIGKILL", new(time.Second)
+	task.Config = map[string]any{"command": d.program, "args": []string{"-listen", "127.0.0.1:${NOMAD_PORT_http}", "-home", vol.HostPath}}
+	task.Env = map[string]string{"HOME": vol.HostPath}
+	task.Resources = &api.Resources{CPU: new(20), MemoryMB: new(32)}
+	group.AddTask(task)
+	job.AddTaskGroup(group)
+	return job
+}
+
+func (d *directClient) allocs() []*api.AllocationListStub {
+	d.tb.Helper()
+	list, _, err := d.client.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err != nil {
+		d.tb.Fatal(err)
+	}
+	return list
+}
+
+// awaitReady polls Nomad's allocations and probes each running one of
+// jobs not in old until its program answers, as codehub's probe does.
+func (d *directClient) awaitReady(jobs []*api.Job, old map[string]bool, began time.Time) waits {
+	d.tb.Helper()
+	pending := map[string]bool{}
+	for _, j := range jobs {
+		pending[*j.ID] = true
+	}
+	probe := &http.Client{Timeout: 300 * time.Millisecond}
+	var out waits
+	for len(pending) > 0 {
+		var addrs []string
+		var owners []string
+		for _, a := range d.allocs() {
+			if !pending[a.JobID] || old[a.ID] || a.ClientStatus != api.AllocClientStatusRunning || a.AllocatedResources == nil {
+				continue
+			}
+			for _, p := range a.AllocatedResources.Shared.Ports {
+				if p.Label == "http" {
+					addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p.Value))
+					owners = append(owners, a.JobID)
+				}
+			}
+		}
+		answered := make([]bool, len(addrs))
+		_ = parallel(len(addrs), func(i int) error {
+			resp, err := probe.Get("http://" + addrs[i] + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				answered[i] = resp.StatusCode == http.StatusOK
+			}
+			return nil
+		})
+		for i, ok := range answered {
+			if ok && pending[owners[i]] {
+				delete(pending, owners[i])
+				out = append(out, time.Since(began))
+			}
+		}
+		if time.Since(began) > 20*time.Minute {
+			d.tb.Fatalf("%d direct jobs never answered", len(pending))
+		}
+		time.Sleep(scalePoll)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// stopAllJobs stops every job and waits until the client has ended every
+// allocation (a purge would drop them from the server's state at once,
+// before the client kills their tasks).
+func stopAllJobs(tb testing.TB, client *api.Client) {
+	jobs, _, err := client.Jobs().List(nil)
+	if err != nil {
+		tb.Errorf("list jobs: %v", err)
+		return
+	}
+	if err := parallel(len(jobs), func(i int) error {
+		_, _, err := client.Jobs().Deregister(jobs[i].ID, false, nil)
+		return err
+	}); err != nil {
+		tb.Errorf("stop jobs: %v", err)
+		return
+	}
+	nomadtest.Eventually(tb, 5*time.Minute, "every allocation stopped", func() bool {
+		allocs, _, err := client.Allocations().List(nil)
+		if err != nil {
+			return false
+		}
+		for _, a := range allocs {
+			if !clientTerminal(a.ClientStatus) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func clientTerminal(status string) bool {
+	switch status {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+// passTally is the controller's pass histogram's count and sum.
+type passTally struct {
+	count int
+	sum   float64
+}
+
+func (p passTally) since(before passTally) passTally {
+	return passTally{count: p.count - before.count, sum: p.sum - before.sum}
+}
+
+func (p passTally) mean() time.Duration {
+	if p.count == 0 {
+		return 0
+	}
+	return time.Duration(p.sum / float64(p.count) * float64(time.Second))
+}
+
+// scrapePasses reads the pass histogram from the server's metrics.
+func scrapePasses(tb testing.TB, url string) passTally {
+	tb.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p passTally
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "codehub_controller_pass_duration_seconds_count":
+			p.count, _ = strconv.Atoi(value)
+		case "codehub_controller_pass_duration_seconds_sum":
+			p.sum, _ = strconv.ParseFloat(value, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// rss is proportional resident memory (Pss) in KiB by kind of process:
+// "agent" (the Nomad agent), "executor" and "logmon" (Nomad's per-task
+// helpers), "program" (the workspaces' programs) and "other".
+type rss map[string]int64
+
+func (r rss) sub(o rss) rss {
+	out := rss{}
+	for k, v := range r {
+		out[k] = v - o[k]
+	}
+	return out
+}
+
+func (r rss) per(n int) rss {
+	out := rss{}
+	for k, v := range r {
+		if k != "agent" {
+			out[k] = v / int64(n)
+		}
+	}
+	return out
+}
+
+func (r rss) total() int64 {
+	var t int64
+	for k, v := range r {
+		if k != "agent" {
+			t += v
+		}
+	}
+	return t
+}
+
+// agentProcess finds the dev agent's process by its configuration file.
+func agentProcess(tb testing.TB, a *nomadtest.Agent) int {
+	tb.Helper()
+	cfg := filepath.Join(filepath.Dir(a.HostVolumesDir), "agent.hcl")
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(cfg)) {
+			return pid
+		}
+	}
+	tb.Fatalf("no process runs the agent of %s", cfg)
+	return 0
+}
+
+// treeRSS sums the proportional resident memory of root and every process
+// below it, by kind, and counts those processes by kind.
+func treeRSS(tb testing.TB, root int) (rss, map[string]int) {
+	tb.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	parent, kind, kib := map[int]int{}, map[int]string{}, map[int]int64{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		args := strings.Split(string(cmdline), "\x00")
+		switch {
+		case pid == root:
+			kind[pid] = "agent"
+		case len(args) > 1 && filepath.Base(args[0]) == "nomad" && (args[1] == "executor" || args[1] == "logmon"):
+			kind[pid] = args[1]
+		case filepath.Base(args[0]) == "wsserver":
+			kind[pid] = "program"
+		default:
+			kind[pid] = "other"
+		}
+		if v, ok := field(status, "PPid:"); ok {
+			parent[pid], _ = strconv.Atoi(v)
+		}
+		// Pss shares each page among the processes mapping it: the
+		// nomad binary's pages count once across all its helpers.
+		if rollup, err := os.ReadFile(filepath.Join("/proc", e.Name(), "smaps_rollup")); err == nil {
+			if v, ok := field(rollup, "Pss:"); ok {
+				kib[pid], _ = strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
+			}
+		}
+	}
+	out, count := rss{}, map[string]int{}
+	for pid := range kind {
+		for p := pid; p > 1; p = parent[p] {
+			if p == root {
+				out[kind[pid]] += kib[pid]
+				count[kind[pid]]++
+				break
+			}
+		}
+	}
+	return out, count
+}
+
+// processRSS is one process's resident memory in bytes.
+func processRSS(tb testing.TB, pid int) int64 {
+	tb.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	v, _ := field(status, "VmRSS:")
+	kib, _ := strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
+	return kib << 10
+}
+
+// field is the value of a /proc file's "Name:" line, trimmed.
+func field(file []byte, name string) (string, bool) {
+	for line := range strings.SplitSeq(string(file), "\n") {
+		if v, ok := strings.CutPrefix(line, name); ok {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
