@@ -89,38 +89,52 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		return controller.Snapshot{}, err
 	}
 
+	// The reads below fill a map each, under one lock.
+	var mu sync.Mutex
 	l.errorCodes = make(map[string]archive.Code)
-	for _, a := range failedBatchAllocs(byID, current) {
+	forEachAlloc(failedBatchAllocs(byID, current), func(a *api.AllocationListStub) error {
 		code, err := b.errorCode(ctx, a)
 		if err != nil {
 			b.logger.Warn("read failed job output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
-			continue
+			return nil
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		l.errorCodes[a.ID] = code
-	}
+		return nil
+	})
 
 	l.stops = make(map[string]archive.Outcome)
+	var stopped []*api.AllocationListStub
 	for _, a := range stoppedWorkspaceAllocs(byID, current) {
-		if !clientTerminal(a.ClientStatus) {
-			continue
+		if clientTerminal(a.ClientStatus) {
+			stopped = append(stopped, a)
 		}
+	}
+	forEachAlloc(stopped, func(a *api.AllocationListStub) error {
 		out, err := b.stopOutcome(ctx, a)
 		if err != nil {
 			b.logger.Warn("read stop archive output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
-			continue
+			return nil
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		l.stops[a.ID] = out
-	}
+		return nil
+	})
 
 	l.outputs = make(map[string]string)
-	for _, a := range failedWorkspaceAllocs(byID, current) {
+	forEachAlloc(failedWorkspaceAllocs(byID, current), func(a *api.AllocationListStub) error {
 		out, err := b.failedOutput(ctx, a)
 		if err != nil {
 			b.logger.Warn("read failed workspace output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
-			continue
+			return nil
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		l.outputs[a.ID] = out
-	}
+		return nil
+	})
 
 	l.placement = make(map[string]string)
 	for _, j := range unplacedJobs(byID, current) {
@@ -135,9 +149,34 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 	return assemble(l), nil
 }
 
-// checkReaders bounds concurrent per-allocation check reads: each is
-// forwarded to the allocation's client node.
-const checkReaders = 8
+// allocReaders bounds the concurrent per-allocation reads of one
+// observation: checks, task states and logs. Reads of checks and logs are
+// forwarded to the allocation's client node. In a wave (hundreds of
+// workspaces starting or stopping at once) read one after another they
+// made a pass take many seconds.
+const allocReaders = 8
+
+// forEachAlloc runs read for each of allocs, allocReaders at a time, and
+// returns the first error any returned once all are done.
+func forEachAlloc(allocs []*api.AllocationListStub, read func(*api.AllocationListStub) error) error {
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	sem := make(chan struct{}, allocReaders)
+	for _, a := range allocs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := read(a); err != nil {
+				once.Do(func() { first = err })
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
 
 // readChecks reads the check results of allocs, a few at a time, and for
 // those whose checks all pass, or whose program answered a probe since
@@ -148,28 +187,20 @@ func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListSt
 	out := make(map[string]api.AllocCheckStatuses, len(allocs))
 	own := make(map[string]bool, len(allocs))
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, checkReaders)
-	for _, a := range allocs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			checks, err := b.client.Allocations().Checks(a.ID, b.query(ctx))
-			if err != nil {
-				b.logger.Debug("read allocation checks", "alloc_id", a.ID, "error", err)
-				return
-			}
-			ans, probed := answered[a.ID]
-			registered := (allPassing(checks) || probed && !failedSince(checks, "", ans.at)) && b.registeredBy(ctx, a)
-			mu.Lock()
-			out[a.ID] = checks
-			own[a.ID] = registered
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	forEachAlloc(allocs, func(a *api.AllocationListStub) error {
+		checks, err := b.client.Allocations().Checks(a.ID, b.query(ctx))
+		if err != nil {
+			b.logger.Debug("read allocation checks", "alloc_id", a.ID, "error", err)
+			return nil
+		}
+		ans, probed := answered[a.ID]
+		registered := (allPassing(checks) || probed && !failedSince(checks, "", ans.at)) && b.registeredBy(ctx, a)
+		mu.Lock()
+		defer mu.Unlock()
+		out[a.ID] = checks
+		own[a.ID] = registered
+		return nil
+	})
 	return out, own
 }
 
@@ -384,14 +415,14 @@ func batchEnded(a *api.AllocationListStub) bool {
 // readTaskStates fills in the task states of allocs, from the cache for
 // client-terminal allocations already read.
 func (b *Backend) readTaskStates(ctx context.Context, allocs []*api.AllocationListStub) error {
-	for _, a := range allocs {
+	return forEachAlloc(allocs, func(a *api.AllocationListStub) error {
 		if states, ok := b.allocs.states.get(a.ID); ok {
 			a.TaskStates = states
-			continue
+			return nil
 		}
 		info, _, err := b.client.Allocations().Info(a.ID, b.query(ctx))
 		if isNotFound(err) {
-			continue // garbage-collected since the listing
+			return nil // garbage-collected since the listing
 		}
 		if err != nil {
 			return classify("read allocation "+a.ID, err)
@@ -400,8 +431,8 @@ func (b *Backend) readTaskStates(ctx context.Context, allocs []*api.AllocationLi
 		if clientTerminal(info.ClientStatus) {
 			b.allocs.states.put(a.ID, info.TaskStates)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // failedBatchAllocs are the newest allocations of batch jobs that failed.
