@@ -405,6 +405,11 @@ coordinator {
   # each one archive and one restore through S3 (docs/nomad.md,
   # "Operating a fleet").
   evacuation_parallel = 2
+
+  # Workspaces a controller pass acts on at once (volumes, jobs, database
+  # writes), each one by itself: a wave of starts, as autostart makes at
+  # nine, goes this many at a time (docs/lifecycle.md, "Coordinator").
+  parallel = 8
 }
 
 # Garbage collection of archives nobody can reach any more.

@@ -259,6 +259,10 @@ type Coordinator struct {
 	// EvacuationParallel is how many homes move off evacuated or drained
 	// nodes at once (each an archive and a restore through S3).
 	EvacuationParallel int `hcl:"evacuation_parallel,optional"`
+
+	// Parallel is how many workspaces a controller pass acts on at once,
+	// each by itself (one operation at a time per workspace).
+	Parallel int `hcl:"parallel,optional"`
 }
 
 // GC removes archives nobody can reach any more.

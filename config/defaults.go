@@ -28,6 +28,10 @@ const (
 	defaultRestoreTimeout   = 1 * time.Hour
 	// Two homes move at a time: each move is one archive and one restore.
 	defaultEvacuationParallel = 2
+	defaultParallel           = 8
+	// maxParallel bounds coordinator.parallel: each worker may hold a
+	// database connection and a Nomad request.
+	maxParallel = 64
 	defaultDeleteTimeout      = 5 * time.Minute
 	defaultBackoffBase        = 5 * time.Second
 	defaultBackoffMax         = 5 * time.Minute
@@ -175,6 +179,7 @@ func defaultCoordinator() *Coordinator {
 		BackoffMaxHCL:       durationText(defaultBackoffMax),
 		BackoffMax:          defaultBackoffMax,
 		EvacuationParallel:  defaultEvacuationParallel,
+		Parallel:            defaultParallel,
 	}
 }
 

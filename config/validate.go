@@ -458,6 +458,10 @@ func (c *Config) checkPolicies(ch *checker) {
 	ch.positive("gc.interval", c.GC.Interval)
 	ch.atLeast("gc.keep_archives", c.GC.KeepArchives, 1)
 	ch.atLeast("coordinator.evacuation_parallel", c.Coordinator.EvacuationParallel, 1)
+	ch.atLeast("coordinator.parallel", c.Coordinator.Parallel, 1)
+	if c.Coordinator.Parallel > maxParallel {
+		ch.add("coordinator.parallel", "must be at most %d", maxParallel)
+	}
 	if c.GC.DeletedGrace < 0 {
 		ch.add("gc.deleted_grace", "must not be negative")
 	}

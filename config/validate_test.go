@@ -178,7 +178,7 @@ func TestValidateRules(t *testing.T) {
 		}, []string{
 			"coordinator.active_interval", "coordinator.archive_timeout", "coordinator.backoff_base",
 			"coordinator.backoff_max", "coordinator.delete_timeout", "coordinator.evacuation_parallel", "coordinator.idle_interval",
-			"coordinator.provision_timeout", "coordinator.restore_timeout", "coordinator.start_timeout",
+			"coordinator.parallel", "coordinator.provision_timeout", "coordinator.restore_timeout", "coordinator.start_timeout",
 			"coordinator.stop_timeout", "coordinator.ttl_interval",
 		}},
 		{"active interval above idle", func(c *Config) {
@@ -191,6 +191,8 @@ func TestValidateRules(t *testing.T) {
 		{"gc interval zero", func(c *Config) { c.GC.Interval = 0 }, []string{"gc.interval"}},
 		{"gc keep no archives", func(c *Config) { c.GC.KeepArchives = 0 }, []string{"gc.keep_archives"}},
 		{"no evacuation at a time", func(c *Config) { c.Coordinator.EvacuationParallel = 0 }, []string{"coordinator.evacuation_parallel"}},
+		{"no workspace acted on at a time", func(c *Config) { c.Coordinator.Parallel = 0 }, []string{"coordinator.parallel"}},
+		{"more workers than the database serves", func(c *Config) { c.Coordinator.Parallel = 65 }, []string{"coordinator.parallel"}},
 		{"gc grace negative", func(c *Config) { c.GC.DeletedGrace = -time.Second }, []string{"gc.deleted_grace"}},
 		{"gc grace zero", func(c *Config) { c.GC.DeletedGrace = 0 }, nil},
 

@@ -13,6 +13,8 @@ import (
 // Backend is what the controller needs from the infrastructure that runs
 // workspaces (Nomad in production, local processes on one machine).
 // Actuators submit and return at once; completion is judged from Observe.
+// A pass acts on several workspaces at once (Config.Parallel), so
+// actuators may run concurrently for different workspaces, never for one.
 // Every actuator may be called again with the same arguments: the repeat
 // returns nil and changes nothing, and stopping, purging or deleting what
 // is gone already succeeds. Once a workspace's volume is deleted and its

@@ -100,6 +100,9 @@ type Config struct {
 	// EvacuationParallel bounds the homes moving off evacuated or drained nodes at
 	// once (Moves).
 	EvacuationParallel int
+	// Parallel is how many workspaces a pass acts on at once (at least
+	// one); each workspace is acted on by one worker per pass.
+	Parallel int
 	// Metrics records committed transitions, operations and passes (nil:
 	// none); Plan ignores it.
 	Metrics *Metrics
@@ -144,6 +147,7 @@ func ConfigFrom(cfg *config.Config) Config {
 		BackupInterval: cfg.Workspace.BackupInterval,
 
 		EvacuationParallel: co.EvacuationParallel,
+		Parallel:           co.Parallel,
 
 		Templates:    cfg,
 		UpstreamAuth: cfg.Workspace.UpstreamAuth,
@@ -219,39 +223,43 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	now := c.now()
 	fence := func(ctx context.Context) error { return c.fence(ctx, epoch, observed) }
 	stats.Workspaces = len(ws)
-	var seen passTally
-	for _, row := range ws {
-		if err := ctx.Err(); err != nil {
-			return stats, err
-		}
-		w := *row
+	results, err := c.actAll(ctx, waitingLongest(ws), func(ctx context.Context, w workspace.Workspace) acted {
 		obs := snap.Workspaces[w.ID]
 		obs.Evacuating, obs.Move = evacuating[obs.NodeID], moves[w.ID]
 		a := Plan(w, obs, c.checkArchive(ctx, w, obs), now, c.cfg)
-		after, err := c.act(ctx, epoch, fence, w, a, avoid, &stats)
-		if a.Write || err != nil {
+		var r acted
+		r.after, r.err = c.act(ctx, epoch, fence, w, a, avoid, &r.stats)
+		r.write = a.Write
+		return r
+	})
+	var seen passTally
+	for _, r := range results {
+		if r.write || r.err != nil {
 			// Reread next pass: the trigger changed columns too.
-			delete(c.rows, w.ID)
+			delete(c.rows, r.after.ID)
 		}
-		if errors.Is(err, errStaleSnapshot) {
-			stats.Stale = true
-			c.logger.Warn("pass stopped: its observation is too old to act on", "workspace_id", w.ID, "error", err)
-			return stats, nil
-		}
-		if errors.Is(err, ErrDeposed) || ctx.Err() != nil {
-			return stats, err
-		}
+		stats.add(r.stats)
 		switch {
-		case errors.Is(err, errRowChanged):
-			c.logger.Debug("workspace changed during the pass", "workspace_id", w.ID)
-		case err != nil:
-			c.logger.Warn("workspace pass failed", "workspace_id", w.ID, "error", err)
+		case errors.Is(r.err, errStaleSnapshot), errors.Is(r.err, ErrDeposed), r.err != nil && ctx.Err() != nil:
+		case errors.Is(r.err, errRowChanged):
+			c.logger.Debug("workspace changed during the pass", "workspace_id", r.after.ID)
+		case r.err != nil:
+			c.logger.Warn("workspace pass failed", "workspace_id", r.after.ID, "error", r.err)
 		}
-		if after.Operation != workspace.OpNone {
+		if r.after.Operation != workspace.OpNone {
 			stats.InFlight++
 		}
-		stats.noteRetry(after.NextAttemptAt, now)
-		seen.add(after, now)
+		stats.noteRetry(r.after.NextAttemptAt, now)
+		seen.add(r.after, now)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, errStaleSnapshot):
+		stats.Stale = true
+		c.logger.Warn("pass stopped: its observation is too old to act on", "error", err)
+		return stats, nil
+	default:
+		return stats, err
 	}
 	c.reportOrphans(Orphans(snap, ws), now)
 	c.cfg.Metrics.passSeen(seen)

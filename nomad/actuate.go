@@ -39,6 +39,8 @@ func (b *Backend) findVolume(ctx context.Context, wsID string) (*api.HostVolumeS
 // feasible node, drained or not. An existing volume of that name (ready or
 // still being created) is kept.
 func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpec) error {
+	b.placing.Lock()
+	defer b.placing.Unlock()
 	q := b.query(ctx)
 	q.Prefix = controller.NamePrefix
 	vols, _, err := b.client.HostVolumes().List(nil, q)

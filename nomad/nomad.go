@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -216,6 +217,10 @@ type Backend struct {
 	// prober is set while Watch runs.
 	answered *answered
 	prober   atomic.Pointer[prober]
+
+	// placing serialises ProvisionVolume: each placement counts the homes
+	// per node, which must include the one placed just before.
+	placing sync.Mutex
 }
 
 var (
