@@ -63,10 +63,6 @@ func BenchmarkNomadScale(b *testing.B) {
 	wsserver := nomadtest.BuildProgram(b, bins, "../nomad/testdata/wsserver", "wsserver")
 	agent := nomadtest.StartWith(b, nomadtest.Options{Client: scaleNodeCapacity})
 	agentPID := agentProcess(b, agent)
-	// A dev agent that stops leaves its raw_exec tasks running; hundreds
-	// of them would weigh on whatever runs next. The servers stop first
-	// (their cleanups run earlier), then every job goes.
-	b.Cleanup(func() { stopAllJobs(b, agent.Client) })
 	for i := 0; i < b.N; i++ {
 		direct := &directClient{tb: b, client: agent.Client, program: wsserver}
 		baseCreate := direct.create(n)
@@ -94,6 +90,10 @@ workspace {
 		cfg.maxRunning, cfg.maxRunningGlobal = n, n
 		cfg.defaultPacing = true
 		srv := startServer(b, cfg)
+		// A dev agent that stops leaves its raw_exec tasks running;
+		// hundreds of them would weigh on whatever runs next. Every job
+		// goes before the server and S3 stop, so the stop archives end.
+		b.Cleanup(func() { stopAllJobs(b, agent.Client) })
 		c := login(b, srv)
 		metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 
