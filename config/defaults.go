@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// maxParallel bounds coordinator.parallel: each worker may hold a database
+// connection and a Nomad request.
+const maxParallel = 64
+
 // Default durations; the HCL string fields are derived from them so the two
 // never disagree.
 const (
@@ -29,9 +33,6 @@ const (
 	// Two homes move at a time: each move is one archive and one restore.
 	defaultEvacuationParallel = 2
 	defaultParallel           = 8
-	// maxParallel bounds coordinator.parallel: each worker may hold a
-	// database connection and a Nomad request.
-	maxParallel = 64
 	defaultDeleteTimeout      = 5 * time.Minute
 	defaultBackoffBase        = 5 * time.Second
 	defaultBackoffMax         = 5 * time.Minute
