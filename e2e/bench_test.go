@@ -34,30 +34,40 @@ type apiWorkspace struct {
 
 func (c *apiClient) do(method, path string, body any, out any) int {
 	c.tb.Helper()
+	code, err := c.try(method, path, body, out)
+	if err != nil {
+		c.tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	return code
+}
+
+// try is do for goroutines other than the test's: it returns what went
+// wrong instead of failing the test.
+func (c *apiClient) try(method, path string, body, out any) (int, error) {
 	var r io.Reader = http.NoBody
 	if body != nil {
-		b, err := json.Marshal(body)
+		data, err := json.Marshal(body)
 		if err != nil {
-			c.tb.Fatal(err)
+			return 0, err
 		}
-		r = bytes.NewReader(b)
+		r = bytes.NewReader(data)
 	}
 	req, err := http.NewRequest(method, c.base+path, r)
 	if err != nil {
-		c.tb.Fatal(err)
+		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		c.tb.Fatalf("%s %s: %v", method, path, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	if out != nil && resp.StatusCode < 300 {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			c.tb.Fatalf("%s %s: decode: %v", method, path, err)
+			return resp.StatusCode, err
 		}
 	}
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 // settle polls the workspace until it shows phase with no operation and

@@ -3,10 +3,8 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -174,35 +172,6 @@ func (w waits) p90() time.Duration  { return w[len(w)*9/10] }
 func (w waits) summary() string {
 	return fmt.Sprintf("first %v, p50 %v, p90 %v, last %v", w[0].Round(time.Millisecond), w.p50().Round(time.Millisecond),
 		w.p90().Round(time.Millisecond), w.last().Round(time.Millisecond))
-}
-
-// try is do for goroutines other than the test's: it returns what went
-// wrong instead of failing the test.
-func (c *apiClient) try(method, path string, body, out any) (int, error) {
-	var r io.Reader = http.NoBody
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		r = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, c.base+path, r)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return resp.StatusCode, err
-		}
-	}
-	return resp.StatusCode, nil
 }
 
 func (c *apiClient) trySetDesired(id, desired string) error {
