@@ -142,7 +142,7 @@ workspace {
 			len(half), baseWake.last().Round(time.Millisecond), baseWakeRate, woken.last().Round(time.Millisecond), wakeRate, wakeRate/baseWakeRate)
 		b.Logf("mass wake waits: direct %s; codehub %s; %d passes, mean %v; slowest wait − median = %.1f mean passes",
 			baseWake.summary(), woken.summary(), passes.count, passes.mean().Round(time.Millisecond),
-			(woken.max()-woken.p50()).Seconds()/passes.mean().Seconds())
+			(woken.last()-woken.p50()).Seconds()/passes.mean().Seconds())
 		b.Logf("one wake: empty cluster p50 %v %v; beside %d running p50 %v %v; ratio %.2f",
 			median(emptyWakes).Round(time.Millisecond), emptyWakes, n-1, median(busyWakes).Round(time.Millisecond), busyWakes,
 			median(busyWakes).Seconds()/median(emptyWakes).Seconds())
@@ -169,7 +169,6 @@ func wakeSamples(c *apiClient, id string, n int) []time.Duration {
 type waits []time.Duration
 
 func (w waits) last() time.Duration { return w[len(w)-1] }
-func (w waits) max() time.Duration  { return w.last() }
 func (w waits) p50() time.Duration  { return w[len(w)/2] }
 func (w waits) p90() time.Duration  { return w[len(w)*9/10] }
 
