@@ -365,18 +365,36 @@ func (t *tunnel) bridge(ctx context.Context, conn net.Conn, end func(agentEnded 
 
 	fromClient := make(chan struct{})
 	fromAgent := make(chan struct{})
-	go func() { defer close(fromClient); _, _ = io.CopyBuffer(conn, ws, make([]byte, tunnelBuffer)) }()
+	toAgent := &agentWriter{conn: conn}
+	go func() { defer close(fromClient); _, _ = io.CopyBuffer(toAgent, ws, make([]byte, tunnelBuffer)) }()
 	go func() { defer close(fromAgent); _, _ = io.CopyBuffer(ws, conn, make([]byte, tunnelBuffer)) }()
 	select {
 	case <-fromClient:
 		conn.Close()
-		end(false)
+		// A client's keepalive written to an agent that has just ended
+		// can fail before the agent's end is read: that is the agent's.
+		end(toAgent.failed)
 	case <-fromAgent:
 		end(true)
 	}
 	conn.Close()
 	<-fromClient
 	<-fromAgent
+}
+
+// agentWriter writes to the agent's connection and remembers whether a
+// write failed, which tells an agent gone from a client gone.
+type agentWriter struct {
+	conn   net.Conn
+	failed bool // read only after the copy into it returned
+}
+
+func (w *agentWriter) Write(p []byte) (int, error) {
+	n, err := w.conn.Write(p)
+	if err != nil {
+		w.failed = true
+	}
+	return n, err
 }
 
 // countActivity marks the workspace in use whenever its agent reports the
