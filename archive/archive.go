@@ -29,17 +29,64 @@ const metaSuffix = ".meta"
 // workspace workspaceID. Op ids are ULIDs, so keys of one workspace sort by
 // time.
 func Key(workspaceID, opID string) string {
-	return "archives/" + workspaceID + "/" + opID + "/home.tar.zst"
+	return "archives/" + workspaceID + "/" + opID + "/" + homeObject
 }
 
-// OpID is the op id inside an archive key (archives/{workspace}/{op}/home.tar.zst):
-// the operation that made it. Any other key has none ("").
+// PrebuildPrefix is where operation opID of builder workspaceID writes
+// its prebuilt home of template at version. The archive's key,
+// PrebuildKey, also names the repository's commit, which only the job that
+// cloned it knows: the job completes the key.
+func PrebuildPrefix(workspaceID, opID, template, version string) string {
+	return "archives/" + workspaceID + "/" + opID + "/" + template + "/" + version
+}
+
+// PrebuildKey is the key of a prebuilt home of commit under prefix
+// (PrebuildPrefix): archives/{builder}/{op}/{template}/{version}/{commit}/home.tar.zst.
+func PrebuildKey(prefix, commit string) string {
+	return prefix + "/" + commit + "/" + homeObject
+}
+
+// PrebuildCommit is the commit a prebuilt home's key names; ok is false
+// for any other key.
+func PrebuildCommit(key string) (commit string, ok bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 7 || parts[0] != "archives" || parts[6] != homeObject || !ValidCommit(parts[5]) {
+		return "", false
+	}
+	return parts[5], true
+}
+
+// ValidCommit accepts a git object name: 40 (SHA-1) or 64 (SHA-256)
+// lower-case hex digits.
+func ValidCommit(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// homeObject ends every archive's key.
+const homeObject = "home.tar.zst"
+
+// OpID is the op id inside an archive key (archives/{workspace}/{op}/home.tar.zst,
+// or a PrebuildKey): the operation that made it. Any other key has none ("").
 func OpID(key string) string {
 	parts := strings.Split(key, "/")
-	if len(parts) != 4 || parts[0] != "archives" {
+	if parts[0] != "archives" || parts[len(parts)-1] != homeObject {
 		return ""
 	}
-	return parts[2]
+	if len(parts) == 4 {
+		return parts[2]
+	}
+	if _, ok := PrebuildCommit(key); ok {
+		return parts[2]
+	}
+	return ""
 }
 
 // OwnedBy reports whether key is an archive workspaceID made (one under

@@ -22,6 +22,9 @@ const (
 	CodeTarExtractFailed Code = "TAR_EXTRACT_FAILED"
 	CodeDiskFull         Code = "DISK_FULL"
 	CodeUnknown          Code = "UNKNOWN"
+	// CodeBuildFailed: a prebuild's clone or init failed, before anything
+	// was archived.
+	CodeBuildFailed Code = "BUILD_FAILED"
 )
 
 // Error carries the failure class of an archive operation.

@@ -383,7 +383,7 @@ func listing(objects []Object) Listing {
 	halves := make(map[string][]time.Time, len(objects))
 	for _, o := range objects {
 		key := strings.TrimSuffix(o.Key, metaSuffix)
-		if !strings.HasSuffix(key, "/home.tar.zst") {
+		if !strings.HasSuffix(key, "/"+homeObject) {
 			continue
 		}
 		halves[key] = append(halves[key], o.Modified)

@@ -147,10 +147,8 @@ type WorkspaceSpec struct {
 	// secret: never rendered, and never in the program's environment.
 	GitToken string
 	// Init are the template's commands run in the checkout after a first
-	// start's clone; Prebuild makes that first start a prebuild's, which
-	// marks the home prebuilt (package firststart).
-	Init     []string
-	Prebuild bool
+	// start's clone (package firststart).
+	Init []string
 }
 
 // FirstStart reports whether a start runs the first-start step.
@@ -169,6 +167,13 @@ type JobSpec struct {
 	// volume, and a backend that can keeps the job trying until S3 takes
 	// it, so that something holds the home's way off its node.
 	Backup bool
+	// Build makes the archive job a prebuild's: first Build's first start
+	// (clone, init) in the empty home, as a prebuild's, then the archive
+	// of what it made. ArchiveKey is then the prebuild's prefix
+	// (archive.PrebuildPrefix), which the job completes with the commit
+	// it built. A failed build fails the job with archive.CodeBuildFailed
+	// and its output.
+	Build *WorkspaceSpec
 }
 
 // Snapshot is one consistent observation of every workspace.

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -369,8 +370,31 @@ func (c *WorkspaceController) checkArchive(ctx context.Context, w workspace.Work
 	if key == "" {
 		return ArchiveCheck{}
 	}
+	if workspace.Building(w) && w.Operation == workspace.OpArchiving {
+		// The job named the key after the commit it built: find it.
+		found, err := c.prebuiltKey(ctx, w.ID, key)
+		if err != nil {
+			return ArchiveCheck{Key: key, Err: err}
+		}
+		key = found
+	}
 	meta, err := c.archives.Stat(ctx, key)
 	return ArchiveCheck{Key: key, Meta: meta, Err: err}
+}
+
+// prebuiltKey finds the complete archive a prebuild wrote under prefix
+// (archive.PrebuildPrefix); archive.ErrArchiveNotFound when there is none.
+func (c *WorkspaceController) prebuiltKey(ctx context.Context, wsID, prefix string) (string, error) {
+	l, err := c.archives.List(ctx, wsID)
+	if err != nil {
+		return "", err
+	}
+	for _, key := range l.Complete {
+		if _, ok := archive.PrebuildCommit(key); ok && strings.HasPrefix(key, prefix+"/") {
+			return key, nil
+		}
+	}
+	return "", fmt.Errorf("prebuild under %s: %w", prefix, archive.ErrArchiveNotFound)
 }
 
 // fence is checked right before every backend call. The database fences
@@ -564,9 +588,18 @@ func (c *WorkspaceController) run(ctx context.Context, step Step, w workspace.Wo
 	case StepStopRestoreJob:
 		return c.backend.StopJob(ctx, w.ID, JobRestore)
 	case StepSubmitArchive:
-		key := archive.Key(w.ID, deref(w.OpID))
-		return c.backend.SubmitArchive(ctx, JobSpec{WorkspaceID: w.ID, OpID: deref(w.OpID),
-			ArchiveKey: key, Attempt: w.OpAttempt, Parent: parentArchive(w, key), Backup: w.OpBackup})
+		key := opArchive(w)
+		job := JobSpec{WorkspaceID: w.ID, OpID: deref(w.OpID), ArchiveKey: key, Attempt: w.OpAttempt, Backup: w.OpBackup}
+		if workspace.Building(w) {
+			build, err := c.buildSpec(w)
+			if err != nil {
+				return err
+			}
+			job.Build = build
+		} else {
+			job.Parent = parentArchive(w, key)
+		}
+		return c.backend.SubmitArchive(ctx, job)
 	case StepSubmitRestore:
 		return c.backend.SubmitRestore(ctx, JobSpec{WorkspaceID: w.ID, OpID: archive.OpID(deref(w.ArchiveKey)),
 			ArchiveKey: deref(w.ArchiveKey), Attempt: w.OpAttempt})

@@ -205,7 +205,7 @@ func (g *GCRunner) remove(ctx context.Context, wsID, key string, del func() erro
 	if err != nil {
 		return false, fmt.Errorf("reread workspace: %w", err)
 	}
-	if protected(w)[key] {
+	if protects(w, key) {
 		g.logger.Info("gc keeps what an operation claimed since the pass began", "workspace_id", wsID, "key", key)
 		return false, nil
 	}
@@ -240,6 +240,16 @@ func protected(w workspace.Workspace) map[string]bool {
 	return keys
 }
 
+// protects reports whether key is one of w's protected archives, or one
+// its operation writes (a prebuild's key names the commit it built, which
+// only its job knew).
+func protects(w workspace.Workspace, key string) bool {
+	if protected(w)[key] {
+		return true
+	}
+	return w.Phase != workspace.PhaseDeleted && w.OpID != nil && archive.OwnedBy(key, w.ID) && archive.OpID(key) == *w.OpID
+}
+
 // abandonedUploadAge is how old an unfinished upload must be before the GC
 // aborts it: a younger one may belong to an attempt that has just begun and
 // is not yet visible as the workspace's operation.
@@ -249,13 +259,12 @@ const abandonedUploadAge = time.Hour
 // started at least minAge before now, except that of the archive w is
 // making right now (a large home can take hours to upload).
 func StaleUploads(w workspace.Workspace, uploads []archive.Upload, now time.Time, minAge time.Duration) []archive.Upload {
-	inFlight := ""
-	if w.Operation == workspace.OpArchiving && w.OpID != nil {
-		inFlight = archive.Key(w.ID, *w.OpID)
+	inFlight := func(key string) bool {
+		return w.Operation == workspace.OpArchiving && w.OpID != nil && archive.OpID(key) == *w.OpID
 	}
 	var out []archive.Upload
 	for _, u := range uploads {
-		if u.Key == inFlight || now.Sub(u.Initiated) < minAge {
+		if inFlight(u.Key) || now.Sub(u.Initiated) < minAge {
 			continue
 		}
 		out = append(out, u)
@@ -268,10 +277,9 @@ func StaleUploads(w workspace.Workspace, uploads []archive.Upload, now time.Time
 // meta is being written) that are not protected. A deleted workspace's go
 // whatever their age: nothing runs for it any more.
 func Abandoned(w workspace.Workspace, incomplete []archive.Object, now time.Time, minAge time.Duration) []string {
-	keep := protected(w)
 	var out []string
 	for _, o := range incomplete {
-		if keep[o.Key] || (w.Phase != workspace.PhaseDeleted && now.Sub(o.Modified) < minAge) {
+		if protects(w, o.Key) || (w.Phase != workspace.PhaseDeleted && now.Sub(o.Modified) < minAge) {
 			continue
 		}
 		out = append(out, o.Key)
@@ -282,7 +290,6 @@ func Abandoned(w workspace.Workspace, incomplete []archive.Object, now time.Time
 // Garbage picks the archives of w to delete among keys. w is live, or
 // deleted longer than the grace ago (ArchiveOwners decides which).
 func Garbage(w workspace.Workspace, keys []string, keep int) []string {
-	protected := protected(w)
 	switch {
 	case w.DeletedAt != nil && w.Phase == workspace.PhaseDeleted:
 		keep = 0
@@ -295,7 +302,7 @@ func Garbage(w workspace.Workspace, keys []string, keep int) []string {
 	slices.Reverse(newest)
 	var out []string
 	for i, key := range newest {
-		if i < keep || protected[key] {
+		if i < keep || protects(w, key) {
 			continue
 		}
 		out = append(out, key)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/codehub-io/codehub/archive"
@@ -78,7 +79,7 @@ func needsArchiveCheck(w workspace.Workspace, obs Observed) string {
 	if w.OpID == nil || workspace.ArchiveCommitted(w) {
 		return ""
 	}
-	key := archive.Key(w.ID, *w.OpID)
+	key := opArchive(w)
 	switch w.Operation {
 	case workspace.OpCreateEmptyArchive:
 		return key
@@ -88,6 +89,27 @@ func needsArchiveCheck(w workspace.Workspace, obs Observed) string {
 		}
 	}
 	return ""
+}
+
+// opArchive is the archive w's operation writes: archive.Key, or a
+// builder's prebuild prefix (archive.PrebuildPrefix), which its job
+// completes with the commit it built.
+func opArchive(w workspace.Workspace) string {
+	if workspace.Building(w) {
+		return archive.PrebuildPrefix(w.ID, deref(w.OpID), w.Template, w.TemplateVersion)
+	}
+	return archive.Key(w.ID, deref(w.OpID))
+}
+
+// isOpArchive reports whether check looked at the archive of w's
+// operation: its key, or under a builder's prefix.
+func isOpArchive(w workspace.Workspace, key string) bool {
+	want := opArchive(w)
+	if !workspace.Building(w) {
+		return key == want
+	}
+	_, ok := archive.PrebuildCommit(key)
+	return key == want || (ok && strings.HasPrefix(key, want+"/"))
 }
 
 func (c Config) backoff(errorCount int) time.Duration {
@@ -360,9 +382,11 @@ func (p *planner) target() workspace.Phase {
 func (p *planner) stepUp(phase workspace.Phase) Action {
 	switch phase {
 	case workspace.PhasePending:
-		if p.w.DesiredState == workspace.DesiredArchived {
+		if p.w.DesiredState == workspace.DesiredArchived && p.w.PrebuildOf == nil {
 			return p.claim(workspace.OpCreateEmptyArchive, StepCreateEmptyArchive)
 		}
+		// A builder's home is made on a volume by its prebuild, the
+		// archiving that follows.
 		return p.claim(workspace.OpProvisioning, p.provisionSteps()...)
 	case workspace.PhaseArchived:
 		return p.claim(workspace.OpRestoring, p.restoreSteps()...)
@@ -671,9 +695,9 @@ func (p *planner) archiving() Action {
 // verified commits the archive of the op id once S3 shows it complete.
 // Only then may the volume be deleted (next pass); a backup keeps it.
 func (p *planner) verified(steps ...Step) Action {
-	key := archive.Key(p.w.ID, *p.w.OpID)
+	key := p.check.Key
 	switch err := p.check.Err; {
-	case p.check.Key != key:
+	case !isOpArchive(p.w, key):
 		return p.settle()
 	case err == nil:
 		return p.committed(key, steps...)
@@ -763,6 +787,8 @@ func jobMessage(j *JobResult) string {
 
 func archiveFailureReason(code archive.Code) string {
 	switch code {
+	case archive.CodeBuildFailed:
+		return workspace.ReasonBuildFailed
 	case archive.CodeS3Access:
 		return workspace.ReasonUnreachable
 	case archive.CodeChecksumMismatch:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -52,18 +53,19 @@ type PrebuildWorkspaces interface {
 	CreatePoolHome(ctx context.Context, template string) (workspace.Workspace, error)
 	PoolHomes(ctx context.Context) ([]workspace.Workspace, error)
 	Reread(ctx context.Context, id string) (workspace.Workspace, error)
-	SetDesired(ctx context.Context, id string, desired workspace.DesiredState, by workspace.Cause) (workspace.Workspace, error)
 	Delete(ctx context.Context, id string) error
 }
 
 // PrebuildRunner keeps each template's prebuilt homes and warm pool
 // (docs/templates.md): it starts a build when a template's version has
-// none, when its schedule says, or when an admin asks; archives a builder
-// once its first start (clone and init) is done; records the archive as
-// the prebuild, or the failure; drops what the template's retention does
-// not keep; and keeps `warm` homes standing by with the newest prebuilt
-// home. Each pass reads everything, plans (planPrebuilds, pure), then
-// acts. It runs on the leader only.
+// none, when its schedule says, or when an admin asks; records the
+// builder's archive (its prebuild) as the prebuilt home, with the commit
+// it holds, or the failure; drops what the template's retention does not
+// keep; and keeps `warm` homes standing by with the newest prebuilt home.
+// A builder is a workspace asked to be archived from the start: the
+// controller provisions its volume and archives it with a job that first
+// builds the home (JobSpec.Build). Each pass reads everything, plans
+// (planPrebuilds, pure), then acts. It runs on the leader only.
 type PrebuildRunner struct {
 	logger    hclog.Logger
 	pool      store.Querier
@@ -113,8 +115,6 @@ type prebuildKind string
 const (
 	// prebuildBuild starts a build (of a request, or a new one).
 	prebuildBuild prebuildKind = "build"
-	// prebuildArchive asks a builder whose home is prebuilt to archive.
-	prebuildArchive prebuildKind = "archive"
 	// prebuildReady records the builder's archive as the prebuilt home.
 	prebuildReady prebuildKind = "ready"
 	// prebuildFail records why a build failed and deletes its builder.
@@ -136,6 +136,7 @@ type prebuildAction struct {
 	Template    string
 	WorkspaceID string
 	ArchiveKey  string
+	Commit      string
 	Message     string
 }
 
@@ -350,7 +351,9 @@ func planBuilding(r prebuildRow, now time.Time, cfg PrebuildConfig) []prebuildAc
 	switch {
 	case w == nil:
 		return fail("its builder workspace was deleted")
-	case w.Phase == workspace.PhaseError || builderStartFailed(*w):
+	case w.Phase == workspace.PhaseError:
+		// A failed clone or init (BuildFailed) ends it at once; other
+		// failures (placement, S3) were retried as for any workspace.
 		msg := "the build failed"
 		if w.ErrorMessage != nil {
 			msg = *w.ErrorMessage
@@ -358,26 +361,13 @@ func planBuilding(r prebuildRow, now time.Time, cfg PrebuildConfig) []prebuildAc
 			msg = *w.ErrorReason
 		}
 		return fail(msg)
-	case w.Phase == workspace.PhaseArchived && w.DesiredState == workspace.DesiredArchived && w.ArchiveKey != nil:
-		return []prebuildAction{{Kind: prebuildReady, PrebuildID: r.ID, Template: r.Template, WorkspaceID: w.ID, ArchiveKey: *w.ArchiveKey}}
+	case w.Phase == workspace.PhaseArchived && w.ArchiveKey != nil:
+		commit, _ := archive.PrebuildCommit(*w.ArchiveKey)
+		return []prebuildAction{{Kind: prebuildReady, PrebuildID: r.ID, Template: r.Template, WorkspaceID: w.ID, ArchiveKey: *w.ArchiveKey, Commit: commit}}
 	case r.StartedAt != nil && now.Sub(*r.StartedAt) > cfg.BuildTimeout:
 		return fail(fmt.Sprintf("no prebuilt home after %s", cfg.BuildTimeout))
-	case w.Operation == workspace.OpNone && w.DesiredState == workspace.DesiredRunning && w.Phase == workspace.PhaseRunning,
-		w.Operation == workspace.OpNone && w.DesiredState == workspace.DesiredStandby && w.DesiredBy == workspace.CauseIdle:
-		// The first start (clone, init) is done, the program ran: the
-		// home is prebuilt. (The idle stop stops only what ran.)
-		return []prebuildAction{{Kind: prebuildArchive, PrebuildID: r.ID, Template: r.Template, WorkspaceID: w.ID}}
 	}
 	return nil
-}
-
-// builderStartFailed reports a builder whose start failed: its program,
-// or the first start in front of it (the clone, init), exited. That does
-// not change by trying again, so the build fails at once, saying why;
-// other failures (placement, the backend) are retried as for any
-// workspace, until the workspace is in ERROR.
-func builderStartFailed(w workspace.Workspace) bool {
-	return w.Phase != workspace.PhaseRunning && w.ErrorCount > 0 && w.ErrorReason != nil && *w.ErrorReason == workspace.ReasonStartFailed
 }
 
 func drop(r prebuildRow, why string) prebuildAction {
@@ -461,19 +451,18 @@ func (r *PrebuildRunner) act(ctx context.Context, a prebuildAction) error {
 		}
 		_, err := r.svc.CreateBuilder(ctx, a.Template, id)
 		return err
-	case prebuildArchive:
-		if _, err := r.svc.SetDesired(ctx, a.WorkspaceID, workspace.DesiredArchived, workspace.CausePrebuild); err != nil {
-			return err
-		}
-		log.Info("prebuilt home made; archiving it", "workspace_id", a.WorkspaceID)
 	case prebuildReady:
 		key := a.ArchiveKey
-		if err := store.FinishPrebuild(ctx, r.pool, a.PrebuildID, &key, ""); err != nil {
+		var commit *string
+		if a.Commit != "" {
+			commit = &a.Commit
+		}
+		if err := store.FinishPrebuild(ctx, r.pool, a.PrebuildID, &key, commit, ""); err != nil {
 			return err
 		}
-		log.Info("prebuild ready", "archive_key", key)
+		log.Info("prebuild ready", "archive_key", key, "commit", a.Commit)
 	case prebuildFail:
-		if err := store.FinishPrebuild(ctx, r.pool, a.PrebuildID, nil, a.Message); err != nil {
+		if err := store.FinishPrebuild(ctx, r.pool, a.PrebuildID, nil, nil, a.Message); err != nil {
 			return err
 		}
 		log.Warn("prebuild failed", "why", a.Message, "workspace_id", a.WorkspaceID)

@@ -26,11 +26,12 @@ func TestPlanPrebuilds(t *testing.T) {
 		}
 		return r
 	}
-	key := "archives/ws-b/op/home.tar.zst"
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	key := "archives/ws-b/op/web/v2/" + commit + "/home.tar.zst"
 	archived := builder(workspace.PhaseArchived, workspace.DesiredArchived, workspace.OpNone)
 	archived.ArchiveKey = &key
-	failedWS := builder(workspace.PhaseError, workspace.DesiredRunning, workspace.OpNone)
-	msg := "first start failed: npm ci exited 1"
+	failedWS := builder(workspace.PhaseError, workspace.DesiredArchived, workspace.OpNone)
+	msg := "archive job failed, BUILD_FAILED: npm ci exited 1"
 	failedWS.ErrorMessage = &msg
 
 	type want struct {
@@ -46,29 +47,24 @@ func TestPlanPrebuilds(t *testing.T) {
 	}{
 		{"a new template builds", []prebuildTemplate{tmpl}, nil, cfg, []want{{prebuildBuild, ""}}},
 		{"a request builds under its id", []prebuildTemplate{tmpl}, []prebuildRow{row("r", store.PrebuildRequested, "v2", nil, nil), row("a", store.PrebuildReady, "v2", at(time.Hour), nil)}, cfg, []want{{prebuildBuild, "r"}}},
-		{"one build at a time per template", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting)), row("r", store.PrebuildRequested, "v2", nil, nil)}, cfg, nil},
-		{"the bound on builds holds across templates", []prebuildTemplate{tmpl, {Name: "api", Version: "v1", Keep: 1, Prebuilds: true}}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting))}, PrebuildConfig{MaxBuilding: 1, BuildTimeout: time.Hour, KeepFailed: 2}, nil},
-		{"a running builder is archived", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseRunning, workspace.DesiredRunning, workspace.OpNone))}, cfg, []want{{prebuildArchive, "b"}}},
-		{"a builder the idle stop stopped is archived", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, func() *workspace.Workspace {
-			w := builder(workspace.PhaseStandby, workspace.DesiredStandby, workspace.OpNone)
-			w.DesiredBy = workspace.CauseIdle
-			return w
-		}())}, cfg, []want{{prebuildArchive, "b"}}},
-		{"a builder whose start failed fails the build at once", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, func() *workspace.Workspace {
-			w := builder(workspace.PhaseStandby, workspace.DesiredRunning, workspace.OpNone)
-			reason := workspace.ReasonStartFailed
-			w.ErrorReason, w.ErrorMessage, w.ErrorCount = &reason, &msg, 1
-			return w
-		}())}, cfg, []want{{prebuildFail, "b"}}},
+		{"one build at a time per template", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseStandby, workspace.DesiredArchived, workspace.OpArchiving)), row("r", store.PrebuildRequested, "v2", nil, nil)}, cfg, nil},
+		{"the bound on builds holds across templates", []prebuildTemplate{tmpl, {Name: "api", Version: "v1", Keep: 1, Prebuilds: true}}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseStandby, workspace.DesiredArchived, workspace.OpArchiving))}, PrebuildConfig{MaxBuilding: 1, BuildTimeout: time.Hour, KeepFailed: 2}, nil},
+		{"a builder being made waits", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredArchived, workspace.OpProvisioning))}, cfg, nil},
 		{"a builder whose placement failed is retried", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, func() *workspace.Workspace {
-			w := builder(workspace.PhaseStandby, workspace.DesiredRunning, workspace.OpNone)
+			w := builder(workspace.PhasePending, workspace.DesiredArchived, workspace.OpNone)
 			reason := workspace.ReasonUnschedulable
 			w.ErrorReason, w.ErrorCount = &reason, 1
 			return w
 		}())}, cfg, nil},
-		{"a builder archiving waits", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseRunning, workspace.DesiredArchived, workspace.OpArchiving))}, cfg, nil},
+		{"a builder building waits", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseStandby, workspace.DesiredArchived, workspace.OpArchiving))}, cfg, nil},
 		{"an archived builder is ready", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, archived)}, cfg, []want{{prebuildReady, "b"}}},
-		{"a builder in error fails the build", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, failedWS)}, cfg, []want{{prebuildFail, "b"}}},
+		{"a builder whose build failed fails the build", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, failedWS)}, cfg, []want{{prebuildFail, "b"}}},
+		{"a builder in error after its retries fails the build", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, func() *workspace.Workspace {
+			w := builder(workspace.PhaseError, workspace.DesiredArchived, workspace.OpNone)
+			reason := workspace.ReasonUnreachable
+			w.ErrorReason, w.ErrorCount = &reason, workspace.MaxErrorCount
+			return w
+		}())}, cfg, []want{{prebuildFail, "b"}}},
 		{"a deleted builder fails the build", []prebuildTemplate{tmpl}, []prebuildRow{row("b", store.PrebuildBuilding, "v2", nil, nil)}, cfg, []want{{prebuildFail, "b"}}},
 		{"a failure is not retried by itself", []prebuildTemplate{tmpl}, []prebuildRow{row("f", store.PrebuildFailed, "v2", at(time.Minute), nil), row("a", store.PrebuildReady, "v2", at(time.Hour), nil)}, cfg, nil},
 		{"a failure is retried at the schedule", []prebuildTemplate{daily}, []prebuildRow{row("f", store.PrebuildFailed, "v2", at(25*time.Hour), nil)}, cfg, []want{{prebuildBuild, ""}}},
@@ -80,7 +76,7 @@ func TestPlanPrebuilds(t *testing.T) {
 		{"old failures go", []prebuildTemplate{tmpl}, []prebuildRow{row("r", store.PrebuildReady, "v2", at(time.Minute), nil), row("f3", store.PrebuildFailed, "v2", at(time.Hour), nil), row("f2", store.PrebuildFailed, "v2", at(2*time.Hour), nil), row("f1", store.PrebuildFailed, "v2", at(3*time.Hour), nil)}, cfg, []want{{prebuildDrop, "f1"}}},
 		{"a template without prebuilds drops them", nil, []prebuildRow{row("a", store.PrebuildReady, "v2", at(time.Hour), archived)}, cfg, []want{{prebuildDrop, "a"}}},
 		{"a build past its timeout fails", []prebuildTemplate{tmpl}, []prebuildRow{func() prebuildRow {
-			r := row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhasePending, workspace.DesiredRunning, workspace.OpStarting))
+			r := row("b", store.PrebuildBuilding, "v2", nil, builder(workspace.PhaseStandby, workspace.DesiredArchived, workspace.OpArchiving))
 			r.StartedAt = at(2 * time.Hour)
 			return r
 		}()}, cfg, []want{{prebuildFail, "b"}}},
@@ -89,8 +85,8 @@ func TestPlanPrebuilds(t *testing.T) {
 			var got []want
 			for _, a := range planPrebuilds(c.templates, c.rows, nil, now, c.cfg) {
 				got = append(got, want{a.Kind, a.PrebuildID})
-				if a.Kind == prebuildReady && a.ArchiveKey != key {
-					t.Errorf("ready with key %q", a.ArchiveKey)
+				if a.Kind == prebuildReady && (a.ArchiveKey != key || a.Commit != commit) {
+					t.Errorf("ready with key %q, commit %q", a.ArchiveKey, a.Commit)
 				}
 				if a.Kind == prebuildFail && a.PrebuildID == "b" && c.rows[0].Builder == failedWS && a.Message != msg {
 					t.Errorf("failure says %q", a.Message)

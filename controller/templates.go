@@ -74,8 +74,25 @@ func SpecFromTemplate(w workspace.Workspace, t *config.Template, upstreamAuth st
 	if t.Prebuild != nil {
 		spec.Init = t.Prebuild.Init
 	}
-	spec.Prebuild = w.PrebuildOf != nil
 	return spec
+}
+
+// buildSpec is what the prebuild of builder w builds: its template's
+// repository and init, as configured now, owned by nobody's dotfiles or
+// credential. A template changed since the build was asked for fails it
+// for good: the prebuild runner asks for one of the new version.
+func (c *WorkspaceController) buildSpec(w workspace.Workspace) (*WorkspaceSpec, error) {
+	t, ok := c.cfg.Templates.Template(w.Template)
+	switch {
+	case !ok:
+		return nil, &Failure{Reason: workspace.ReasonBuildFailed, Terminal: true,
+			Message: fmt.Sprintf("template %q is not configured any more", w.Template)}
+	case t.Version() != w.TemplateVersion:
+		return nil, &Failure{Reason: workspace.ReasonBuildFailed, Terminal: true,
+			Message: fmt.Sprintf("template %q changed since its prebuild was asked for", w.Template)}
+	}
+	spec := SpecFromTemplate(w, t, c.cfg.UpstreamAuth)
+	return &spec, nil
 }
 
 // ownArchive is the archive a stop archive of w may build on: its

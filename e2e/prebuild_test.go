@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
@@ -24,6 +26,7 @@ type apiPrebuild struct {
 	ID, Template, Version, Status, Error string
 	WorkspaceID                          *string `json:"workspace_id"`
 	ArchiveKey                           *string `json:"archive_key"`
+	Commit                               *string
 }
 
 type apiTemplateUsage struct {
@@ -130,7 +133,7 @@ func readFile(t *testing.T, path string) string {
 // that fails says why and leaves the last good prebuild in use.
 func TestPrebuiltHomes(t *testing.T) {
 	cfg := localConfig(t)
-	srv := prebuiltHomes(t, cfg, func(srv *server) func(string) string {
+	srv, first := prebuiltHomes(t, cfg, func(srv *server) func(string) string {
 		return func(id string) string { return filepath.Join(srv.dataDir, "volumes", "ws-"+id+"-home") }
 	})
 
@@ -144,39 +147,56 @@ func TestPrebuiltHomes(t *testing.T) {
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#admin-nav a[href="/admin/templates"]`)), chromedp.WaitVisible(chromedp.ID("admin-templates"))); err != nil {
 			return err
 		}
-		return b.waitJS(ctx, 30*time.Second, rows+`.some(r => r.cells[2].textContent === "READY") &&
-			`+rows+`.some(r => r.cells[2].textContent === "FAILED" && r.cells[6].title.includes("the build is broken"))`)
+		return b.waitJS(ctx, 30*time.Second, rows+`.some(r => r.cells[3].textContent === "READY" && r.cells[2].title === `+strconv.Quote(*first.Commit)+` && r.cells[2].textContent.length === 12) &&
+			`+rows+`.some(r => r.cells[3].textContent === "FAILED" && r.cells[7].title.includes("the build is broken"))`)
 	})
 	t.Logf("templates page: %s", b.screenshot("templates page"))
 	b.step("build one now", func(ctx context.Context) error {
 		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#prebuilds-body tr[data-template="service"] button').click() || true`)); err != nil {
 			return err
 		}
-		return b.waitJS(ctx, 30*time.Second, rows+`.some(r => ["REQUESTED", "BUILDING"].includes(r.cells[2].textContent) && r.cells[3].textContent.includes("by admin"))`)
+		return b.waitJS(ctx, 30*time.Second, rows+`.some(r => ["REQUESTED", "BUILDING"].includes(r.cells[3].textContent) && r.cells[4].textContent.includes("by admin"))`)
 	})
 }
 
 // TestNomadPrebuiltHomes is TestPrebuiltHomes on a real Nomad agent under
-// raw_exec: the builder is a workspace job whose first-start task clones
-// and runs init, its home leaves through the archive job, and the new
+// raw_exec: each prebuild is one batch job, the builder's archive job,
+// whose build task clones and runs init before its archive task saves
+// the home (the builder never has a workspace job), and the new
 // workspace's restore job fills its volume.
 func TestNomadPrebuiltHomes(t *testing.T) {
 	agent := nomadtest.Start(t, "")
 	cfg := nomadConfig(t, agent)
-	prebuiltHomes(t, cfg, func(*server) func(string) string {
+	_, first := prebuiltHomes(t, cfg, func(*server) func(string) string {
 		return func(id string) string { return volumePath(t, agent, id) }
 	})
+	noWorkspaceJob(t, agent, *first.WorkspaceID)
+}
+
+// noWorkspaceJob fails unless Nomad never had a workspace job of builder:
+// its prebuild ran as its archive job alone.
+func noWorkspaceJob(t *testing.T, agent *nomadtest.Agent, builder string) {
+	t.Helper()
+	_, _, err := agent.Client.Jobs().Info("ws-"+builder, nil)
+	var value api.UnexpectedResponseError
+	var pointer *api.UnexpectedResponseError
+	notFound := errors.As(err, &value) && value.StatusCode() == http.StatusNotFound ||
+		errors.As(err, &pointer) && pointer.StatusCode() == http.StatusNotFound
+	if !notFound {
+		t.Errorf("the builder %s has a workspace job (%v): its prebuild should be its archive job alone", builder, err)
+	}
 }
 
 // prebuiltHomes runs the prebuild scenario on the server cfg describes;
-// homeOf gives where a workspace's home is on this machine.
-func prebuiltHomes(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string) *server {
+// homeOf gives where a workspace's home is on this machine. It returns
+// the server and the first prebuild.
+func prebuiltHomes(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string) (*server, apiPrebuild) {
 	return prebuiltHomesFrom(t, cfg, homeOf, func(url string) string { return url })
 }
 
 // prebuiltHomesFrom is prebuiltHomes with the repositories reached at
 // serve's URL for each bare repository's file URL.
-func prebuiltHomesFrom(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string, serve func(string) string) *server {
+func prebuiltHomesFrom(t *testing.T, cfg serverConfig, homeOf func(*server) func(string) string, serve func(string) string) (*server, apiPrebuild) {
 	bare := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": buildScript})
 	repo := serve(bare)
 	cfg.maxRunning = 3
@@ -189,6 +209,13 @@ func prebuiltHomesFrom(t *testing.T, cfg serverConfig, homeOf func(*server) func
 	first := awaitPrebuild(t, c, "service", "", 3*time.Minute)
 	if first.Status != "READY" || first.ArchiveKey == nil {
 		t.Fatalf("first prebuild: %+v", first)
+	}
+	// It records the commit it built, which its archive's key names with
+	// the template and its version.
+	commit := gitHead(t, strings.TrimPrefix(bare, "file://"))
+	if first.Commit == nil || *first.Commit != commit ||
+		!strings.HasSuffix(*first.ArchiveKey, "/service/"+first.Version+"/"+commit+"/home.tar.zst") {
+		t.Fatalf("first prebuild: commit %v and key %s, want the commit %s named in the key", first.Commit, *first.ArchiveKey, commit)
 	}
 	t.Logf("prebuild %s ready after %s: %s", first.ID, time.Since(began).Round(time.Millisecond), *first.ArchiveKey)
 	built := testenv.PushCommit(t, bare, map[string]string{"NEWS": "after the prebuild"})
@@ -239,7 +266,7 @@ func prebuiltHomesFrom(t *testing.T, cfg serverConfig, homeOf func(*server) func
 	if code := c.do("POST", "/api/v1/admin/templates/nope/prebuilds", nil, nil); code != http.StatusNotFound {
 		t.Errorf("a prebuild of an unknown template: %d", code)
 	}
-	return srv
+	return srv, first
 }
 
 // TestPrebuildSurvivesServerKill kills codehub (SIGKILL) while a prebuild
@@ -461,9 +488,10 @@ func portOf(t *testing.T, rawURL string) int {
 // archive and restore jobs.
 func TestNomadDockerPrebuiltHomes(t *testing.T) {
 	cfg, agent, _ := dockerNomadConfig(t)
-	prebuiltHomesFrom(t, cfg, func(*server) func(string) string {
+	_, first := prebuiltHomesFrom(t, cfg, func(*server) func(string) string {
 		return func(id string) string { return volumePath(t, agent, id) }
 	}, func(fileURL string) string { return serveRepo(t, fileURL) })
+	noWorkspaceJob(t, agent, *first.WorkspaceID)
 }
 
 // serveRepo serves the bare repository at fileURL over git's dumb HTTP

@@ -27,15 +27,17 @@ const (
 	// the checkout after a first start's clone.
 	EnvInit = "CODEHUB_INIT"
 	// EnvPrebuild, set to 1, makes this first start a prebuild's: once
-	// init has run, the home is marked prebuilt (PrebuiltMarker).
-	EnvPrebuild = "CODEHUB_PREBUILD"
+	// init has run, the home is marked prebuilt (PrebuiltMarker) and the
+	// commit checked out is written to the file EnvCommitFile names.
+	EnvPrebuild   = "CODEHUB_PREBUILD"
+	EnvCommitFile = "CODEHUB_COMMIT_FILE"
 )
 
 // Env is the script's environment, NAME=value each: the repository and
 // dotfiles to clone, the git credential (a secret: only where the backend
-// keeps secrets), the template's init commands and whether this start is
-// a prebuild's.
-func Env(repository, dotfiles, gitToken string, init []string, prebuild bool) []string {
+// keeps secrets), the template's init commands and, for a prebuild's
+// start, the file that gets the commit it built ("": not a prebuild).
+func Env(repository, dotfiles, gitToken string, init []string, commitFile string) []string {
 	env := []string{EnvRepository + "=" + repository, EnvDotfiles + "=" + dotfiles}
 	if gitToken != "" {
 		env = append(env, EnvGitToken+"="+gitToken)
@@ -43,8 +45,8 @@ func Env(repository, dotfiles, gitToken string, init []string, prebuild bool) []
 	if len(init) > 0 {
 		env = append(env, EnvInit+"="+strings.Join(init, "\n"))
 	}
-	if prebuild {
-		env = append(env, EnvPrebuild+"=1")
+	if commitFile != "" {
+		env = append(env, EnvPrebuild+"=1", EnvCommitFile+"="+commitFile)
 	}
 	return env
 }
@@ -86,7 +88,12 @@ checkout=
 if [ -n "$CODEHUB_REPOSITORY" ]; then
   checkout=$(basename "$CODEHUB_REPOSITORY" .git)
 fi
-if [ -f "$home/` + PrebuiltMarker + `" ]; then
+if [ "$CODEHUB_PREBUILD" = 1 ] && [ -f "$home/` + PrebuiltMarker + `" ]; then
+  # An earlier attempt of this prebuild built the home.
+  checkout=$(cat "$home/` + PrebuiltMarker + `")
+  status=0
+  step=built
+elif [ -f "$home/` + PrebuiltMarker + `" ]; then
   checkout=$(cat "$home/` + PrebuiltMarker + `")
   (
     export GIT_TERMINAL_PROMPT=0
@@ -169,7 +176,8 @@ exec /bin/sh -c '` + installScript + `' sh "$step" "$checkout" "$@"
 
 // installScript is the rest of Script, run by a shell that never had the
 // credential: $1 is the step (none; cloned or install after a first
-// start's clones; prebuilt or prebuilt-install in a prebuilt home), $2 the
+// start's clones; prebuilt or prebuilt-install in a prebuilt home; built
+// in a prebuild's home an earlier attempt built), $2 the
 // checkout's directory, the other arguments are the program. Init and the
 // dotfiles' install script are user code and run here. A failure in a
 // first start empties the home, as a failed clone does; in a prebuilt
@@ -204,6 +212,11 @@ cloned|install)
   fi
   ;;
 esac
+if [ "$CODEHUB_PREBUILD" = 1 ] && [ -n "$CODEHUB_COMMIT_FILE" ]; then
+  commit=$(git -C "$HOME/$checkout" rev-parse HEAD) || fail "$?"
+  printf "%s\n" "$commit" > "$CODEHUB_COMMIT_FILE" || fail "$?"
+  echo "codehub: prebuilt $HOME/$checkout at commit $commit" >&2
+fi
 case "$step" in
 install|prebuilt-install)
   for script in install.sh install bootstrap.sh setup.sh; do
@@ -218,7 +231,7 @@ esac
 case "$step" in
 prebuilt*) rm -f "$HOME/` + PrebuiltMarker + `" ;;
 esac
-unset CODEHUB_INIT CODEHUB_PREBUILD
+unset CODEHUB_INIT CODEHUB_PREBUILD CODEHUB_COMMIT_FILE
 if [ "$#" -gt 0 ]; then
   exec "$@"
 fi

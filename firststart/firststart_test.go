@@ -181,8 +181,9 @@ func TestInitRunsAfterTheClone(t *testing.T) {
 		home := t.TempDir()
 		env := []string{EnvRepository + "=" + repo, EnvGitToken + "=" + token,
 			EnvInit + "=echo built > out\nenv > init-env"}
+		commitFile := filepath.Join(t.TempDir(), "commit")
 		if prebuild {
-			env = append(env, EnvPrebuild+"=1")
+			env = append(env, EnvPrebuild+"=1", EnvCommitFile+"="+commitFile)
 		}
 		out, ok := run(t, home, env...)
 		if !ok {
@@ -198,7 +199,11 @@ func TestInitRunsAfterTheClone(t *testing.T) {
 		if prebuild != (err == nil) || (prebuild && string(marker) != "service") {
 			t.Errorf("prebuild %v: marker %q, %v", prebuild, marker, err)
 		}
-		if strings.Contains(out, EnvInit) || strings.Contains(out, EnvPrebuild) {
+		commit, err := os.ReadFile(commitFile)
+		if head := headOf(t, filepath.Join(home, "service")); prebuild != (err == nil) || (prebuild && string(commit) != head+"\n") {
+			t.Errorf("prebuild %v: commit file %q, %v; HEAD %s", prebuild, commit, err, head)
+		}
+		if strings.Contains(out, EnvInit) || strings.Contains(out, EnvPrebuild) || strings.Contains(out, EnvCommitFile) {
 			t.Errorf("the program sees the init variables:\n%s", out)
 		}
 	}
@@ -213,6 +218,46 @@ func TestFailedInitEmptiesHome(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(home); len(entries) != 0 {
 		t.Errorf("home keeps %d entries after a failed init", len(entries))
+	}
+}
+
+// headOf is the commit checked out in dir.
+func headOf(t *testing.T, dir string) string {
+	t.Helper()
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse in %s: %v", dir, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// A prebuild tried again on the home an earlier attempt built (its
+// archive failed) leaves the home as it is, marker and all, and names the
+// commit again.
+func TestPrebuildAgainOnItsBuiltHome(t *testing.T) {
+	repo := testenv.BareRepo(t, "service", map[string]string{"README": "hello"})
+	home := t.TempDir()
+	commitFile := filepath.Join(t.TempDir(), "commit")
+	env := []string{EnvRepository + "=" + repo, EnvInit + "=echo built >> out", EnvPrebuild + "=1", EnvCommitFile + "=" + commitFile}
+	if out, ok := run(t, home, env...); !ok {
+		t.Fatalf("prebuild failed:\n%s", out)
+	}
+	head := headOf(t, filepath.Join(home, "service"))
+	testenv.PushCommit(t, repo, map[string]string{"NEWS": "pushed between the attempts"})
+	if err := os.Remove(commitFile); err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := run(t, home, env...); !ok {
+		t.Fatalf("second attempt failed:\n%s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "service", "out")); err != nil || string(b) != "built\n" {
+		t.Errorf("init ran again: out = %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(home, PrebuiltMarker)); err != nil {
+		t.Errorf("the marker is gone: %v", err)
+	}
+	if b, err := os.ReadFile(commitFile); err != nil || string(b) != head+"\n" || headOf(t, filepath.Join(home, "service")) != head {
+		t.Errorf("commit file %q, %v; want the built %s", b, err, head)
 	}
 }
 

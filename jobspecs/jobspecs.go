@@ -260,6 +260,12 @@ type Values struct {
 	// (the project's set-up), so its task gets the program's environment
 	// (Env) and resources rather than a clone's.
 	FirstStartInit bool
+	// Prebuild makes an archive job a prebuild's: its prestart task
+	// "build" runs FirstStartScript as a prebuild's first start (with
+	// FirstStartInit and the template's Image, Env and resources), and
+	// the mover completes ArchiveURL, the prebuild's prefix, with the
+	// commit it built.
+	Prebuild bool
 
 	// UserEnvVariablePath, when set, is the Nomad Variable whose
 	// ItemUserEnv item the program gets as further environment: the

@@ -71,6 +71,20 @@ func baseValues(kind Kind, driver string) Values {
 	return v
 }
 
+// prebuildValues makes an archive job a prebuild's, as the nomad
+// backend does.
+func prebuildValues(v *Values) {
+	v.Prebuild = true
+	v.ArchiveKey = "archives/" + testWorkspaceID + "/" + v.OpID + "/web/0a1b2c3d4e5f"
+	v.ArchiveURL = "s3://codehub/" + v.ArchiveKey
+	v.VariablePath = "nomad/jobs/" + v.JobID + "/archive/archive"
+	v.FirstStartScript = "echo first start\n"
+	v.FirstStartVariablePath = "nomad/jobs/" + v.JobID + "/archive/build"
+	v.FirstStartInit = true
+	v.CPU, v.Memory = 2000, 4096
+	v.Env = SortedEnv(map[string]string{"GOFLAGS": "-mod=mod"})
+}
+
 func TestRenderGolden(t *testing.T) {
 	r, err := NewRenderer("")
 	if err != nil {
@@ -168,6 +182,11 @@ func TestRenderGolden(t *testing.T) {
 			v.ArchiveParent = "archives/" + testWorkspaceID + "/01jb3x7k9q2m5n8p4r6s0t1v2w/home.tar.zst"
 		}},
 		{"archive-raw_exec", KindArchive, "raw_exec", nil},
+		// A prebuild: its build task runs the first start with init
+		// before the mover archives under the prefix the commit completes;
+		// each task reads its own variable.
+		{"archive-raw_exec-prebuild", KindArchive, "raw_exec", prebuildValues},
+		{"archive-docker-prebuild", KindArchive, "docker", prebuildValues},
 		{"archive-raw_exec-backup", KindArchive, "raw_exec", func(v *Values) {
 			v.ArchiveParent = "archives/" + testWorkspaceID + "/01jb3x7k9q2m5n8p4r6s0t1v2w/home.tar.zst"
 			v.Backup = true

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/firststart"
 )
 
 // jobRecord is jobs/ws-{id}-{kind}/job.json: one archive or restore attempt.
@@ -76,7 +79,13 @@ func (b *Backend) submit(_ context.Context, kind controller.JobKind, job control
 	if err := homeExists(home); err != nil {
 		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}
-	if err := b.lockHome(home); err != nil {
+	lock := b.lockHome
+	if job.Build != nil {
+		// The build writes the home as the workspace user; the job locks
+		// it once the build is done, before the mover reads it.
+		lock = b.adoptHome
+	}
+	if err := lock(home); err != nil {
 		return fmt.Errorf("%s job of %s: %w", kind, wsID, err)
 	}
 	if err := resetDir(dir); err != nil {
@@ -141,6 +150,9 @@ func (b *Backend) jobLaunch(kind controller.JobKind, dir, home string, job contr
 		// Only what changed since this archive is uploaded.
 		env = append(env, "CODEHUB_ARCHIVE_PARENT="+job.Parent)
 	}
+	if kind == controller.JobArchive && job.Build != nil {
+		return b.prebuildLaunch(dir, home, env, *job.Build)
+	}
 	return launch{
 		program:  b.opts.CodehubBinary,
 		args:     []string{"job", string(kind), flag, home},
@@ -150,6 +162,54 @@ func (b *Backend) jobLaunch(kind controller.JobKind, dir, home string, job contr
 		exitPath: filepath.Join(dir, exitFile),
 	}
 }
+
+// prebuildScript is a prebuild's job: the build ($4 and on: a prebuild's
+// first start, as the workspace user, without the S3 keys), which prints
+// the commit it built; then the home is locked to codehub's user and the
+// data mover archives it under the key that commit completes. $1 is the
+// commit file, $2 codehub, $3 the home. A failed build prints the result
+// line of a build failure.
+const prebuildScript = `commitf=$1 codehub=$2 home=$3
+shift 3
+commit=$(env -u S3_ACCESS_KEY -u S3_SECRET_KEY "$@") || {
+  status=$?
+  echo "RESULT=` + archive.ResultFail + ` CODEHUB_ERROR=` + string(archive.CodeBuildFailed) + `"
+  exit "$status"
+}
+chown "$(id -u):$(id -g)" "$home" || exit 1
+printf "%s\n" "$commit" > "$commitf" || exit 1
+exec "$codehub" job archive --commit-file "$commitf" --src "$home"`
+
+// prebuildLaunch is the launch of a prebuild's archive job: the build of
+// spec in home, then the archive of what it made (prebuildScript). env is
+// the mover's.
+func (b *Backend) prebuildLaunch(dir, home string, env []string, spec controller.WorkspaceSpec) launch {
+	for _, name := range slices.Sorted(maps.Keys(spec.Env)) {
+		env = append(env, name+"="+spec.Env[name])
+	}
+	// The build's commit comes on its standard output.
+	env = append(env, firststart.Env(spec.Repository, "", "", spec.Init, "/dev/stdout")...)
+	env = append(env, firststart.EnvHome+"="+home)
+	if b.runAs != nil {
+		env = append(env, b.runAs.env()...)
+	}
+	program, args := "/bin/sh", []string{"-c", firststart.Script, "sh"}
+	if b.runAs != nil {
+		program, args = b.runAs.wrap(b.setpriv, program, args)
+	}
+	return launch{
+		program:  "/bin/sh",
+		args:     append([]string{"-c", prebuildScript, "sh", filepath.Join(dir, prebuildCommitFile), b.opts.CodehubBinary, home, program}, args...),
+		env:      childEnv(env...),
+		dir:      dir,
+		logPath:  filepath.Join(dir, logFile),
+		exitPath: filepath.Join(dir, exitFile),
+	}
+}
+
+// prebuildCommitFile, in a prebuild job's directory, holds the commit its
+// build made.
+const prebuildCommitFile = "prebuild-commit"
 
 // StopJob kills a running archive or restore job and keeps its record:
 // the job then reads as failed without a result, and PurgeJob forgets it.

@@ -159,8 +159,25 @@ func (b *Backend) readJob(wsID string, kind controller.JobKind) (seenJob, bool, 
 		// One read serves both: the result line is the last the job prints.
 		j.output = logTail(filepath.Join(dir, logFile), archive.ResultTail)
 		j.code, _ = archive.ResultCode(strings.NewReader(j.output), archive.ResultTail)
+		if j.code == archive.CodeBuildFailed {
+			j.output = withoutResults(j.output)
+		}
 	}
 	return j, true, nil
+}
+
+// withoutResults drops the result lines from a failed build's output:
+// its code is reported on its own, and its last lines are to say why,
+// in the build's words.
+func withoutResults(out string) string {
+	lines := strings.SplitAfter(out, "\n")
+	kept := lines[:0]
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "RESULT=") {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "")
 }
 
 // probe checks the health of every live, not stopped workspace at once and

@@ -293,7 +293,7 @@ func (b *Backend) workspaceLaunch(spec controller.WorkspaceSpec, port, agentPort
 		// credential before it starts the program.
 		l.args = append([]string{"-c", firststart.Script, "sh", l.program}, l.args...)
 		l.program = "/bin/sh"
-		l.env = append(l.env, firststart.Env(spec.Repository, spec.Dotfiles, spec.GitToken, spec.Init, spec.Prebuild)...)
+		l.env = append(l.env, firststart.Env(spec.Repository, spec.Dotfiles, spec.GitToken, spec.Init, "")...)
 	}
 	if b.runAs != nil {
 		l.program, l.args = b.runAs.wrap(b.setpriv, l.program, l.args)

@@ -248,12 +248,7 @@ func (b *Backend) workspaceItems(spec controller.WorkspaceSpec) (api.VariableIte
 		items[jobspecs.ItemAgentHostKey] = agent.EncodeHostKey(b.opts.Agent.HostKey(spec.WorkspaceID))
 	}
 	if spec.FirstStart() {
-		var env []jobspecs.EnvVar
-		for _, kv := range firststart.Env(spec.Repository, spec.Dotfiles, spec.GitToken, spec.Init, spec.Prebuild) {
-			name, value, _ := strings.Cut(kv, "=")
-			env = append(env, jobspecs.EnvVar{Name: name, Value: value})
-		}
-		text, err := jobspecs.EnvFile(env)
+		text, err := jobspecs.EnvFile(envVars(firststart.Env(spec.Repository, spec.Dotfiles, spec.GitToken, spec.Init, "")))
 		if err != nil {
 			return nil, fmt.Errorf("first start of %s: %w", spec.WorkspaceID, err)
 		}
@@ -390,10 +385,43 @@ func (b *Backend) submitBatch(ctx context.Context, kind controller.JobKind, job 
 	if err != nil {
 		return err
 	}
-	return b.register(ctx, controller.JobName(job.WorkspaceID, kind), hcl, api.VariableItems{
+	id := controller.JobName(job.WorkspaceID, kind)
+	s3 := api.VariableItems{
 		"access_key": b.opts.S3.AccessKey.Reveal(),
 		"secret_key": b.opts.S3.SecretKey.Reveal(),
-	})
+	}
+	if job.Build == nil {
+		return b.register(ctx, id, hcl, s3)
+	}
+	// The build runs the template's init, the project's own code: each
+	// task reads only its own variable, so it never gets the S3 keys.
+	text, err := jobspecs.EnvFile(envVars(firststart.Env(job.Build.Repository, "", "", job.Build.Init, "")))
+	if err != nil {
+		return fmt.Errorf("prebuild of %s: %w", job.WorkspaceID, err)
+	}
+	return b.register(ctx, id, hcl, nil,
+		variable{path: prebuildMoverVariable(id), items: s3},
+		variable{path: prebuildBuildVariable(id), items: api.VariableItems{jobspecs.ItemFirstStartEnv: text}})
+}
+
+// The variables of a prebuild's archive job, one per task (job, group,
+// task): the mover's S3 keys and the build's first-start environment.
+func prebuildMoverVariable(jobID string) string {
+	return variablePath(jobID) + "/" + jobspecs.MoverArchive + "/" + jobspecs.MoverArchive
+}
+
+func prebuildBuildVariable(jobID string) string {
+	return variablePath(jobID) + "/" + jobspecs.MoverArchive + "/" + buildTask
+}
+
+// envVars splits NAME=value pairs.
+func envVars(pairs []string) []jobspecs.EnvVar {
+	env := make([]jobspecs.EnvVar, 0, len(pairs))
+	for _, kv := range pairs {
+		name, value, _ := strings.Cut(kv, "=")
+		env = append(env, jobspecs.EnvVar{Name: name, Value: value})
+	}
+	return env
 }
 
 // writeVariableAt stores items at path, replacing what was there. Secrets
@@ -634,9 +662,15 @@ func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.Job
 	for _, a := range allocs {
 		b.allocs.forget(a.ID)
 	}
-	if kind == controller.JobWorkspace {
-		if err := b.deleteVariable(ctx, stopVariablePath(wsID)); err != nil {
-			return err
+	more := []string{stopVariablePath(wsID)}
+	if kind == controller.JobArchive {
+		more = []string{prebuildMoverVariable(id), prebuildBuildVariable(id)}
+	}
+	if kind != controller.JobRestore {
+		for _, path := range more {
+			if err := b.deleteVariable(ctx, path); err != nil {
+				return err
+			}
 		}
 	}
 	return b.deleteVariable(ctx, variablePath(id))
@@ -733,6 +767,14 @@ func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, h
 	v.UID, v.GID = b.opts.Workspace.UID, b.opts.Workspace.GID
 	b.moverValues(&v)
 	v.VariablePath = variablePath(id)
+	if job.Build != nil {
+		if kind != controller.JobArchive {
+			return "", fmt.Errorf("%s job of %s: only an archive job builds", kind, job.WorkspaceID)
+		}
+		buildValues(&v, *job.Build, b.opts.Workspace)
+		v.VariablePath = prebuildMoverVariable(id)
+		v.FirstStartVariablePath = prebuildBuildVariable(id)
+	}
 	var k jobspecs.Kind
 	switch kind {
 	case controller.JobArchive:
@@ -743,6 +785,18 @@ func (b *Backend) RenderBatch(kind controller.JobKind, job controller.JobSpec, h
 		return "", fmt.Errorf("not a batch job kind: %q", kind)
 	}
 	return b.renderer.Render(k, v)
+}
+
+// buildValues sets what a prebuild's build task runs: the first start of
+// the template's image, with its environment and, for init, its
+// resources.
+func buildValues(v *jobspecs.Values, spec controller.WorkspaceSpec, w WorkspaceOptions) {
+	v.Prebuild = true
+	v.FirstStartScript = firststart.Script
+	v.FirstStartInit = len(spec.Init) > 0
+	v.Image = or(spec.Image, w.Image)
+	v.Env = jobspecs.SortedEnv(spec.Env)
+	v.CPU, v.Memory, v.MemoryMax = or(spec.CPU, w.CPU), or(spec.Memory, w.Memory), spec.MemoryMax
 }
 
 // moverValues sets how a task runs the data mover (codehub job) and

@@ -157,6 +157,10 @@ func variablePath(jobID string) string { return "nomad/jobs/" + jobID }
 // after a stop codehub did not ask for.
 const stopArchiveTask = "stop-archive"
 
+// buildTask is the task of a prebuild's archive job that builds the home
+// (jobspecs' first_start_task) before the data mover archives it.
+const buildTask = "build"
+
 // stopVariablePath is the variable of a workspace's stop-archive task: the
 // path only that task's workload identity may read (job, group, task).
 func stopVariablePath(wsID string) string {

@@ -92,7 +92,20 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 	// The reads below fill a map each, under one lock.
 	var mu sync.Mutex
 	l.errorCodes = make(map[string]archive.Code)
+	l.outputs = make(map[string]string)
 	forEachAlloc(failedBatchAllocs(byID, current), func(a *api.AllocationListStub) error {
+		if buildFailed(a) {
+			// A prebuild's build failed: the mover never ran, the
+			// build's own output says why.
+			out, err := b.failedOutput(ctx, a, buildTask)
+			if err != nil {
+				b.logger.Warn("read failed build output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			l.errorCodes[a.ID], l.outputs[a.ID] = archive.CodeBuildFailed, out
+			return nil
+		}
 		code, err := b.errorCode(ctx, a)
 		if err != nil {
 			b.logger.Warn("read failed job output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
@@ -123,9 +136,8 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		return nil
 	})
 
-	l.outputs = make(map[string]string)
 	forEachAlloc(failedWorkspaceAllocs(byID, current), func(a *api.AllocationListStub) error {
-		out, err := b.failedOutput(ctx, a)
+		out, err := b.failedOutput(ctx, a, taskName(a))
 		if err != nil {
 			b.logger.Warn("read failed workspace output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
 			return nil
@@ -622,9 +634,9 @@ func assemble(l listing) controller.Snapshot {
 			}
 			o.StopArchive = stopArchive(wsID, j, current[id], l.stops)
 		case controller.JobArchive:
-			o.Archive = jobResult(j, current[id], l.errorCodes, l.placement[id])
+			o.Archive = jobResult(j, current[id], l.errorCodes, l.outputs, l.placement[id])
 		case controller.JobRestore:
-			o.Restore = jobResult(j, current[id], l.errorCodes, l.placement[id])
+			o.Restore = jobResult(j, current[id], l.errorCodes, l.outputs, l.placement[id])
 		}
 		snap.Workspaces[wsID] = o
 	}
@@ -793,10 +805,21 @@ func sortedTaskNames(states map[string]*api.TaskState) []string {
 }
 
 // jobResult reports the current attempt of a batch job.
-func jobResult(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[string]archive.Code, placement string) *controller.JobResult {
+func jobResult(j *api.JobListStub, allocs []*api.AllocationListStub, codes map[string]archive.Code, outputs map[string]string, placement string) *controller.JobResult {
 	attempt, _ := strconv.Atoi(j.Meta[MetaAttempt])
 	spec := controller.JobSpec{OpID: j.Meta[MetaOpID], ArchiveKey: j.Meta[MetaArchiveKey], Attempt: attempt}
-	return batchRun(j, allocs, codes, placement).Result(spec)
+	run := batchRun(j, allocs, codes, placement)
+	if len(allocs) > 0 && run.State != controller.RunLive {
+		run.Output = outputs[allocs[0].ID]
+	}
+	return run.Result(spec)
+}
+
+// buildFailed reports a prebuild's archive allocation whose build task
+// failed.
+func buildFailed(a *api.AllocationListStub) bool {
+	ts := a.TaskStates[buildTask]
+	return ts != nil && ts.Failed
 }
 
 // batchRun is what the newest allocation of a batch job says of its run.

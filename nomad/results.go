@@ -109,9 +109,10 @@ func (b *Backend) stopOutcome(ctx context.Context, a *api.AllocationListStub) (a
 	return out, nil
 }
 
-// failedOutput returns the end of what a failed workspace allocation's task
-// wrote to stderr, read once per allocation; "" when it never ran.
-func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (string, error) {
+// failedOutput returns the end of what task of a failed allocation (a
+// workspace's, or a prebuild's build) wrote to stderr, read once per
+// allocation; "" when it never ran.
+func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub, task string) (string, error) {
 	if out, ok := b.allocs.outputs.get(a.ID); ok {
 		return out, nil
 	}
@@ -119,7 +120,7 @@ func (b *Backend) failedOutput(ctx context.Context, a *api.AllocationListStub) (
 		b.allocs.outputs.put(a.ID, "")
 		return "", nil
 	}
-	body, err := b.logTail(ctx, a, taskName(a), "stderr", controller.OutputBytes)
+	body, err := b.logTail(ctx, a, task, "stderr", controller.OutputBytes)
 	if err != nil {
 		return "", err
 	}

@@ -25,8 +25,11 @@ type Prebuild struct {
 	Status   string `db:"status" json:"status"`
 	// WorkspaceID is the workspace building it (owned by PrebuildOwnerID).
 	WorkspaceID *string `db:"workspace_id" json:"workspace_id"`
-	// ArchiveKey holds the prebuilt home once READY.
+	// ArchiveKey holds the prebuilt home once READY, and Commit the
+	// repository's commit it holds (nil for a prebuild older than its
+	// recording).
 	ArchiveKey  *string    `db:"archive_key" json:"archive_key"`
+	Commit      *string    `db:"commit" json:"commit"`
 	Error       string     `db:"error" json:"error,omitempty"`
 	RequestedBy string     `db:"requested_by" json:"requested_by,omitempty"`
 	CreatedAt   time.Time  `db:"created_at" json:"created_at"`
@@ -34,7 +37,7 @@ type Prebuild struct {
 	FinishedAt  *time.Time `db:"finished_at" json:"finished_at"`
 }
 
-const prebuildColumns = `id, template, version, status, workspace_id, archive_key, error, requested_by, created_at, started_at, finished_at`
+const prebuildColumns = `id, template, version, status, workspace_id, archive_key, commit, error, requested_by, created_at, started_at, finished_at`
 
 // ListPrebuilds returns every prebuild, each template's newest first.
 func ListPrebuilds(ctx context.Context, q Querier) ([]Prebuild, error) {
@@ -110,15 +113,15 @@ func StartPrebuild(ctx context.Context, q Querier, id, template, version, wsID s
 }
 
 // FinishPrebuild ends a BUILDING prebuild: READY with the archive holding
-// the home, or FAILED with why. A prebuild not BUILDING any more is
-// ErrConflict.
-func FinishPrebuild(ctx context.Context, q Querier, id string, archiveKey *string, failure string) error {
+// the home and the commit it holds, or FAILED with why. A prebuild not
+// BUILDING any more is ErrConflict.
+func FinishPrebuild(ctx context.Context, q Querier, id string, archiveKey, commit *string, failure string) error {
 	status := PrebuildReady
 	if archiveKey == nil {
 		status = PrebuildFailed
 	}
-	tag, err := q.Exec(ctx, `UPDATE prebuilds SET status = $2, archive_key = $3, error = $4, finished_at = now()
-		WHERE id = $1 AND status = 'BUILDING'`, id, status, archiveKey, failure)
+	tag, err := q.Exec(ctx, `UPDATE prebuilds SET status = $2, archive_key = $3, commit = $4, error = $5, finished_at = now()
+		WHERE id = $1 AND status = 'BUILDING'`, id, status, archiveKey, commit, failure)
 	if err != nil {
 		return fmt.Errorf("finish prebuild %s: %w", id, err)
 	}

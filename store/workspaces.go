@@ -125,11 +125,13 @@ type NewWorkspace struct {
 	PoolOf *string
 }
 
-// InsertWorkspace inserts a workspace and returns the stored row.
+// InsertWorkspace inserts a workspace and returns the stored row. A
+// builder's desired state is the prebuild runner's.
 func InsertWorkspace[T any](ctx context.Context, q Querier, w NewWorkspace) (T, error) {
 	return collectOne[T](q.Query(ctx, `INSERT INTO workspaces (id, owner_id, name, description, image, desired_state,
-			template, template_version, parameters, standby_ttl, archive_ttl, archive_key, from_prebuild, prebuild_of, pool_of)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING `+WorkspaceColumns,
+			template, template_version, parameters, standby_ttl, archive_ttl, archive_key, from_prebuild, prebuild_of, pool_of, desired_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+			CASE WHEN $14::text IS NULL THEN 'user' ELSE 'prebuild' END) RETURNING `+WorkspaceColumns,
 		w.ID, w.OwnerID, w.Name, w.Description, w.Image, w.DesiredState,
 		w.Template, w.TemplateVersion, w.Parameters, w.StandbyTTL, w.ArchiveTTL, w.ArchiveKey, w.FromPrebuild, w.PrebuildOf, w.PoolOf))
 }

@@ -126,9 +126,16 @@ func restored(w Workspace) bool {
 }
 
 // ArchiveCommitted reports whether the archive of w's op id is its
-// archive_key: the archiving (or empty archive) that op id names finished.
+// archive_key: the archiving (or empty archive, or prebuild) that op id
+// names finished.
 func ArchiveCommitted(w Workspace) bool {
-	return w.OpID != nil && w.ArchiveKey != nil && *w.ArchiveKey == archive.Key(w.ID, *w.OpID)
+	return w.OpID != nil && w.ArchiveKey != nil && archive.OwnedBy(*w.ArchiveKey, w.ID) && archive.OpID(*w.ArchiveKey) == *w.OpID
+}
+
+// Building reports a builder whose prebuilt home is not made yet: its
+// archiving is its prebuild (docs/templates.md).
+func Building(w Workspace) bool {
+	return w.PrebuildOf != nil && w.ArchiveKey == nil
 }
 
 // Recovery is the recovery point of a home: what losing the node that

@@ -57,9 +57,10 @@ func (s *Service) systemRow(template string) (store.NewWorkspace, *config.Templa
 
 // CreateBuilder creates the workspace that builds prebuild id of template
 // at its current version: owned by store.PrebuildOwnerID, with the
-// template's default parameters, asked to run (its first start clones and
-// runs init), and not held by the running limits. The prebuild becomes
-// BUILDING in the same transaction.
+// template's default parameters, and asked to be archived: it never runs,
+// its volume is made and archived by one job that first clones and runs
+// init (controller.JobSpec.Build). The prebuild becomes BUILDING in the
+// same transaction.
 func (s *Service) CreateBuilder(ctx context.Context, template, id string) (Workspace, error) {
 	row, t, err := s.systemRow(template)
 	if err != nil {
@@ -70,7 +71,7 @@ func (s *Service) CreateBuilder(ctx context.Context, template, id string) (Works
 	}
 	row.Name = BuilderName(template, id)
 	row.Description = fmt.Sprintf("Builds a prebuilt home of template %s (prebuild %s).", template, id)
-	row.DesiredState, row.PrebuildOf = string(DesiredRunning), &id
+	row.DesiredState, row.PrebuildOf = string(DesiredArchived), &id
 	var w Workspace
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error

@@ -41,8 +41,8 @@ const (
 	// CauseAdmin: an administrator stopped or archived another user's
 	// workspace.
 	CauseAdmin Cause = "admin"
-	// CausePrebuild: the prebuild runner archived a builder whose home is
-	// prebuilt.
+	// CausePrebuild: the prebuild runner made a builder, asked to be
+	// archived from the start (its archiving is its prebuild).
 	CausePrebuild Cause = "prebuild"
 )
 
@@ -109,12 +109,15 @@ const (
 	ReasonRestoreFailed          = "RestoreFailed"
 	ReasonStartFailed            = "StartFailed"
 	ReasonBackendError           = "BackendError"
+	// ReasonBuildFailed: a prebuild's clone or init failed; trying again
+	// builds the same.
+	ReasonBuildFailed = "BuildFailed"
 )
 
 // TerminalReason reports whether a failure with this reason must not be retried.
 func TerminalReason(reason string) bool {
 	switch reason {
-	case ReasonTimeout, ReasonDataLost, ReasonImagePullFailed, ReasonContainerWithoutVolume, ReasonArchiveCorrupted:
+	case ReasonTimeout, ReasonDataLost, ReasonImagePullFailed, ReasonContainerWithoutVolume, ReasonArchiveCorrupted, ReasonBuildFailed:
 		return true
 	}
 	return false

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -62,7 +63,8 @@ func stopArchiveAsked(getenv func(string) string) bool {
 	return run != "" && getenv("CODEHUB_STOP_ARCHIVE_RUN") == run
 }
 
-// runJob implements `codehub job archive [--on-stop] [--parent KEY] --src DIR` and
+// runJob implements `codehub job archive [--on-stop] [--parent KEY]
+// [--commit-file FILE] --src DIR` and
 // `codehub job restore --dst DIR`. Stdout carries the key=value lines the
 // controller reads (the last one is RESULT=OK or RESULT=FAIL with
 // CODEHUB_ERROR, or RESULT=SKIPPED for a stop archive not asked for);
@@ -88,10 +90,11 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 		dirFlag, dirHelp = "dst", "directory whose contents the archive replaces"
 	}
 	dir := flags.String(dirFlag, "", dirHelp)
-	onStop, parent := false, ""
+	onStop, parent, commitFile := false, "", ""
 	if kind == "archive" {
 		flags.BoolVar(&onStop, "on-stop", false, "archive only if this run's stop is to be archived (a workspace's stop-archive task)")
 		flags.StringVar(&parent, "parent", "", "key of an earlier archive of this home to store only the changes since (default $CODEHUB_ARCHIVE_PARENT)")
+		flags.StringVar(&commitFile, "commit-file", "", "file holding the commit a prebuild built; ARCHIVE_URL is then the prebuild's prefix, completed with the commit")
 	}
 	if err := flags.Parse(args[1:]); err != nil {
 		return 1
@@ -107,6 +110,10 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 	}
 	if parent != "" {
 		env.parent = parent
+	}
+	commit := ""
+	if err == nil && commitFile != "" {
+		commit, env.url, err = prebuildURL(env.url, commitFile)
 	}
 	archive.WriteFields(stdout, "CODEHUB_JOB", kind, "ARCHIVE_URL", env.url)
 	if err != nil {
@@ -127,8 +134,32 @@ func runJob(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
+	if commit != "" {
+		archive.WriteFields(stdout, "RESULT", "OK", "ARCHIVE_URL", env.url, "COMMIT", commit)
+		return 0
+	}
 	archive.WriteFields(stdout, "RESULT", "OK", "ARCHIVE_URL", env.url)
 	return 0
+}
+
+// prebuildURL reads the commit a prebuild's build wrote to file and
+// returns it with the URL of the prebuilt home's archive: prefixURL
+// (archive.PrebuildPrefix) completed by the commit. A build that wrote no
+// valid commit did not finish.
+func prebuildURL(prefixURL, file string) (commit, url string, err error) {
+	bucket, prefix, err := archive.ParseURL(prefixURL)
+	if err != nil {
+		return "", prefixURL, err
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", prefixURL, &archive.Error{Code: archive.CodeBuildFailed, Err: fmt.Errorf("read the built commit: %w", err)}
+	}
+	commit = strings.TrimSpace(string(b))
+	if !archive.ValidCommit(commit) {
+		return "", prefixURL, &archive.Error{Code: archive.CodeBuildFailed, Err: fmt.Errorf("the build wrote %q to %s, not a commit", commit, file)}
+	}
+	return commit, archive.URL(bucket, archive.PrebuildKey(prefix, commit)), nil
 }
 
 // giveUpOn returns a context that sig ends, with givenUp set. A stop

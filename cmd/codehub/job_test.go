@@ -250,3 +250,46 @@ func TestJobArchiveOnStop(t *testing.T) {
 		})
 	}
 }
+
+// A prebuild's archive is written under the key its build's commit
+// completes, which its result line names; a build that wrote no commit
+// fails as a build, archiving nothing.
+func TestJobArchivePrebuild(t *testing.T) {
+	s3 := testenv.NewS3(t)
+	prefix := archive.PrebuildPrefix("01jb3x7k9q2m5n8p4r6s0t1v2w", "01jb3x8a0000000000000000aa", "node", "0a1b2c3d")
+	setJobEnv(t, s3, "s3://"+s3.Bucket+"/"+prefix)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "built"), []byte("yes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	commitFile := filepath.Join(t.TempDir(), "commit")
+	for _, bad := range []string{"", "main\n"} {
+		if bad != "" {
+			if err := os.WriteFile(commitFile, []byte(bad), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code, lines := runJobLines(t, "archive", "--commit-file", commitFile, "--src", src)
+		out, err := archive.LastResult(strings.NewReader(strings.Join(lines, "\n")), archive.ResultTail)
+		if code != 1 || err != nil || out.Code != archive.CodeBuildFailed {
+			t.Fatalf("commit file %q: exit %d, result %+v, %v", bad, code, out, err)
+		}
+	}
+	commit := "0123456789abcdef0123456789abcdef01234567"
+	if err := os.WriteFile(commitFile, []byte(commit+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, lines := runJobLines(t, "archive", "--commit-file", commitFile, "--src", src)
+	url := "s3://" + s3.Bucket + "/" + archive.PrebuildKey(prefix, commit)
+	if code != 0 || lastLine(lines) != "RESULT=OK ARCHIVE_URL="+url+" COMMIT="+commit {
+		t.Fatalf("archive: exit %d, lines %q", code, lines)
+	}
+	setJobEnv(t, s3, url)
+	dst := t.TempDir()
+	if code, lines := runJobLines(t, "restore", "--dst", dst); code != 0 {
+		t.Fatalf("restore of the prebuilt home: exit %d, lines %q", code, lines)
+	}
+	if got, err := os.ReadFile(filepath.Join(dst, "built")); err != nil || string(got) != "yes\n" {
+		t.Fatalf("restored file = %q, %v", got, err)
+	}
+}

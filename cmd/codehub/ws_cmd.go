@@ -431,6 +431,7 @@ type prebuildInfo struct {
 	Template   string     `json:"template"`
 	Version    string     `json:"version"`
 	Status     string     `json:"status"`
+	Commit     *string    `json:"commit"`
 	Error      string     `json:"error"`
 	CreatedAt  time.Time  `json:"created_at"`
 	FinishedAt *time.Time `json:"finished_at"`
@@ -456,7 +457,7 @@ func (u *userCLI) wsPrebuild(c *client, template string, asJSON bool) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(u.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tVERSION\tSTATUS\tASKED\tFINISHED\tERROR")
+	fmt.Fprintln(tw, "ID\tVERSION\tCOMMIT\tSTATUS\tASKED\tFINISHED\tERROR")
 	for _, p := range usage.Prebuilds {
 		if p.Template != template {
 			continue
@@ -465,8 +466,12 @@ func (u *userCLI) wsPrebuild(c *client, template string, asJSON bool) error {
 		if p.FinishedAt != nil {
 			finished = p.FinishedAt.Local().Format("2006-01-02 15:04")
 		}
+		commit := "-"
+		if p.Commit != nil {
+			commit = (*p.Commit)[:min(12, len(*p.Commit))]
+		}
 		why, _, _ := strings.Cut(p.Error, "\n")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Version, p.Status, p.CreatedAt.Local().Format("2006-01-02 15:04"), finished, why)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Version, commit, p.Status, p.CreatedAt.Local().Format("2006-01-02 15:04"), finished, why)
 	}
 	return tw.Flush()
 }

@@ -11,6 +11,11 @@ mover_task, and the batch jobs are mover_job around it. Both are given
   .OnStop  true for "stop-archive", the workspace job's poststop task
   .ReadOnly true when the task only reads the home (archives)
 
+A prebuild's archive job (.Prebuild) also runs first_start_task, the
+workspace job's first start, before its mover: it builds the home the
+mover then archives, under a key the mover completes with the commit
+built (prebuild_commit_file).
+
 An operator's _helpers.tpl is read after this file: a define there
 replaces this one in every job, and a define in a job's own template
 replaces it in that job only. Only the batch jobs explain the mover's
@@ -43,7 +48,7 @@ job [[ hcl .JobID ]] {
     volume "home" {
       type            = "host"
       source          = [[ hcl (required "volume" .VolumeName) ]]
-[[- if .ReadOnly ]]
+[[- if and .ReadOnly (not .Prebuild) ]]
       read_only       = true
       access_mode     = "single-node-reader-only"
 [[- else ]]
@@ -79,6 +84,13 @@ job [[ hcl .JobID ]] {
       attempts  = 0
       unlimited = false
     }
+[[- if .Prebuild ]]
+
+    # The prebuild: clones the template's repository into the empty home
+    # and runs its init, as a workspace's first start does, before the
+    # archive task saves the home. A failed build fails the job.
+    [[ template "first_start_task" . ]]
+[[- end ]]
 
     [[ template "mover_task" . ]]
   }
@@ -234,7 +246,107 @@ task [[ hcl .Task ]] {
     }
 [[- end ]]
 
+[[ define "first_start_task" -]]
+task [[ if .Prebuild ]]"build"[[ else ]]"first-start"[[ end ]] {
+      driver = [[ hcl .Driver ]]
+
+      lifecycle {
+        hook    = "prestart"
+        sidecar = false
+      }
+[[- if eq .Driver "docker" ]]
+
+      user = "[[ .UID ]]:[[ .GID ]]"
+
+      config {
+        image        = [[ hcl (required "image" .Image) ]]
+        force_pull   = false
+[[- if .NetworkMode ]]
+        network_mode = [[ hcl .NetworkMode ]]
+[[- end ]]
+        entrypoint   = ["/bin/sh"]
+        args         = ["-c", [[ hcl .FirstStartScript ]], "sh"]
+      }
+
+      volume_mount {
+        volume      = "home"
+        destination = [[ hcl .HomeDir ]]
+      }
+[[- else ]]
+
+      config {
+        command = "/bin/sh"
+        args    = ["-c", [[ hcl .FirstStartScript ]], "sh"]
+[[- if eq .Driver "exec" ]]
+        cap_drop = ["all"]
+[[- end ]]
+      }
+[[- if eq .Driver "exec" ]]
+
+      volume_mount {
+        volume      = "home"
+        destination = [[ hcl .HomeDir ]]
+      }
+[[- end ]]
+[[- end ]]
+
+      env {
+        HOME         = [[ hcl .HomeDir ]]
+        # exec replaces HOME with the task user's home from the node's
+        # user database; the script takes this one.
+        CODEHUB_HOME = [[ hcl .HomeDir ]]
+        # The file below, removed by the script once its clones are done,
+        # before the dotfiles' install script runs.
+        CODEHUB_GIT_TOKEN_FILE = "${NOMAD_SECRETS_DIR}/first-start.env"
+[[- if .Prebuild ]]
+        # A prebuild's: it marks the home prebuilt and names the commit it
+        # built where the archive task reads it.
+        CODEHUB_PREBUILD       = "1"
+        CODEHUB_COMMIT_FILE    = "[[ template "prebuild_commit_file" ]]"
+[[- end ]]
+[[- if .FirstStartInit ]]
+[[- range .Env ]]
+        [[ ident .Name ]] = [[ hcl .Value ]]
+[[- end ]]
+[[- end ]]
+      }
+
+      # The repository and dotfiles URLs and the owner's git credential,
+      # read at run time from the job's variable: a user's text in an env
+      # block would be open to Nomad's interpolation, and the credential
+      # is a secret. Only this task has them.
+      template {
+        destination = "secrets/first-start.env"
+        env         = true
+        change_mode = "noop"
+        data        = <<-EOT
+          {{ with nomadVar [[ hcl (required "first_start_variable_path" .FirstStartVariablePath) ]] }}
+          {{ .first_start_env }}
+          {{ end }}
+        EOT
+      }
+
+      resources {
+[[- if .FirstStartInit ]]
+        # Init builds the project: the program's share of the node.
+        cpu    = [[ required "cpu" .CPU ]]
+        memory = [[ required "memory" .Memory ]]
+[[- if .MemoryMax ]]
+        memory_max = [[ .MemoryMax ]]
+[[- end ]]
+[[- else ]]
+        cpu    = 100
+        memory = 256
+[[- end ]]
+      }
+    }
+[[- end ]]
+
+[[- /* Where a prebuild's build task names the commit it built, for the
+archive task: the allocation's shared directory, which both see. */ -]]
+[[ define "prebuild_commit_file" ]]${NOMAD_ALLOC_DIR}/data/prebuild-commit[[ end ]]
+
 [[- /* The mover's command line: never a secret, which the UI would show. */ -]]
 [[ define "mover_args" -]]
-["job", [[ hcl .Op ]], [[ if .OnStop ]]"--on-stop", [[ end ]][[ if .ReadOnly ]]"--src"[[ else ]]"--dst"[[ end ]], [[ hcl (required "home" .HomeDir) ]]]
+["job", [[ hcl .Op ]], [[ if .OnStop ]]"--on-stop", [[ end ]][[ if .Prebuild ]]"--commit-file", "[[ template "prebuild_commit_file" ]]", [[ end ]][[ if .ReadOnly ]]"--src"[[ else ]]"--dst"[[ end ]], [[ hcl (required "home" .HomeDir) ]]]
 [[- end ]]

@@ -304,13 +304,15 @@ async function loadAdminTemplates() {
     const head = pre.insertRow();
     head.dataset.template = name;
     const title = cell(head, name);
-    title.colSpan = 7;
+    title.colSpan = 8;
     head.insertCell().append(smallButton("Build now", () => requestPrebuild(name)));
     for (const p of usage.prebuilds.filter((q) => q.template === name)) {
       const row = pre.insertRow();
       row.dataset.prebuild = p.id;
       cell(row, "", p.id);
       cell(row, p.version);
+      // The commit the prebuilt home holds: short, the whole on hover.
+      cell(row, p.commit ? p.commit.slice(0, 12) : "—", p.commit || "");
       cell(row, p.status);
       cell(row, relTime(p.created_at) + (p.requested_by ? ` by ${p.requested_by}` : ""), exactTime(p.created_at));
       cell(row, p.finished_at ? relTime(p.finished_at) : "—", p.finished_at ? exactTime(p.finished_at) : "");
