@@ -644,9 +644,10 @@ func (b *Backend) StopJob(ctx context.Context, wsID string, kind controller.JobK
 	return b.deregister(ctx, id, false)
 }
 
-// PurgeJob forgets a job and its variable (S3 keys or upstream token). A
-// workspace job is only purged once none of its allocations is live: a
-// purged job would hide a running container.
+// PurgeJob forgets a job and its variables (S3 keys, upstream token, a
+// prebuild's build environment). A workspace job is only purged once none
+// of its allocations is live: a purged job would hide a running
+// container.
 func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.JobKind) error {
 	id := controller.JobName(wsID, kind)
 	allocs, _, err := b.client.Jobs().Allocations(id, true, b.query(ctx))
@@ -662,18 +663,20 @@ func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.Job
 	for _, a := range allocs {
 		b.allocs.forget(a.ID)
 	}
-	more := []string{stopVariablePath(wsID)}
-	if kind == controller.JobArchive {
-		more = []string{prebuildMoverVariable(id), prebuildBuildVariable(id)}
+	paths := []string{variablePath(id)}
+	switch kind {
+	case controller.JobWorkspace:
+		paths = append(paths, stopVariablePath(wsID))
+	case controller.JobArchive:
+		// A prebuild's tasks have one each.
+		paths = append(paths, prebuildMoverVariable(id), prebuildBuildVariable(id))
 	}
-	if kind != controller.JobRestore {
-		for _, path := range more {
-			if err := b.deleteVariable(ctx, path); err != nil {
-				return err
-			}
+	for _, path := range paths {
+		if err := b.deleteVariable(ctx, path); err != nil {
+			return err
 		}
 	}
-	return b.deleteVariable(ctx, variablePath(id))
+	return nil
 }
 
 // RenderWorkspace returns the HCL StartWorkspace would submit; home is the
