@@ -357,3 +357,33 @@ func untarZstd(t *testing.T, data []byte) map[string][]byte {
 		}
 	}
 }
+
+// A prebuilt home's archive is named after its template, version and
+// commit: it lists and downloads by its op id like any other.
+func TestPrebuiltArchiveDownload(t *testing.T) {
+	f := newArchiveFixture(t)
+	store, env, w, c := f.store, f.env, f.w, f.c
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, "built"), []byte("yes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	op := workspace.NewID()
+	key := archive.PrebuildKey(archive.PrebuildPrefix(w.ID, op, "web", "0a1b2c3d4e5f"), "0123456789abcdef0123456789abcdef01234567")
+	meta, err := store.Archive(context.Background(), home, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Exec(`UPDATE workspaces SET archive_key = $2 WHERE id = $1`, w.ID, key)
+	res := env.Do(c, "GET", "/api/v1/workspaces/"+w.ID+"/archives", nil)
+	var list struct {
+		Archives []archiveJSON `json:"archives"`
+	}
+	res.Decode(t, &list)
+	if len(list.Archives) != 1 || list.Archives[0].ID != op {
+		t.Fatalf("archives: %s", res.Body)
+	}
+	res = env.Do(c, "GET", "/api/v1/workspaces/"+w.ID+"/archives/"+op+"/home.tar.zst", nil)
+	if res.StatusCode != 200 || int64(len(res.Body)) != meta.Size {
+		t.Fatalf("download: %d, %d bytes, want %d", res.StatusCode, len(res.Body), meta.Size)
+	}
+}

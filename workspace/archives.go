@@ -91,6 +91,10 @@ func (s *Service) OpenArchive(ctx context.Context, id, archiveID string) (io.Rea
 		return nil, Archive{}, fmt.Errorf("%w: %q", ErrArchiveNotFound, archiveID)
 	}
 	key := archive.Key(id, archiveID)
+	if w.ArchiveKey != nil && archive.OwnedBy(*w.ArchiveKey, id) && archive.OpID(*w.ArchiveKey) == archiveID {
+		// A builder's prebuilt home is named after its commit too.
+		key = *w.ArchiveKey
+	}
 	body, meta, err := s.opts.Archives.Open(ctx, key)
 	if errors.Is(err, archive.ErrArchiveNotFound) || errors.Is(err, archive.ErrMetaNotFound) {
 		return nil, Archive{}, fmt.Errorf("%w: %s", ErrArchiveNotFound, archiveID)
