@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -174,23 +176,34 @@ func (b *Backend) kill(id identity) error {
 		return nil
 	}
 	procs := readProcs()
-	victims := make(map[int]bool)
+	// Parents before their children: the workspace agent must be gone
+	// before the shells of its SSH sessions are, or it would report their
+	// end to each client as a session that finished, and the client would
+	// hang up before codehub tells it why the workspace went.
+	var victims []int
+	seen := make(map[int]bool)
+	add := func(pid int) {
+		if !seen[pid] {
+			seen[pid] = true
+			victims = append(victims, pid)
+		}
+	}
 	if b.alive(id) {
-		victims[id.PID] = true
+		add(id.PID)
 		for _, pid := range collectTree(procs.children(), id.PID) {
-			victims[pid] = true
+			add(pid)
 		}
 	}
 	if id.Launch != "" {
-		for pid := range procs {
+		for _, pid := range slices.Sorted(maps.Keys(procs)) {
 			if hasEnv(pid, launchEnv+"="+id.Launch) {
-				victims[pid] = true
+				add(pid)
 			}
 		}
 	}
 	ownGroup := false
 	var errs []error
-	for pid := range victims {
+	for _, pid := range victims {
 		if procs[pid].pgid == id.PGID {
 			ownGroup = true
 		}
