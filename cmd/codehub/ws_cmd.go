@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -82,13 +83,17 @@ func wsCommands() map[string]wsCommand {
 			about: `Create a workspace called NAME and start it. NAME is 1-63 lowercase
 letters, digits and dashes. At your running limit it is created stopped,
 and the server says so.`,
-			extra: "Examples:\n\n  $ codehub ws create backend\n  $ codehub ws create backend -image codercom/code-server:4.100.3\n\n",
+			extra: "Examples:\n\n  $ codehub ws create backend\n  $ codehub ws create backend -image codercom/code-server:4.100.3\n" +
+				"  $ codehub ws create api -template service -param repo=https://git.example.com/api.git\n\n",
 		}, define: func(fs *flag.FlagSet) wsRun {
 			image := fs.String("image", "", "The container `image`, one the server allows; empty for the server's default.")
 			desc := fs.String("description", "", "A `description` shown in the dashboard.")
+			tmpl := fs.String("template", "", "The `template` to make it of, one the dashboard offers you; empty for the default.")
+			var params paramFlags
+			fs.Var(&params, "param", "A template parameter, `name=value`; repeat for more. Those left out take their defaults.")
 			asJSON := jsonFlag(fs)
 			return func(u *userCLI, c *client, args []string) error {
-				return u.wsCreate(c, args[0], *image, *desc, *asJSON)
+				return u.wsCreate(c, createRequest{name: args[0], image: *image, description: *desc, template: *tmpl, params: params}, *asJSON)
 			}
 		}},
 		"prebuild": {summary: "Build a template's prebuilt home now (administrators)", nargs: 1, help: userCommand{
@@ -325,8 +330,38 @@ func (u *userCLI) wsList(c *client, asJSON bool) error {
 	return tw.Flush()
 }
 
-func (u *userCLI) wsCreate(c *client, name, image, description string, asJSON bool) error {
-	res, err := c.do(u.ctx, http.MethodPost, "/api/v1/workspaces", map[string]string{"name": name, "image": image, "description": description})
+// createRequest is what "ws create" asks for.
+type createRequest struct {
+	name, image, description, template string
+	params                             paramFlags
+}
+
+// paramFlags are the -param name=value flags, in order.
+type paramFlags []string
+
+func (p *paramFlags) String() string { return strings.Join(*p, ",") }
+
+func (p *paramFlags) Set(v string) error {
+	if name, _, ok := strings.Cut(v, "="); !ok || name == "" {
+		return fmt.Errorf("%q is not name=value", v)
+	}
+	*p = append(*p, v)
+	return nil
+}
+
+func (u *userCLI) wsCreate(c *client, req createRequest, asJSON bool) error {
+	body := map[string]any{"name": req.name, "image": req.image, "description": req.description}
+	if req.template != "" {
+		body["template"] = req.template
+	}
+	if len(req.params) > 0 {
+		values, err := u.paramValues(c, req.template, req.params)
+		if err != nil {
+			return err
+		}
+		body["parameters"] = values
+	}
+	res, err := c.do(u.ctx, http.MethodPost, "/api/v1/workspaces", body)
 	if err != nil {
 		return err
 	}
@@ -346,6 +381,53 @@ func (u *userCLI) wsCreate(c *client, name, image, description string, asJSON bo
 	}
 	fmt.Fprintf(u.stdout, "Created workspace %s (%s), %s.\n", ws.Name, ws.ID, how)
 	return nil
+}
+
+// paramValues types each name=value by the template's parameters, as
+// the server states them: a number or a boolean is sent as one. A name
+// the template lacks is left to the server to refuse.
+func (u *userCLI) paramValues(c *client, template string, params []string) (map[string]any, error) {
+	if template == "" {
+		template = "default"
+	}
+	var list struct {
+		Templates []struct {
+			Name       string `json:"name"`
+			Parameters struct {
+				Properties map[string]struct {
+					Type string `json:"type"`
+				} `json:"properties"`
+			} `json:"parameters"`
+		} `json:"templates"`
+	}
+	if err := c.get(u.ctx, "/api/v1/templates", &list); err != nil {
+		return nil, err
+	}
+	values := make(map[string]any, len(params))
+	for _, kv := range params {
+		name, text, _ := strings.Cut(kv, "=")
+		values[name] = text
+		for _, t := range list.Templates {
+			if t.Name != template {
+				continue
+			}
+			switch t.Parameters.Properties[name].Type {
+			case "number":
+				n, err := strconv.ParseFloat(text, 64)
+				if err != nil {
+					return nil, &usageError{fmt.Sprintf("-param %s: %q is not a number", name, text)}
+				}
+				values[name] = n
+			case "boolean":
+				b, err := strconv.ParseBool(text)
+				if err != nil {
+					return nil, &usageError{fmt.Sprintf("-param %s: %q is not true or false", name, text)}
+				}
+				values[name] = b
+			}
+		}
+	}
+	return values, nil
 }
 
 // desiredWords says what asking for a desired state does.

@@ -493,3 +493,42 @@ func TestWsPrebuild(t *testing.T) {
 		t.Errorf("a template without prebuilds: %s", r.stderr)
 	}
 }
+
+// "ws create -template T -param name=value" makes a workspace of T with
+// those values, typed as the template's parameters are; a value of the
+// wrong type is refused before anything is asked of the server.
+func TestWsCreateFromTemplate(t *testing.T) {
+	cfg := config.Default()
+	def, size, fast := "file:///srv/git/web.git", "2", "false"
+	cfg.Templates = []*config.Template{
+		{Name: "web", RepositoryParameter: "repo", Parameters: []*config.Parameter{
+			{Name: "repo", Default: &def},
+			{Name: "replicas", Type: config.ParamNumber, Default: &size},
+			{Name: "fast", Type: config.ParamBool, Default: &fast},
+		}},
+	}
+	c := &cliTest{t: t, env: apitest.New(t, apitest.Config{Templates: cfg}), config: t.TempDir()}
+	t.Setenv("XDG_CONFIG_HOME", c.config)
+	t.Setenv("CODEHUB_TOKEN", "")
+	t.Setenv("CODEHUB_URL", "")
+	c.loginAs(c.env.CreateUser("bob", false), "read-write")
+
+	r := c.must("", "ws", "create", "site", "-template", "web", "-param", "replicas=3", "-param", "fast=true", "-param", "repo=file:///srv/git/site.git", "-json")
+	var ws struct {
+		Template   string         `json:"template"`
+		Parameters map[string]any `json:"parameters"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &ws); err != nil {
+		t.Fatal(err)
+	}
+	if ws.Template != "web" || ws.Parameters["replicas"] != 3.0 || ws.Parameters["fast"] != true || ws.Parameters["repo"] != "file:///srv/git/site.git" {
+		t.Fatalf("created %s", r.stdout)
+	}
+	if r := c.expect(exitUsage, "", "ws", "create", "other", "-template", "web", "-param", "replicas=many"); !strings.Contains(r.stderr, "not a number") {
+		t.Errorf("a word for a number: %s", r.stderr)
+	}
+	if r := c.expect(exitRefused, "", "ws", "create", "other", "-template", "web", "-param", "colour=red"); !strings.Contains(r.stderr, "colour") {
+		t.Errorf("an unknown parameter: %s", r.stderr)
+	}
+	c.expect(exitUsage, "", "ws", "create", "other", "-param", "novalue")
+}
