@@ -73,6 +73,7 @@ type PrebuildRunner struct {
 	templates PrebuildTemplates
 	cfg       PrebuildConfig
 	now       func() time.Time
+	wake      chan struct{}
 }
 
 // NewPrebuildRunner returns a prebuild runner.
@@ -89,11 +90,25 @@ func NewPrebuildRunner(logger hclog.Logger, pool store.Querier, svc PrebuildWork
 	if cfg.MaxFilling <= 0 {
 		cfg.MaxFilling = DefaultPoolMaxFilling
 	}
-	return &PrebuildRunner{logger: logger, pool: pool, svc: svc, templates: templates, cfg: cfg, now: time.Now}
+	return &PrebuildRunner{logger: logger, pool: pool, svc: svc, templates: templates, cfg: cfg, now: time.Now,
+		wake: make(chan struct{}, 1)}
 }
 
-// Run runs a pass every interval until ctx ends; a failed pass is logged
-// and retried at the next.
+// prebuildWakeGap is the least time between two passes a wake starts: a
+// wave of workspace changes makes one pass a second, not one each.
+const prebuildWakeGap = time.Second
+
+// Wake asks for a pass soon: a workspace changed, maybe a builder that
+// finished or a warm home that is ready. Bursts coalesce; it never blocks.
+func (r *PrebuildRunner) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs a pass every interval, and soon after a wake, until ctx ends;
+// a failed pass is logged and retried at the next.
 func (r *PrebuildRunner) Run(ctx context.Context) error {
 	ticker := time.NewTicker(r.cfg.Interval)
 	defer ticker.Stop()
@@ -105,6 +120,17 @@ func (r *PrebuildRunner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+		case <-r.wake:
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(prebuildWakeGap):
+			}
+			// The pass about to run sees what the wakes of the gap saw.
+			select {
+			case <-r.wake:
+			default:
+			}
 		}
 	}
 }

@@ -1,9 +1,17 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/codehub-io/codehub/config"
 
 	"github.com/codehub-io/codehub/store"
 	"github.com/codehub-io/codehub/workspace"
@@ -153,5 +161,48 @@ func TestPlanPool(t *testing.T) {
 				t.Errorf("plan %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// passCounter is a database that fails every read, counting the passes
+// that asked.
+type passCounter struct{ passes chan struct{} }
+
+var errNoDatabase = errors.New("no database in this test")
+
+func (p *passCounter) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNoDatabase
+}
+
+func (p *passCounter) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	p.passes <- struct{}{}
+	return nil, errNoDatabase
+}
+
+func (p *passCounter) QueryRow(context.Context, string, ...any) pgx.Row { return nil }
+
+// TestPrebuildRunnerWakes holds the runner to looking soon after a wake
+// (a workspace changed), not only at its interval, and to one pass for a
+// burst of wakes.
+func TestPrebuildRunnerWakes(t *testing.T) {
+	db := &passCounter{passes: make(chan struct{}, 16)}
+	r := NewPrebuildRunner(hclog.NewNullLogger(), db, nil, config.Default(), PrebuildConfig{Interval: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-db.passes // the first pass, at once
+	for range 5 {
+		r.Wake()
+	}
+	select {
+	case <-db.passes:
+	case <-time.After(10 * prebuildWakeGap):
+		t.Fatal("no pass after a wake")
+	}
+	select {
+	case <-db.passes:
+		t.Fatal("a burst of wakes made more than one pass")
+	case <-time.After(3 * prebuildWakeGap):
 	}
 }

@@ -207,7 +207,13 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 	// The listener and the backend watcher wake the coordinator that runs
 	// them, so they reach it through this indirection.
 	var coord *controller.Coordinator
-	wake := func() { coord.Wake() }
+	prebuilds := controller.NewPrebuildRunner(logger.Named("prebuild"), d.pool, svc, cfg, controller.PrebuildConfig{
+		Interval: cfg.Coordinator.IdleInterval,
+		Metrics:  engineMetrics,
+	})
+	// A workspace change may be a builder done or a warm home ready: the
+	// prebuild runner looks then too, not only at its interval.
+	wake := func() { coord.Wake(); prebuilds.Wake() }
 	leaderLoops := []controller.Loop{
 		events.NewListener(logger.Named("events"), cfg.Database.URL.Reveal(), d.redis, wake),
 		controller.NewTTLRunner(logger.Named("ttl"), svc, d.redis, controller.TTLConfig{
@@ -216,10 +222,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 			ArchiveTTL: cfg.Workspace.ArchiveTTL,
 			Metrics:    engineMetrics,
 		}),
-		controller.NewPrebuildRunner(logger.Named("prebuild"), d.pool, svc, cfg, controller.PrebuildConfig{
-			Interval: cfg.Coordinator.IdleInterval,
-			Metrics:  engineMetrics,
-		}),
+		prebuilds,
 		controller.NewGCRunner(logger.Named("gc"), svc, archives, controller.GCConfig{
 			Interval:     cfg.GC.Interval,
 			KeepArchives: cfg.GC.KeepArchives,
