@@ -201,7 +201,13 @@ func (u *userCLI) browserLogin(base, name string, noBrowser bool) (string, error
 		_ = srv.Serve(ln)
 	}()
 	defer func() {
-		_ = srv.Close()
+		// Shutdown, not Close: the browser's page saying how the login
+		// ended is still being written when the result arrives.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), 5*time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
 		wg.Wait()
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -284,12 +290,13 @@ func callbackHandler(state string, redeem func(code string) (string, error), res
 				status, msg = http.StatusBadGateway, "The login did not complete: "+res.err.Error()+". Run codehub login again."
 			}
 		}
-		results <- res
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(status)
 		fmt.Fprintf(w, "<!doctype html><title>CodeHub</title><p>%s</p>\n", html.EscapeString(msg))
+		// The page is written before the command goes on and ends.
+		results <- res
 	})
 	return mux
 }
