@@ -89,14 +89,18 @@ workspace {
 		cfg.defaultPacing = true
 		srv := startServer(b, cfg)
 		// A dev agent that stops leaves its raw_exec tasks running;
-		// hundreds of them would weigh on whatever runs next. The server
-		// stops first (it would start its workspaces again), then every
-		// job goes while S3 is still there for the stop archives.
+		// hundreds of them would weigh on whatever runs next. The
+		// workspaces are deleted first, through the API, while the server
+		// still serves the codehub binary their stop tasks fetch (stopped
+		// by hand after the server, each allocation stayed pending between
+		// the fetch's retries); what is left is stopped once the server
+		// is gone, so it cannot start it again.
 		b.Cleanup(func() {
 			srv.stop()
 			stopAllJobs(b, agent.Client)
 		})
 		c := login(b, srv)
+		b.Cleanup(func() { deleteAll(c, agent.Client) })
 		metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 
 		probe := c.create("scale-probe")
@@ -502,6 +506,38 @@ func (d *directClient) awaitReady(jobs []*api.Job, old map[string]bool, began ti
 	}
 	slices.Sort(out)
 	return out
+}
+
+// deleteAll deletes every workspace of c's user and waits, for up to ten
+// minutes, until the server has purged all their jobs from Nomad (a
+// deleted workspace leaves the listing at once, its jobs later). What is
+// left then is logged, not failed: the measurements are taken by then.
+func deleteAll(c *apiClient, nomad *api.Client) {
+	var ids []string
+	for _, ws := range c.listAll() {
+		ids = append(ids, ws.ID)
+	}
+	if err := parallel(len(ids), func(i int) error {
+		code, err := c.try("DELETE", "/api/v1/workspaces/"+ids[i], nil, nil)
+		if err == nil && code != http.StatusNoContent && code != http.StatusNotFound {
+			err = fmt.Errorf("delete %s: %d", ids[i], code)
+		}
+		return err
+	}); err != nil {
+		c.tb.Logf("delete the workspaces: %v", err)
+	}
+	left := 0
+	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		jobs, _, err := nomad.Jobs().PrefixList("ws-")
+		if err != nil {
+			continue
+		}
+		if left = len(jobs); left == 0 {
+			c.tb.Logf("deleted %d workspaces, and their jobs are gone", len(ids))
+			return
+		}
+	}
+	c.tb.Logf("%d jobs of the %d deleted workspaces left after ten minutes", left, len(ids))
 }
 
 // stopAllJobs stops every job and waits, for up to five minutes, until the
