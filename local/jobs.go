@@ -164,21 +164,35 @@ func (b *Backend) jobLaunch(kind controller.JobKind, dir, home string, job contr
 }
 
 // prebuildScript is a prebuild's job: the build ($4 and on: a prebuild's
-// first start, as the workspace user, without the S3 keys), which prints
-// the commit it built; then the home is locked to codehub's user and the
-// data mover archives it under the key that commit completes. $1 is the
-// commit file, $2 codehub, $3 the home. A failed build prints the result
+// first start, as the workspace user, in the home, without the S3 keys),
+// which writes the commit it built to a file in the home; then the home is
+// locked to codehub's user, the commit file taken out of it, and the data
+// mover archives the home under the key that commit completes. $1 is the
+// commit file the mover reads, $2 codehub, $3 the home, and the build's
+// file is ` + prebuildBuiltFile + ` in it. A failed build prints the result
 // line of a build failure.
 const prebuildScript = `commitf=$1 codehub=$2 home=$3
 shift 3
-commit=$(env -u S3_ACCESS_KEY -u S3_SECRET_KEY "$@") || {
+cd "$home" || exit 1
+env -u S3_ACCESS_KEY -u S3_SECRET_KEY "$@" || {
   status=$?
   echo "RESULT=` + archive.ResultFail + ` CODEHUB_ERROR=` + string(archive.CodeBuildFailed) + `"
   exit "$status"
 }
-chown "$(id -u):$(id -g)" "$home" || exit 1
-printf "%s\n" "$commit" > "$commitf" || exit 1
+cd / && chown "$(id -u):$(id -g)" "$home" || exit 1
+built=$home/` + prebuildBuiltFile + `
+if [ -L "$built" ] || [ ! -f "$built" ]; then
+  echo "codehub: the build left no commit in $built" >&2
+  echo "RESULT=` + archive.ResultFail + ` CODEHUB_ERROR=` + string(archive.CodeBuildFailed) + `"
+  exit 1
+fi
+head -c 100 "$built" > "$commitf" && rm -f "$built" || exit 1
 exec "$codehub" job archive --commit-file "$commitf" --src "$home"`
+
+// prebuildBuiltFile, at the top of a home being built, is where the build
+// writes the commit it built: the workspace user can write nowhere else
+// the job can read, and it leaves the home before the archive.
+const prebuildBuiltFile = ".codehub-prebuild-commit"
 
 // prebuildLaunch is the launch of a prebuild's archive job: the build of
 // spec in home, then the archive of what it made (prebuildScript). env is
@@ -187,8 +201,7 @@ func (b *Backend) prebuildLaunch(dir, home string, env []string, spec controller
 	for _, name := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, name+"="+spec.Env[name])
 	}
-	// The build's commit comes on its standard output.
-	env = append(env, firststart.Env(spec.Repository, "", "", spec.Init, "/dev/stdout")...)
+	env = append(env, firststart.Env(spec.Repository, "", "", spec.Init, filepath.Join(home, prebuildBuiltFile))...)
 	env = append(env, firststart.EnvHome+"="+home)
 	if b.runAs != nil {
 		env = append(env, b.runAs.env()...)
@@ -208,7 +221,7 @@ func (b *Backend) prebuildLaunch(dir, home string, env []string, spec controller
 }
 
 // prebuildCommitFile, in a prebuild job's directory, holds the commit its
-// build made.
+// build made, for the data mover.
 const prebuildCommitFile = "prebuild-commit"
 
 // StopJob kills a running archive or restore job and keeps its record:

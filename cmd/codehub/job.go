@@ -157,7 +157,8 @@ func prebuildURL(prefixURL, file string) (commit, url string, err error) {
 	}
 	commit = strings.TrimSpace(string(b))
 	if !archive.ValidCommit(commit) {
-		return "", prefixURL, &archive.Error{Code: archive.CodeBuildFailed, Err: fmt.Errorf("the build wrote %q to %s, not a commit", commit, file)}
+		// What the file holds is the build's: never repeated.
+		return "", prefixURL, &archive.Error{Code: archive.CodeBuildFailed, Err: fmt.Errorf("%s holds no commit (40 or 64 hex digits)", file)}
 	}
 	return commit, archive.URL(bucket, archive.PrebuildKey(prefix, commit)), nil
 }
