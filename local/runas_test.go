@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,8 +13,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // workspaceUser is the unprivileged user the tests run workspaces as:
@@ -167,5 +170,65 @@ func TestNewRefusesADataDirTheWorkspaceUserCannotReach(t *testing.T) {
 	}
 	if _, err := New(hclog.NewNullLogger(), Options{DataDir: filepath.Join(private, "data"), Command: program, User: workspaceUser}); err == nil {
 		t.Error("New accepted a workspace program the workspace user cannot run")
+	}
+}
+
+// A prebuild as the workspace user: its build clones and runs init in the
+// home as that user, names the commit it built, and the job archives the
+// home, without the commit's file, under the key that commit completes.
+func TestPrebuildAsTheWorkspaceUser(t *testing.T) {
+	ctx := context.Background()
+	s3 := testenv.NewS3(t)
+	bin := buildCodehub(t)
+	b, base, acct := newUserBackend(t)
+	b.opts.CodehubBinary = bin
+	b.opts.S3 = config.S3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region,
+		AccessKey: config.Secret(s3.AccessKey), SecretKey: config.Secret(s3.SecretKey)}
+	// The repository where the workspace user can read it, as its own.
+	repo := strings.TrimPrefix(testenv.BareRepo(t, "service", map[string]string{"README": "v1"}), "file://")
+	shared := filepath.Join(base, "service.git")
+	if out, err := exec.Command("cp", "-a", repo, shared).CombinedOutput(); err != nil {
+		t.Fatalf("copy the repository: %v\n%s", err, out)
+	}
+	// git serves only a repository its user owns.
+	if out, err := exec.Command("chown", "-R", strconv.Itoa(acct.uid)+":"+strconv.Itoa(acct.gid), shared).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v\n%s", err, out)
+	}
+	head, err := exec.Command("git", "-c", "safe.directory=*", "-C", shared, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := strings.TrimSpace(string(head))
+
+	if err := b.ProvisionVolume(ctx, controller.VolumeSpec{WorkspaceID: testID, UID: acct.uid, GID: acct.gid}); err != nil {
+		t.Fatalf("ProvisionVolume: %v", err)
+	}
+	const opID = "01jb3x8a0000000000000000aa"
+	prefix := archive.PrebuildPrefix(testID, opID, "service", "0a1b2c3d4e5f")
+	job := controller.JobSpec{WorkspaceID: testID, OpID: opID, ArchiveKey: prefix, Attempt: 1,
+		Build: &controller.WorkspaceSpec{WorkspaceID: testID, Repository: "file://" + shared, Init: []string{"id -un > built-by"}}}
+	if err := b.SubmitArchive(ctx, job); err != nil {
+		t.Fatalf("SubmitArchive: %v", err)
+	}
+	o := waitFor(t, b, "built and archived", func(o controller.Observed) bool {
+		return o.Archive != nil && (o.Archive.Status == controller.JobSucceeded || o.Archive.Status == controller.JobFailed)
+	})
+	if o.Archive.Status != controller.JobSucceeded {
+		t.Fatalf("the prebuild: %+v", o.Archive)
+	}
+	key := archive.PrebuildKey(prefix, commit)
+	restored := t.TempDir()
+	store := archive.NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket)
+	if _, err := store.Restore(ctx, key, restored, nil); err != nil {
+		t.Fatalf("restore %s: %v", key, err)
+	}
+	if by, err := os.ReadFile(filepath.Join(restored, "service", "built-by")); err != nil || strings.TrimSpace(string(by)) != workspaceUser {
+		t.Errorf("init ran as %q (%v), want %s", by, err, workspaceUser)
+	}
+	if _, err := os.Lstat(filepath.Join(restored, prebuildBuiltFile)); !os.IsNotExist(err) {
+		t.Errorf("the commit's file is in the archive: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(restored, ".codehub-prebuilt")); err != nil {
+		t.Errorf("the home is not marked prebuilt: %v", err)
 	}
 }
