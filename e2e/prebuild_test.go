@@ -273,9 +273,20 @@ func prebuiltHomesFrom(t *testing.T, cfg serverConfig, homeOf func(*server) func
 // builds and starts it again: the same build goes on to READY, with no
 // second builder and nothing left over.
 func TestPrebuildSurvivesServerKill(t *testing.T) {
+	prebuildSurvivesServerKill(t, localConfig(t))
+}
+
+// TestNomadPrebuildSurvivesServerKill is TestPrebuildSurvivesServerKill on
+// a real Nomad agent: the prebuild's job goes on in Nomad while codehub is
+// down, and the restarted server reads its result.
+func TestNomadPrebuildSurvivesServerKill(t *testing.T) {
+	agent := nomadtest.Start(t, "")
+	prebuildSurvivesServerKill(t, nomadConfig(t, agent))
+}
+
+func prebuildSurvivesServerKill(t *testing.T, cfg serverConfig) {
 	repo := testenv.BareRepo(t, "service", map[string]string{"README": "v1", "build.sh": "#!/bin/sh\nsleep 4\n" + buildScript[len("#!/bin/sh\n"):]})
-	cfg := localConfig(t)
-	cfg.workspace = prebuildTemplate(repo)
+	cfg.workspace += prebuildTemplate(repo)
 	srv := startServer(t, cfg)
 	c := login(t, srv)
 	var building apiPrebuild
