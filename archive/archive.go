@@ -56,6 +56,13 @@ func PrebuildCommit(key string) (commit string, ok bool) {
 	return parts[5], true
 }
 
+// PrebuiltUnder reports whether key is a prebuilt home's key under prefix
+// (PrebuildPrefix): the prefix completed with a commit.
+func PrebuiltUnder(key, prefix string) bool {
+	_, ok := PrebuildCommit(key)
+	return ok && strings.HasPrefix(key, prefix+"/")
+}
+
 // ValidCommit accepts a git object name: 40 (SHA-1) or 64 (SHA-256)
 // lower-case hex digits.
 func ValidCommit(s string) bool {

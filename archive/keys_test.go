@@ -14,6 +14,10 @@ func TestKeys(t *testing.T) {
 	if want := "archives/" + ws + "/" + op + "/node/v1a2/" + commit + "/home.tar.zst"; prebuilt != want {
 		t.Fatalf("PrebuildKey = %q, want %q", prebuilt, want)
 	}
+	prefix := PrebuildPrefix(ws, op, "node", "v1a2")
+	if !PrebuiltUnder(prebuilt, prefix) || PrebuiltUnder(prebuilt, PrebuildPrefix(ws, op, "node", "v1")) || PrebuiltUnder(Key(ws, op), prefix) {
+		t.Errorf("PrebuiltUnder: a prebuilt home's key is under its own prefix only")
+	}
 	cases := []struct {
 		key    string
 		op     string

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -390,7 +389,7 @@ func (c *WorkspaceController) prebuiltKey(ctx context.Context, wsID, prefix stri
 		return "", err
 	}
 	for _, key := range l.Complete {
-		if _, ok := archive.PrebuildCommit(key); ok && strings.HasPrefix(key, prefix+"/") {
+		if archive.PrebuiltUnder(key, prefix) {
 			return key, nil
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"maps"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/codehub-io/codehub/archive"
@@ -105,11 +104,7 @@ func opArchive(w workspace.Workspace) string {
 // operation: its key, or under a builder's prefix.
 func isOpArchive(w workspace.Workspace, key string) bool {
 	want := opArchive(w)
-	if !workspace.Building(w) {
-		return key == want
-	}
-	_, ok := archive.PrebuildCommit(key)
-	return key == want || (ok && strings.HasPrefix(key, want+"/"))
+	return key == want || workspace.Building(w) && archive.PrebuiltUnder(key, want)
 }
 
 func (c Config) backoff(errorCount int) time.Duration {
