@@ -173,18 +173,17 @@ func (b *Backend) jobLaunch(kind controller.JobKind, dir, home string, job contr
 // line of a build failure.
 const prebuildScript = `commitf=$1 codehub=$2 home=$3
 shift 3
-cd "$home" || exit 1
-env -u S3_ACCESS_KEY -u S3_SECRET_KEY "$@" || {
-  status=$?
+failed() {
   echo "RESULT=` + archive.ResultFail + ` CODEHUB_ERROR=` + string(archive.CodeBuildFailed) + `"
-  exit "$status"
+  exit "$1"
 }
+cd "$home" || exit 1
+env -u S3_ACCESS_KEY -u S3_SECRET_KEY "$@" || failed "$?"
 cd / && chown "$(id -u):$(id -g)" "$home" || exit 1
 built=$home/` + prebuildBuiltFile + `
 if [ -L "$built" ] || [ ! -f "$built" ]; then
   echo "codehub: the build left no commit in $built" >&2
-  echo "RESULT=` + archive.ResultFail + ` CODEHUB_ERROR=` + string(archive.CodeBuildFailed) + `"
-  exit 1
+  failed 1
 fi
 head -c 100 "$built" > "$commitf" && rm -f "$built" || exit 1
 exec "$codehub" job archive --commit-file "$commitf" --src "$home"`
