@@ -210,10 +210,12 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	}
 	// The snapshot is as old as the moment observing began.
 	observed := c.now()
+	begun := time.Now()
 	snap, err := c.backend.Observe(ctx)
 	if err != nil {
 		return stats, fmt.Errorf("observe backend: %w", err)
 	}
+	c.cfg.Metrics.observed(time.Since(begun))
 	evacuating, err := c.evacuating(ctx)
 	if err != nil {
 		return stats, fmt.Errorf("load node evacuations: %w", err)
@@ -256,6 +258,7 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	case err == nil:
 	case errors.Is(err, errStaleSnapshot):
 		stats.Stale = true
+		c.cfg.Metrics.stalePass()
 		c.logger.Warn("pass stopped: its observation is too old to act on", "error", err)
 		return stats, nil
 	default:

@@ -915,7 +915,8 @@ func TestBackendCallsFencedByEpoch(t *testing.T) {
 // without calling the backend and asks for a new pass at once.
 func TestStaleObservationIsNotActedOn(t *testing.T) {
 	h := newHarness(t)
-	c := h.controller()
+	m, _ := newTestMetrics(t)
+	c := h.controllerWithMetrics(m)
 	w := h.failedRestoreLeftVolume(c)
 	h.backend.observed = func() { h.advance(time.Minute) }
 	before := h.backend.actuatorCalls()
@@ -925,6 +926,9 @@ func TestStaleObservationIsNotActedOn(t *testing.T) {
 	}
 	if n := h.backend.actuatorCalls() - before; n != 0 {
 		t.Errorf("%d backend calls on an old observation", n)
+	}
+	if got := testutil.ToFloat64(m.stale); got != 1 {
+		t.Errorf("stale passes counted: %v, want 1", got)
 	}
 	h.backend.observed = nil
 	h.converge(c)

@@ -41,6 +41,8 @@ type Metrics struct {
 	opDuration  *prometheus.HistogramVec
 	ttlExpiries *prometheus.CounterVec
 	passes      prometheus.Histogram
+	observes    prometheus.Histogram
+	stale       prometheus.Counter
 	gcDeleted   prometheus.Counter
 	gcAborted   prometheus.Counter
 	orphans     prometheus.Gauge
@@ -97,6 +99,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Duration of completed controller passes over all workspaces.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
 		}),
+		observes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "codehub_controller_observe_duration_seconds",
+			Help:    "Duration of the backend observations that begin each controller pass.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codehub_controller_stale_passes_total",
+			Help: "Controller passes that stopped acting because their observation had grown too old; the next pass observes again at once.",
+		}),
 		gcDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "codehub_gc_archives_deleted_total",
 			Help: "Archives deleted by the archive GC.",
@@ -140,7 +151,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "codehub_warm_homes",
 		Help: "Homes of each template's warm pool (size: what it keeps; ready: claimable now; filling: being made), as the prebuild runner's last pass saw them.",
 	}, []string{"template", "state"})
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.workspaces, m.opAge, m.backupFailures, m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.gcDeleted, m.gcAborted, m.orphans, m.snapshots, m.snapBytes, m.prebuilds, m.warmHomes} {
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.workspaces, m.opAge, m.backupFailures, m.transitions, m.operations, m.opDuration, m.ttlExpiries, m.passes, m.observes, m.stale, m.gcDeleted, m.gcAborted, m.orphans, m.snapshots, m.snapBytes, m.prebuilds, m.warmHomes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -188,6 +199,18 @@ func operationResult(next workspace.Workspace) string {
 func (m *Metrics) pass(d time.Duration) {
 	if m != nil {
 		m.passes.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) observed(d time.Duration) {
+	if m != nil {
+		m.observes.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) stalePass() {
+	if m != nil {
+		m.stale.Inc()
 	}
 }
 

@@ -120,6 +120,9 @@ func TestControllerMetrics(t *testing.T) {
 	if got, _ := histogram(t, reg, "codehub_controller_pass_duration_seconds", nil); got != uint64(passes) {
 		t.Errorf("%d passes observed, want %d", got, passes)
 	}
+	if got, _ := histogram(t, reg, "codehub_controller_observe_duration_seconds", nil); got != uint64(passes) {
+		t.Errorf("%d observations timed, want %d", got, passes)
+	}
 	// A failed pass is not observed.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

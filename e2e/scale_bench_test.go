@@ -1,10 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
@@ -108,6 +110,7 @@ workspace {
 		emptyWakes := wakeSamples(c, probe, samples)
 
 		idle, _ := treeRSS(b, agentPID)
+		beforeCreate := scrapeEngine(b, metrics)
 		ids, created := c.wave(n-1, func(i int) (string, error) {
 			var ws apiWorkspace
 			code, err := c.try("POST", "/api/v1/workspaces", map[string]string{"name": fmt.Sprintf("scale-%d", i)}, &ws)
@@ -116,17 +119,19 @@ workspace {
 			}
 			return ws.ID, err
 		}, "RUNNING")
+		creating := scrapeEngine(b, metrics).since(beforeCreate)
 		busy, processes := treeRSS(b, agentPID)
 		busyWakes := wakeSamples(c, probe, samples)
 
 		half := ids[:len(ids)/2]
 		c.each(half, func(id string) error { return c.trySetDesired(id, "STANDBY") })
 		c.awaitAll(half, "STANDBY", time.Now(), 10*time.Minute)
-		passesBefore := scrapePasses(b, metrics)
+		engineBefore := scrapeEngine(b, metrics)
 		_, woken := c.wave(len(half), func(i int) (string, error) {
 			return half[i], c.trySetDesired(half[i], "RUNNING")
 		}, "RUNNING")
-		passes := scrapePasses(b, metrics).since(passesBefore)
+		engine := scrapeEngine(b, metrics).since(engineBefore)
+		passes := engine.passes
 		serverRSS := processRSS(b, srv.running.cmd.Process.Pid)
 
 		createRate := float64(n-1) / created.last().Seconds()
@@ -150,6 +155,8 @@ workspace {
 		b.Logf("one wake: empty cluster p50 %v %v; beside %d running p50 %v %v; ratio %.2f",
 			median(emptyWakes).Round(time.Millisecond), emptyWakes, n-1, median(busyWakes).Round(time.Millisecond), busyWakes,
 			median(busyWakes).Seconds()/median(emptyWakes).Seconds())
+		b.Logf("creating: %v", creating)
+		b.Logf("mass wake: %v", engine)
 		b.Logf("memory: server %d MiB, nomad agent %d MiB (idle %d MiB)", serverRSS>>20, busy["agent"]>>10, idle["agent"]>>10)
 	}
 }
@@ -584,49 +591,94 @@ func clientTerminal(status string) bool {
 	return false
 }
 
-// passTally is the controller's pass histogram's count and sum.
-type passTally struct {
+// tally is a histogram's count and sum.
+type tally struct {
 	count int
 	sum   float64
 }
 
-func (p passTally) since(before passTally) passTally {
-	return passTally{count: p.count - before.count, sum: p.sum - before.sum}
+func (t tally) since(before tally) tally {
+	return tally{count: t.count - before.count, sum: t.sum - before.sum}
 }
 
-func (p passTally) mean() time.Duration {
-	if p.count == 0 {
+func (t tally) mean() time.Duration {
+	if t.count == 0 {
 		return 0
 	}
-	return time.Duration(p.sum / float64(p.count) * float64(time.Second))
+	return time.Duration(t.sum / float64(t.count) * float64(time.Second))
 }
 
-// scrapePasses reads the pass histogram from the server's metrics.
-func scrapePasses(tb testing.TB, url string) passTally {
+// engineMetrics is what the server's metrics say of its controller passes
+// and of its requests to Nomad.
+type engineMetrics struct {
+	passes, observes tally
+	stale            float64
+	calls            map[string]tally // Nomad requests by call
+}
+
+func (m engineMetrics) since(before engineMetrics) engineMetrics {
+	out := engineMetrics{
+		passes:   m.passes.since(before.passes),
+		observes: m.observes.since(before.observes),
+		stale:    m.stale - before.stale,
+		calls:    make(map[string]tally),
+	}
+	for c, t := range m.calls {
+		if d := t.since(before.calls[c]); d.count > 0 {
+			out.calls[c] = d
+		}
+	}
+	return out
+}
+
+// String names the passes, the observations and the Nomad calls made most.
+func (m engineMetrics) String() string {
+	calls := slices.Collect(maps.Keys(m.calls))
+	slices.SortFunc(calls, func(a, b string) int { return m.calls[b].count - m.calls[a].count })
+	var top []string
+	for _, c := range calls[:min(len(calls), 8)] {
+		top = append(top, fmt.Sprintf("%s ×%d (mean %v)", c, m.calls[c].count, m.calls[c].mean().Round(100*time.Microsecond)))
+	}
+	return fmt.Sprintf("%d passes (mean %v), observing mean %v, %v stale; Nomad calls: %s",
+		m.passes.count, m.passes.mean().Round(time.Millisecond), m.observes.mean().Round(time.Millisecond), m.stale, strings.Join(top, ", "))
+}
+
+// scrapeEngine reads the server's metrics.
+func scrapeEngine(tb testing.TB, url string) engineMetrics {
 	tb.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var p passTally
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		switch name {
-		case "codehub_controller_pass_duration_seconds_count":
-			p.count, _ = strconv.Atoi(value)
-		case "codehub_controller_pass_duration_seconds_sum":
-			p.sum, _ = strconv.ParseFloat(value, 64)
-		}
-	}
-	if err := sc.Err(); err != nil {
+	var parser expfmt.TextParser
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return p
+	hist := func(m *dto.Metric) tally {
+		return tally{count: int(m.GetHistogram().GetSampleCount()), sum: m.GetHistogram().GetSampleSum()}
+	}
+	out := engineMetrics{calls: make(map[string]tally)}
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			switch name {
+			case "codehub_controller_pass_duration_seconds":
+				out.passes = hist(m)
+			case "codehub_controller_observe_duration_seconds":
+				out.observes = hist(m)
+			case "codehub_controller_stale_passes_total":
+				out.stale = m.GetCounter().GetValue()
+			case "codehub_nomad_request_duration_seconds":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "call" {
+						out.calls[l.GetValue()] = hist(m)
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // rss is proportional resident memory (Pss) in KiB by kind of process:

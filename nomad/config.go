@@ -1,8 +1,10 @@
 package nomad
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -66,13 +68,45 @@ func OptionsFromConfig(cfg *config.Config, artifactChecksum string) (Options, er
 }
 
 // NewClient returns a Nomad API client: the standard NOMAD_* environment
-// first, then what the configuration sets.
-func NewClient(n *config.NomadBackend) (*api.Client, error) {
-	client, err := api.NewClient(clientConfig(n))
+// first, then what the configuration sets. With requests (may be nil) it
+// counts and times every request the client makes.
+func NewClient(n *config.NomadBackend, requests *Requests) (*api.Client, error) {
+	c := clientConfig(n)
+	if requests != nil && !strings.HasPrefix(c.Address, "unix:") {
+		hc, err := httpClient(c.TLSConfig)
+		if err != nil {
+			return nil, fmt.Errorf("nomad client: %w", err)
+		}
+		hc.Transport = requests.Wrap(hc.Transport)
+		c.HttpClient = hc
+	}
+	client, err := api.NewClient(c)
 	if err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}
 	return client, nil
+}
+
+// idleConnsPerNomad is how many idle connections to Nomad the client
+// keeps. The controller reads allocations and acts on workspaces several
+// at a time; with the api package's default (the number of CPUs + 1)
+// every connection beyond those was closed after its request and the
+// next one dialled again.
+const idleConnsPerNomad = 32
+
+// httpClient is the client the api package would make (HTTP/1.1, TLS 1.2
+// at least, the NOMAD_* TLS settings), keeping more idle connections.
+func httpClient(tlsConfig *api.TLSConfig) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSHandshakeTimeout = 10 * time.Second
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	tr.MaxIdleConnsPerHost = idleConnsPerNomad
+	hc := &http.Client{Transport: tr}
+	if err := api.ConfigureTLS(hc, tlsConfig); err != nil {
+		return nil, err
+	}
+	return hc, nil
 }
 
 // clientConfig is NewClient's configuration.

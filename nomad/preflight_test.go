@@ -135,7 +135,7 @@ func TestPreflightReach(t *testing.T) {
 			defer srv.Close()
 			cfg := config.Default()
 			cfg.Backend.Nomad.Address = srv.URL
-			client, err := NewClient(cfg.Backend.Nomad)
+			client, err := NewClient(cfg.Backend.Nomad, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

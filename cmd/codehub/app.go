@@ -63,7 +63,9 @@ type backendParts struct {
 	fleet controller.Fleet
 	// agents resolves workspace agents (nil: the backend runs none).
 	agents agent.Resolver
-	close  func()
+	// metrics are the backend's own series, for the server's registry.
+	metrics []prometheus.Collector
+	close   func()
 }
 
 // aclPatience is how long a starting server asks a Nomad cluster that
@@ -90,7 +92,8 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 		if err := nomad.RequireACLs(ctx, logger.Named("nomad"), cfg.Backend.Nomad, aclPatience); err != nil {
 			return backendParts{}, err
 		}
-		client, err := nomad.NewClient(cfg.Backend.Nomad)
+		requests := nomad.NewRequests()
+		client, err := nomad.NewClient(cfg.Backend.Nomad, requests)
 		if err != nil {
 			return backendParts{}, err
 		}
@@ -112,7 +115,7 @@ func newBackend(ctx context.Context, logger hclog.Logger, cfg *config.Config, se
 		}
 		b := nomad.New(logger.Named("nomad"), client, opts, renderer)
 		agents := nomad.NewAgentResolver(logger.Named("agents"), client, nomad.ResolverOptions{Namespace: cfg.Backend.Nomad.Namespace, Region: cfg.Backend.Nomad.Region})
-		return backendParts{backend: b, upstreams: ups, fleet: b, agents: agents, close: stop}, nil
+		return backendParts{backend: b, upstreams: ups, fleet: b, agents: agents, metrics: requests.Collectors(), close: stop}, nil
 	}
 	return backendParts{}, fmt.Errorf("unknown backend %q", cfg.Backend.Kind)
 }
@@ -164,6 +167,7 @@ func newApp(ctx context.Context, logger hclog.Logger, cfg *config.Config, d *dep
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), d.s3Requests.requests)
+	registry.MustRegister(parts.metrics...)
 	srv, err := api.New(logger.Named("api"), api.Options{
 		PublicURL:       cfg.PublicURL,
 		SubdomainBase:   cfg.Proxy.SubdomainBase,

@@ -109,7 +109,7 @@ func renderJobspec(req renderRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	client, err := nomad.NewClient(cfg.Backend.Nomad)
+	client, err := nomad.NewClient(cfg.Backend.Nomad, nil)
 	if err != nil {
 		return "", err
 	}
