@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,11 +17,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
+	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
+	"github.com/codehub-io/codehub/nomad"
 )
 
 // scaleNodeCapacity is the dev agent's node as the scale harness sizes
@@ -651,7 +658,7 @@ func scrapeEngine(tb testing.TB, url string) engineMetrics {
 		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var parser expfmt.TextParser
+	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		tb.Fatal(err)
@@ -810,4 +817,32 @@ func field(file []byte, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestScrapeEngine: the scale harness reads what a server exports.
+func TestScrapeEngine(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := controller.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	requests := nomad.NewRequests()
+	reg.MustRegister(requests.Collectors()...)
+	nomadAPI := httptest.NewServer(http.NotFoundHandler())
+	defer nomadAPI.Close()
+	c, err := nomad.NewClient(&config.NomadBackend{Address: nomadAPI.URL}, requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Jobs().List(nil); err == nil {
+		t.Fatal("listing jobs of a server that has none: no error")
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	m := scrapeEngine(t, srv.URL)
+	if got := m.calls["GET /v1/jobs"].count; got != 1 {
+		t.Errorf("GET /v1/jobs counted %d times, want 1 (%v)", got, m)
+	}
+	if m.passes.count != 0 || m.observes.count != 0 || m.stale != 0 {
+		t.Errorf("a fresh server: %v", m)
+	}
 }
