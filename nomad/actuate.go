@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -41,16 +42,12 @@ func (b *Backend) findVolume(ctx context.Context, wsID string) (*api.HostVolumeS
 func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpec) error {
 	b.placing.Lock()
 	defer b.placing.Unlock()
-	q := b.query(ctx)
-	q.Prefix = controller.NamePrefix
-	vols, _, err := b.client.HostVolumes().List(nil, q)
-	if err != nil {
-		return classify("list host volumes", err)
+	if v, err := b.findVolume(ctx, spec.WorkspaceID); err != nil || v != nil {
+		return err
 	}
-	for _, v := range vols {
-		if v.Name == controller.VolumeName(spec.WorkspaceID) {
-			return nil
-		}
+	vols, err := b.homeVolumes(ctx)
+	if err != nil {
+		return err
 	}
 	nodes, _, err := b.client.Nodes().List(b.query(ctx))
 	if err != nil {
@@ -80,11 +77,29 @@ func (b *Backend) ProvisionVolume(ctx context.Context, spec controller.VolumeSpe
 		// volume may not run in.
 		Constraints: datacenterConstraints(b.opts.Datacenters),
 	}
-	if _, _, err := b.client.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, b.write(ctx)); err != nil {
+	resp, _, err := b.client.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, b.write(ctx))
+	if err != nil {
 		return classify("create host volume "+vol.Name, err)
 	}
+	// The next placement counts it, before its event arrives.
+	b.mirror.created(resp.Volume)
 	b.logger.Debug("created host volume", "workspace_id", spec.WorkspaceID, "volume", vol.Name, "node_id", node)
 	return nil
+}
+
+// homeVolumes are every home volume, for counting homes per node: the
+// mirror's while the event stream keeps it current, else a listing.
+func (b *Backend) homeVolumes(ctx context.Context) ([]*api.HostVolumeStub, error) {
+	if vols, ok := b.mirror.homeVolumes(time.Now()); ok {
+		return vols, nil
+	}
+	q := b.query(ctx)
+	q.Prefix = controller.NamePrefix
+	vols, _, err := b.client.HostVolumes().List(nil, q)
+	if err != nil {
+		return nil, classify("list host volumes", err)
+	}
+	return vols, nil
 }
 
 // datacenterConstraints limits a volume to nodes in datacenters, which may

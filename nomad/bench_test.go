@@ -11,10 +11,11 @@ import (
 )
 
 // benchFixture serves n running, healthy workspaces with volumes and
-// service registrations, plus one workspace per 100 still starting (its
-// deployment health unknown), which costs one check read each. Allocations
-// are listed without task states, as Observe asks for them.
-func benchFixture(f *fakeNomad, n int) {
+// service registrations, of which one per startingEvery (none for 0) is
+// still starting (its deployment health unknown), which costs one check
+// read each. Allocations are listed without task states, as Observe asks
+// for them.
+func benchFixture(f *fakeNomad, n, startingEvery int) {
 	jobs := make([]*api.JobListStub, 0, n)
 	allocs := make([]*api.AllocationListStub, 0, n)
 	vols := make([]*api.HostVolumeStub, 0, n)
@@ -24,7 +25,7 @@ func benchFixture(f *fakeNomad, n int) {
 		jobs = append(jobs, &api.JobListStub{ID: "ws-" + wsID, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsID)})
 		a := &api.AllocationListStub{ID: fmt.Sprintf("alloc-%d", i), JobID: "ws-" + wsID, CreateIndex: 11,
 			ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: healthy(true)}
-		if i%100 == 0 {
+		if startingEvery > 0 && i%startingEvery == 0 {
 			a.DeploymentStatus = nil
 			f.json("GET /v1/client/allocation/"+a.ID+"/checks", api.AllocCheckStatuses{"c": {Status: "success"}})
 		}
@@ -49,7 +50,7 @@ func BenchmarkObserve(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
 			f := newFakeNomad(b)
-			benchFixture(f, n)
+			benchFixture(f, n, 100)
 			backend := newTestBackend(b, f, testOptions())
 			for b.Loop() {
 				snap, err := backend.Observe(b.Context())
@@ -72,6 +73,64 @@ func BenchmarkObserve(b *testing.B) {
 			f.mu.Unlock()
 			b.ReportMetric(float64(lists)/float64(b.N), "list-calls/op")
 			b.ReportMetric(float64(checks)/float64(b.N), "check-calls/op")
+		})
+	}
+}
+
+// BenchmarkObserveMirror: observations that follow Nomad's event stream
+// over n converged workspaces. "converged": nothing changed since the last
+// observation; "one change": one workspace's allocation changed before
+// each. list-calls/op counts every request but the nodes' listing, which
+// each observation makes.
+func BenchmarkObserveMirror(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		f := newFakeNomad(b)
+		benchFixture(f, n, 0)
+		backend := newTestBackend(b, f, testOptions())
+		conn := backend.mirror.connected()
+		if _, err := backend.Observe(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		requests := func() int {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			calls := 0
+			for _, r := range f.requests {
+				if r.Path != "/v1/nodes" {
+					calls++
+				}
+			}
+			return calls
+		}
+		run := func(b *testing.B, change func(i int)) {
+			before := requests()
+			i := 0
+			for b.Loop() {
+				change(i)
+				i++
+				snap, err := backend.Observe(b.Context())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(snap.Workspaces) != n {
+					b.Fatalf("observed %d workspaces, want %d", len(snap.Workspaces), n)
+				}
+			}
+			b.ReportMetric(float64(requests()-before)/float64(b.N), "list-calls/op")
+		}
+		b.Run(fmt.Sprintf("jobs=%d/converged", n), func(b *testing.B) {
+			run(b, func(int) {})
+		})
+		b.Run(fmt.Sprintf("jobs=%d/one-change", n), func(b *testing.B) {
+			index := uint64(1000)
+			run(b, func(i int) {
+				index++
+				k := i % n
+				backend.mirror.apply(conn, []api.Event{allocEvent(index, &api.Allocation{
+					ID: fmt.Sprintf("alloc-%d", k), JobID: fmt.Sprintf("ws-01bench%019d", k), CreateIndex: 11, ModifyIndex: index,
+					ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: healthy(true),
+				})})
+			})
 		})
 	}
 }

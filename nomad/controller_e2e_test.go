@@ -101,13 +101,6 @@ func assertObserved(t *testing.T, b *Backend, wsID string, cond func(controller.
 	}
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
 // controllerHarness is the real controller over PostgreSQL, the S3 server
 // and a real Nomad agent running the test workspace program.
 type controllerHarness struct {

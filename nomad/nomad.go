@@ -217,6 +217,10 @@ type Backend struct {
 	// job's events and log are read once, not on every observation.
 	allocs *allocCache
 
+	// mirror keeps the observed objects current from the event stream
+	// while Watch runs (mirror.go).
+	mirror *mirror
+
 	// answered and prober: direct probes of starting workspaces (probe.go);
 	// prober is set while Watch runs.
 	answered *answered
@@ -240,6 +244,7 @@ func New(logger hclog.Logger, client *api.Client, opts Options, renderer *jobspe
 		opts:     opts.withDefaults(),
 		renderer: renderer,
 		allocs:   newAllocCache(),
+		mirror:   newMirror(),
 		answered: newAnswered(),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -93,7 +94,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 	var mu sync.Mutex
 	l.errorCodes = make(map[string]archive.Code)
 	l.outputs = make(map[string]string)
-	forEachAlloc(failedBatchAllocs(byID, current), func(a *api.AllocationListStub) error {
+	forEach(failedBatchAllocs(byID, current), func(a *api.AllocationListStub) error {
 		if buildFailed(a) {
 			// A prebuild's build failed: the mover never ran, the
 			// build's own output says why.
@@ -124,7 +125,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 			stopped = append(stopped, a)
 		}
 	}
-	forEachAlloc(stopped, func(a *api.AllocationListStub) error {
+	forEach(stopped, func(a *api.AllocationListStub) error {
 		out, err := b.stopOutcome(ctx, a)
 		if err != nil {
 			b.logger.Warn("read stop archive output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
@@ -136,7 +137,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		return nil
 	})
 
-	forEachAlloc(failedWorkspaceAllocs(byID, current), func(a *api.AllocationListStub) error {
+	forEach(failedWorkspaceAllocs(byID, current), func(a *api.AllocationListStub) error {
 		out, err := b.failedOutput(ctx, a, taskName(a))
 		if err != nil {
 			b.logger.Warn("read failed workspace output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
@@ -148,6 +149,9 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		return nil
 	})
 
+	if err := b.readSummaries(ctx, byID, current); err != nil {
+		return controller.Snapshot{}, err
+	}
 	l.placement = make(map[string]string)
 	for _, j := range unplacedJobs(byID, current) {
 		msg, err := b.placementFailure(ctx, j.ID)
@@ -168,20 +172,20 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 // made a pass take many seconds.
 const allocReaders = 8
 
-// forEachAlloc runs read for each of allocs, allocReaders at a time, and
+// forEach runs read for each of items, allocReaders at a time, and
 // returns the first error any returned once all are done.
-func forEachAlloc(allocs []*api.AllocationListStub, read func(*api.AllocationListStub) error) error {
+func forEach[T any](items []T, read func(T) error) error {
 	var (
 		wg    sync.WaitGroup
 		once  sync.Once
 		first error
 	)
 	sem := make(chan struct{}, allocReaders)
-	for _, a := range allocs {
+	for _, item := range items {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := read(a); err != nil {
+			if err := read(item); err != nil {
 				once.Do(func() { first = err })
 			}
 		})
@@ -199,7 +203,7 @@ func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListSt
 	out := make(map[string]api.AllocCheckStatuses, len(allocs))
 	own := make(map[string]bool, len(allocs))
 	var mu sync.Mutex
-	forEachAlloc(allocs, func(a *api.AllocationListStub) error {
+	forEach(allocs, func(a *api.AllocationListStub) error {
 		checks, err := b.client.Allocations().Checks(a.ID, b.query(ctx))
 		if err != nil {
 			b.logger.Debug("read allocation checks", "alloc_id", a.ID, "error", err)
@@ -233,36 +237,15 @@ func (b *Backend) registeredBy(ctx context.Context, a *api.AllocationListStub) b
 	return false
 }
 
+// list returns the objects an observation starts from: the mirror's
+// while Nomad's event stream keeps it current, a full listing otherwise,
+// which fills the mirror when a stream is connected. Nodes, few and
+// changing without events codehub follows, are listed every time.
 func (b *Backend) list(ctx context.Context) (listing, error) {
-	var l listing
-	q := b.query(ctx)
-	q.Prefix = controller.NamePrefix
-	jobs, _, err := b.client.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, q)
+	l, err := b.objects(ctx)
 	if err != nil {
-		return l, classify("list jobs", err)
+		return l, err
 	}
-	l.jobs = jobs
-
-	q = b.query(ctx)
-	q.Filter = `JobID matches "^` + controller.NamePrefix + `"`
-	// Task states (events) are most of a listing's bytes and matter only
-	// for the few allocations that are starting or failed: those are read
-	// one by one (readTaskStates).
-	q.Params = map[string]string{"task_states": "false"}
-	allocs, _, err := b.client.Allocations().List(q)
-	if err != nil {
-		return l, classify("list allocations", err)
-	}
-	l.allocs = allocs
-
-	q = b.query(ctx)
-	q.Prefix = controller.NamePrefix
-	vols, _, err := b.client.HostVolumes().List(nil, q)
-	if err != nil {
-		return l, classify("list host volumes", err)
-	}
-	l.volumes = vols
-
 	nodes, _, err := b.client.Nodes().List(b.query(ctx))
 	if err != nil {
 		return l, classify("list nodes", err)
@@ -271,15 +254,103 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 	for _, n := range nodes {
 		l.nodes[n.ID] = n
 	}
-
 	if b.opts.ServiceProvider != ProviderNomad {
+		l.services = nil
+	}
+	return l, nil
+}
+
+// objects returns codehub's jobs, allocations, volumes and service names.
+func (b *Backend) objects(ctx context.Context) (listing, error) {
+	m := b.mirror
+	m.mu.Lock()
+	if m.fresh(time.Now()) {
+		l, dirty := m.view()
+		seqs := make([]uint64, len(dirty))
+		for i, name := range dirty {
+			seqs[i] = m.serviceSeq(name)
+		}
+		m.mu.Unlock()
+		b.settleServices(ctx, dirty, seqs, l.services)
 		return l, nil
 	}
-	services, _, err := b.client.Services().List(b.query(ctx))
+	// Held while listing: events that arrive meanwhile wait, and are
+	// applied after the listing is installed if they are newer.
+	defer m.mu.Unlock()
+	l, tables, err := b.listAll(ctx)
 	if err != nil {
-		return l, classify("list services", err)
+		return l, err
 	}
-	l.services = make(map[string]bool)
+	if m.stream != 0 {
+		m.install(l, tables, l.services, time.Now())
+	}
+	return l, nil
+}
+
+// settleServices reads the registrations of service names a
+// deregistration left unsure of, and drops those that have none left.
+func (b *Backend) settleServices(ctx context.Context, names []string, seqs []uint64, services map[string]bool) {
+	for i, name := range names {
+		regs, _, err := b.client.Services().Get(name, b.query(ctx))
+		if err != nil && !isNotFound(err) {
+			b.logger.Debug("read service registrations", "service", name, "error", err)
+			continue
+		}
+		ids := make([]string, 0, len(regs))
+		for _, r := range regs {
+			ids = append(ids, r.ID)
+		}
+		b.mirror.settle(name, seqs[i], ids)
+		if len(ids) == 0 {
+			delete(services, name)
+		}
+	}
+}
+
+// listAll lists codehub's jobs, allocations, host volumes and (with
+// Nomad's service discovery) service names, with the index of each
+// answer.
+func (b *Backend) listAll(ctx context.Context) (listing, tableIndexes, error) {
+	var (
+		l      listing
+		tables tableIndexes
+	)
+	q := b.query(ctx)
+	q.Prefix = controller.NamePrefix
+	jobs, meta, err := b.client.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, q)
+	if err != nil {
+		return l, tables, classify("list jobs", err)
+	}
+	l.jobs, tables.jobs = jobs, meta.LastIndex
+
+	q = b.query(ctx)
+	q.Filter = `JobID matches "^` + controller.NamePrefix + `"`
+	// Task states (events) are most of a listing's bytes and matter only
+	// for the few allocations that are starting or failed: those are read
+	// one by one (readTaskStates).
+	q.Params = map[string]string{"task_states": "false"}
+	allocs, meta, err := b.client.Allocations().List(q)
+	if err != nil {
+		return l, tables, classify("list allocations", err)
+	}
+	l.allocs, tables.allocs = allocs, meta.LastIndex
+
+	q = b.query(ctx)
+	q.Prefix = controller.NamePrefix
+	vols, meta, err := b.client.HostVolumes().List(nil, q)
+	if err != nil {
+		return l, tables, classify("list host volumes", err)
+	}
+	l.volumes, tables.volumes = vols, meta.LastIndex
+
+	if b.opts.ServiceProvider != ProviderNomad {
+		return l, tables, nil
+	}
+	services, meta, err := b.client.Services().List(b.query(ctx))
+	if err != nil {
+		return l, tables, classify("list services", err)
+	}
+	l.services, tables.services = make(map[string]bool), meta.LastIndex
 	for _, ns := range services {
 		for _, s := range ns.Services {
 			if strings.HasPrefix(s.ServiceName, controller.NamePrefix) {
@@ -287,7 +358,7 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 			}
 		}
 	}
-	return l, nil
+	return l, tables, nil
 }
 
 // managedJobs keeps the jobs that carry codehub's mark and a codehub name.
@@ -424,10 +495,14 @@ func batchEnded(a *api.AllocationListStub) bool {
 	return false
 }
 
-// readTaskStates fills in the task states of allocs, from the cache for
-// client-terminal allocations already read.
+// readTaskStates fills in the task states of allocs that came without
+// them (a listing's), from the cache for client-terminal allocations
+// already read.
 func (b *Backend) readTaskStates(ctx context.Context, allocs []*api.AllocationListStub) error {
-	return forEachAlloc(allocs, func(a *api.AllocationListStub) error {
+	return forEach(allocs, func(a *api.AllocationListStub) error {
+		if a.TaskStates != nil {
+			return nil // an event's, as fresh as the rest of the stub
+		}
 		if states, ok := b.allocs.states.get(a.ID); ok {
 			a.TaskStates = states
 			return nil
@@ -499,6 +574,37 @@ func failedWorkspaceAllocs(jobs map[string]*api.JobListStub, current map[string]
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
 	return out
+}
+
+// readSummaries reads the summary of the jobs that want to run, have no
+// current allocation and came without one (an event's stub): whether
+// Nomad queued allocations it could not place. Those are jobs just
+// registered or that Nomad cannot place, so few.
+func (b *Backend) readSummaries(ctx context.Context, jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) error {
+	var (
+		ids []string
+		mu  sync.Mutex
+	)
+	for id, j := range jobs {
+		if !j.Stop && len(current[id]) == 0 && j.JobSummary == nil {
+			ids = append(ids, id)
+		}
+	}
+	return forEach(ids, func(id string) error {
+		sum, _, err := b.client.Jobs().Summary(id, b.query(ctx))
+		switch {
+		case isNotFound(err):
+			return nil // purged since
+		case err != nil:
+			return classify("read summary of "+id, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		c := *jobs[id]
+		c.JobSummary = sum
+		jobs[id] = &c
+		return nil
+	})
 }
 
 // unplacedJobs are running jobs with queued (unplaced) allocations and no

@@ -85,6 +85,8 @@ func (b *Backend) stream(ctx context.Context, index uint64, wake func()) (uint64
 	if err != nil {
 		return index, err
 	}
+	conn := b.mirror.connected()
+	defer b.mirror.disconnected(conn)
 	for events := range ch {
 		if events.Err != nil {
 			return index, events.Err
@@ -92,6 +94,7 @@ func (b *Backend) stream(ctx context.Context, index uint64, wake func()) (uint64
 		if events.IsHeartbeat() {
 			continue
 		}
+		b.mirror.apply(conn, events.Events)
 		if relevant(events.Events) {
 			wake()
 		}
