@@ -251,7 +251,9 @@ func TestObserveFollowsEventStream(t *testing.T) {
 			}
 		}
 	})
-	listed := func() int { return len(f.calls("GET /v1/jobs")) + len(f.calls("GET /v1/allocations")) + len(f.calls("GET /v1/volumes")) + len(f.calls("GET /v1/services")) }
+	listed := func() int {
+		return len(f.calls("GET /v1/jobs")) + len(f.calls("GET /v1/allocations")) + len(f.calls("GET /v1/volumes")) + len(f.calls("GET /v1/services"))
+	}
 
 	want, err := newTestBackend(t, f, testOptions()).Observe(t.Context())
 	if err != nil {
