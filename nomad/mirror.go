@@ -40,9 +40,11 @@ type mirror struct {
 	// stream is the connection feeding the mirror, 0 while none is;
 	// streams counts connections so far.
 	stream, streams uint64
-	// synced is the connection the installed listing was taken under.
+	// synced is the connection the installed listing was taken under;
+	// installs counts listings installed.
 	synced   uint64
 	syncedAt time.Time
+	installs uint64
 	// tables are the listing's per-table indexes: an event at or below
 	// its table's is already in the listing.
 	tables   tableIndexes
@@ -50,6 +52,13 @@ type mirror struct {
 	allocs   map[string]*api.AllocationListStub
 	volumes  map[string]*api.HostVolumeStub // by id
 	services map[string]*serviceEntry       // by service name
+	// allocsByJob and volumesByName index allocations and volumes by
+	// whom they belong to.
+	allocsByJob   map[string]map[string]bool
+	volumesByName map[string]map[string]bool
+	// touched are the workspaces events changed since an observation
+	// last took them.
+	touched map[string]bool
 }
 
 // tableIndexes are the indexes a full listing's answers carried.
@@ -106,12 +115,16 @@ func (m *mirror) install(l listing, tables tableIndexes, names map[string]bool, 
 		m.jobs[j.ID] = j
 	}
 	m.allocs = make(map[string]*api.AllocationListStub, len(l.allocs))
+	m.allocsByJob = make(map[string]map[string]bool, len(l.jobs))
 	for _, a := range l.allocs {
-		m.allocs[a.ID] = a
+		// A copy: the observation fills in the listed one's task states.
+		c := *a
+		m.putAlloc(&c)
 	}
 	m.volumes = make(map[string]*api.HostVolumeStub, len(l.volumes))
+	m.volumesByName = make(map[string]map[string]bool, len(l.volumes))
 	for _, v := range l.volumes {
-		m.volumes[v.ID] = v
+		m.putVolume(v)
 	}
 	m.services = make(map[string]*serviceEntry, len(names))
 	for name := range names {
@@ -119,6 +132,97 @@ func (m *mirror) install(l listing, tables tableIndexes, names map[string]bool, 
 	}
 	m.tables = tables
 	m.synced, m.syncedAt = m.stream, now
+	m.installs++
+	m.touched = make(map[string]bool)
+}
+
+func (m *mirror) putAlloc(a *api.AllocationListStub) {
+	m.allocs[a.ID] = a
+	set(m.allocsByJob, a.JobID, a.ID)
+}
+
+func (m *mirror) putVolume(v *api.HostVolumeStub) {
+	m.volumes[v.ID] = v
+	set(m.volumesByName, v.Name, v.ID)
+}
+
+func (m *mirror) deleteVolume(id string) {
+	if v := m.volumes[id]; v != nil {
+		delete(m.volumes, id)
+		unset(m.volumesByName, v.Name, id)
+	}
+}
+
+// set adds member to index[key].
+func set(index map[string]map[string]bool, key, member string) {
+	if index[key] == nil {
+		index[key] = make(map[string]bool)
+	}
+	index[key][member] = true
+}
+
+// unset removes member from index[key].
+func unset(index map[string]map[string]bool, key, member string) {
+	delete(index[key], member)
+	if len(index[key]) == 0 {
+		delete(index, key)
+	}
+}
+
+// touch records that an event changed an object of workspace wsID.
+func (m *mirror) touch(wsID string, ok bool) {
+	if ok {
+		m.touched[wsID] = true
+	}
+}
+
+// takeTouched returns the workspaces events changed since it was last
+// called, with those whose service registrations a read must settle;
+// m.mu is held.
+func (m *mirror) takeTouched() map[string]bool {
+	out := m.touched
+	m.touched = make(map[string]bool)
+	for name, s := range m.services {
+		if s.dirty {
+			m.touchService(out, name)
+		}
+	}
+	return out
+}
+
+// touchService adds the workspace whose service is name to ids.
+func (m *mirror) touchService(ids map[string]bool, name string) {
+	if id, ok := strings.CutPrefix(name, controller.NamePrefix); ok && serviceName(id) == name {
+		ids[id] = true
+	}
+}
+
+// subView is view for the objects of workspaces ids only; m.mu is held.
+func (m *mirror) subView(ids map[string]bool) (listing, []string) {
+	l := listing{services: make(map[string]bool), only: ids}
+	var dirty []string
+	for id := range ids {
+		for _, kind := range []controller.JobKind{controller.JobWorkspace, controller.JobArchive, controller.JobRestore} {
+			name := controller.JobName(id, kind)
+			if j := m.jobs[name]; j != nil {
+				l.jobs = append(l.jobs, j)
+			}
+			for allocID := range m.allocsByJob[name] {
+				c := *m.allocs[allocID]
+				l.allocs = append(l.allocs, &c)
+			}
+		}
+		for volID := range m.volumesByName[controller.VolumeName(id)] {
+			l.volumes = append(l.volumes, m.volumes[volID])
+		}
+		if s := m.services[serviceName(id)]; s != nil {
+			l.services[serviceName(id)] = true
+			if s.dirty {
+				dirty = append(dirty, serviceName(id))
+			}
+		}
+	}
+	return l, dirty
 }
 
 // view returns the mirror's contents as a listing (its allocations
@@ -218,8 +322,10 @@ func (m *mirror) applyJob(ev *api.Event) {
 	// A stop stores the job anew at the event's index; a purge (and
 	// Nomad's garbage collection) sends the job as it was before. Nomad
 	// 2.0 says so itself (deleted).
+	wsID, _, ok := controller.ParseJobName(*job.ID)
 	if deleted || ev.Type == eventJobBatchDeregistered || job.ModifyIndex != nil && *job.ModifyIndex < ev.Index {
 		delete(m.jobs, *job.ID)
+		m.touch(wsID, ok)
 		return
 	}
 	stub := jobStub(job)
@@ -227,6 +333,7 @@ func (m *mirror) applyJob(ev *api.Event) {
 		return
 	}
 	m.jobs[stub.ID] = stub
+	m.touch(wsID, ok)
 }
 
 func (m *mirror) applyAlloc(ev *api.Event) {
@@ -241,6 +348,7 @@ func (m *mirror) applyAlloc(ev *api.Event) {
 	if !strings.HasPrefix(a.JobID, controller.NamePrefix) {
 		return
 	}
+	wsID, _, ok := controller.ParseJobName(a.JobID)
 	stub := a.Stub()
 	if old := m.allocs[stub.ID]; old != nil && old.ModifyIndex > stub.ModifyIndex {
 		return
@@ -251,7 +359,8 @@ func (m *mirror) applyAlloc(ev *api.Event) {
 		// mirror's memory.
 		stub.TaskStates = nil
 	}
-	m.allocs[stub.ID] = stub
+	m.putAlloc(stub)
+	m.touch(wsID, ok)
 }
 
 func (m *mirror) applyVolume(ev *api.Event) {
@@ -271,14 +380,17 @@ func (m *mirror) applyVolume(ev *api.Event) {
 	if !strings.HasPrefix(v.Name, controller.NamePrefix) {
 		return
 	}
+	wsID, ok := controller.ParseVolumeName(v.Name)
 	if ev.Type == eventHostVolumeDeleted {
-		delete(m.volumes, v.ID)
+		m.deleteVolume(v.ID)
+		m.touch(wsID, ok)
 		return
 	}
 	if old := m.volumes[v.ID]; old != nil && old.ModifyIndex > v.ModifyIndex {
 		return
 	}
-	m.volumes[v.ID] = volumeStub(v)
+	m.putVolume(volumeStub(v))
+	m.touch(wsID, ok)
 }
 
 func (m *mirror) applyService(ev *api.Event) {
@@ -299,6 +411,7 @@ func (m *mirror) applyService(ev *api.Event) {
 		m.services[s.ServiceName] = e
 	}
 	e.seq++
+	m.touchService(m.touched, s.ServiceName)
 	if ev.Type != eventServiceDeregistered {
 		e.ids[s.ID] = true
 		return
@@ -332,7 +445,9 @@ func (m *mirror) created(v *api.HostVolume) {
 		return
 	}
 	if old := m.volumes[v.ID]; old == nil || old.ModifyIndex <= v.ModifyIndex {
-		m.volumes[v.ID] = volumeStub(v)
+		m.putVolume(volumeStub(v))
+		wsID, ok := controller.ParseVolumeName(v.Name)
+		m.touch(wsID, ok)
 	}
 }
 

@@ -323,6 +323,41 @@ func TestObserveFollowsEventStream(t *testing.T) {
 		t.Errorf("workspace whose job was purged: %+v", got)
 	}
 
+	// What the observation of the changed workspaces gave is what one of
+	// every workspace gives.
+	b.last = nil
+	if full := observe(); !reflect.DeepEqual(full, snap) {
+		t.Errorf("observing what changed and observing all differ:\n%+v\n%+v", snap.Workspaces, full.Workspaces)
+	}
+	// A node that is drained changes every home on it, without an event
+	// codehub follows.
+	f.json("GET /v1/nodes", []*api.NodeListStub{
+		{ID: "n-up", Name: "node-up", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingIneligible, Drain: true},
+		{ID: "n-down", Name: "node-down", Status: api.NodeStatusDown, SchedulingEligibility: api.NodeSchedulingEligible},
+		{ID: "n-drained", Name: "node-drained", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingIneligible},
+	})
+	snap = observe()
+	for _, id := range []string{wsMirrorB, wsStarting, wsStopping} {
+		if !snap.Workspaces[id].NodeDraining {
+			t.Errorf("workspace %s on the drained node: %+v", id, snap.Workspaces[id])
+		}
+	}
+	b.last = nil
+	if full := observe(); !reflect.DeepEqual(full, snap) {
+		t.Errorf("after the drain, observing what changed and observing all differ:\n%+v\n%+v", snap.Workspaces, full.Workspaces)
+	}
+	// A workspace Nomad has not finished starting is observed again each
+	// time: its image pull, failing before, now succeeds, with no event.
+	f.json("GET /v1/allocation/a-pull", &api.Allocation{ID: "a-pull", ClientStatus: "pending", TaskStates: map[string]*api.TaskState{
+		"workspace": {State: "pending", Events: []*api.TaskEvent{{Type: api.TaskReceived}}},
+	}})
+	if got := observe().Workspaces[wsPull]; got.Failure != nil {
+		t.Errorf("workspace whose image pull recovered: %+v", got)
+	}
+	if listed() != 8 {
+		t.Errorf("observations from the mirror: %d list calls, want 8", listed())
+	}
+
 	close(events)
 	waitFor(t, func() bool {
 		b.mirror.mu.Lock()

@@ -220,6 +220,9 @@ type Backend struct {
 	// mirror keeps the observed objects current from the event stream
 	// while Watch runs (mirror.go).
 	mirror *mirror
+	// last is the previous observation from the mirror; only Observe,
+	// which the controller calls one at a time, uses it.
+	last *lastObservation
 
 	// answered and prober: direct probes of starting workspaces (probe.go);
 	// prober is set while Watch runs.

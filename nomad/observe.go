@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -54,27 +55,64 @@ type listing struct {
 	stops map[string]archive.Outcome
 	// placement describes why a job's allocation cannot be placed.
 	placement map[string]string
+
+	// installs is the mirror's installed listing the objects come from
+	// (0: a listing no mirror holds); only, when set, the workspaces whose
+	// objects they are, the rest unchanged since the last observation.
+	installs uint64
+	only     map[string]bool
 }
 
-// Observe lists jobs, allocations, host volumes and (for native services)
-// service registrations once each. Beyond that it reads check results only
-// for workspaces whose health is not known yet, task events only of
-// allocations that are starting or failed, logs only of failed batch jobs
-// (terminal details once per allocation), and evaluations only of jobs
-// Nomad cannot place.
+// Observe starts from codehub's jobs, allocations, host volumes and (for
+// native services) service names: listed once each, or, while Nomad's
+// event stream keeps the mirror current, those of the workspaces that may
+// have changed since the last observation. Beyond that it reads check
+// results only for workspaces whose health is not known yet, task events
+// only of allocations that are starting, stopping or failed and came
+// without them, logs only of failed jobs and of stop archives (once per
+// allocation), and summaries and evaluations only of jobs without an
+// allocation.
 func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
+	snap, err := b.observe(ctx)
+	if err != nil {
+		// Whatever changed since the last observation is observed again.
+		b.last = nil
+	}
+	return snap, err
+}
+
+func (b *Backend) observe(ctx context.Context) (controller.Snapshot, error) {
 	l, err := b.list(ctx)
 	if err != nil {
 		return controller.Snapshot{}, err
 	}
 	byID := managedJobs(l.jobs)
 	current := currentAllocs(byID, l.allocs)
+	// unsettled are the workspaces whose observation may change without
+	// an event: allocations Nomad has not finished with, jobs without
+	// one, and reads that failed.
+	var mu sync.Mutex
+	unsettled := make(map[string]bool)
+	retry := func(jobID string) {
+		wsID, _, _ := controller.ParseJobName(jobID)
+		mu.Lock()
+		defer mu.Unlock()
+		unsettled[wsID] = true
+	}
+	unfinished := func(allocs []*api.AllocationListStub) []*api.AllocationListStub {
+		for _, a := range allocs {
+			if !clientTerminal(a.ClientStatus) {
+				retry(a.JobID)
+			}
+		}
+		return allocs
+	}
 
 	// Nomad reports check results only for its own service provider; with
 	// Consul, readiness waits for the deployment health Consul's checks set.
 	// A direct probe may find the program answering before the check.
 	if b.opts.ServiceProvider == ProviderNomad {
-		starting := allocsNeedingChecks(byID, current)
+		starting := unfinished(allocsNeedingChecks(byID, current))
 		keep := make(map[string]bool, len(starting))
 		p := b.prober.Load()
 		for _, a := range starting {
@@ -86,12 +124,11 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		l.answered = b.answered.snapshot(keep)
 		l.checks, l.ownRegistration = b.readChecks(ctx, starting, l.answered)
 	}
-	if err := b.readTaskStates(ctx, allocsNeedingEvents(byID, current)); err != nil {
+	if err := b.readTaskStates(ctx, unfinished(allocsNeedingEvents(byID, current))); err != nil {
 		return controller.Snapshot{}, err
 	}
 
 	// The reads below fill a map each, under one lock.
-	var mu sync.Mutex
 	l.errorCodes = make(map[string]archive.Code)
 	l.outputs = make(map[string]string)
 	forEach(failedBatchAllocs(byID, current), func(a *api.AllocationListStub) error {
@@ -101,6 +138,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 			out, err := b.failedOutput(ctx, a, buildTask)
 			if err != nil {
 				b.logger.Warn("read failed build output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
+				retry(a.JobID)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -110,6 +148,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		code, err := b.errorCode(ctx, a)
 		if err != nil {
 			b.logger.Warn("read failed job output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
+			retry(a.JobID)
 			return nil
 		}
 		mu.Lock()
@@ -120,7 +159,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 
 	l.stops = make(map[string]archive.Outcome)
 	var stopped []*api.AllocationListStub
-	for _, a := range stoppedWorkspaceAllocs(byID, current) {
+	for _, a := range unfinished(stoppedWorkspaceAllocs(byID, current)) {
 		if clientTerminal(a.ClientStatus) {
 			stopped = append(stopped, a)
 		}
@@ -129,6 +168,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		out, err := b.stopOutcome(ctx, a)
 		if err != nil {
 			b.logger.Warn("read stop archive output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
+			retry(a.JobID)
 			return nil
 		}
 		mu.Lock()
@@ -141,6 +181,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		out, err := b.failedOutput(ctx, a, taskName(a))
 		if err != nil {
 			b.logger.Warn("read failed workspace output", "job_id", a.JobID, "alloc_id", a.ID, "error", err)
+			retry(a.JobID)
 			return nil
 		}
 		mu.Lock()
@@ -149,6 +190,9 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 		return nil
 	})
 
+	for _, id := range b.withoutAllocs(byID, current) {
+		retry(id)
+	}
 	if err := b.readSummaries(ctx, byID, current); err != nil {
 		return controller.Snapshot{}, err
 	}
@@ -162,7 +206,7 @@ func (b *Backend) Observe(ctx context.Context) (controller.Snapshot, error) {
 			l.placement[j.ID] = msg
 		}
 	}
-	return assemble(l), nil
+	return b.remember(l, assemble(l), unsettled), nil
 }
 
 // allocReaders bounds the concurrent per-allocation reads of one
@@ -239,21 +283,24 @@ func (b *Backend) registeredBy(ctx context.Context, a *api.AllocationListStub) b
 
 // list returns the objects an observation starts from: the mirror's
 // while Nomad's event stream keeps it current, a full listing otherwise,
-// which fills the mirror when a stream is connected. Nodes, few and
+// which fills the mirror when a stream is connected. From the mirror,
+// after an observation of the same installed listing, it holds only the
+// workspaces that may have changed since (listing.only). Nodes, few and
 // changing without events codehub follows, are listed every time.
 func (b *Backend) list(ctx context.Context) (listing, error) {
-	l, err := b.objects(ctx)
+	list, _, err := b.client.Nodes().List(b.query(ctx))
+	if err != nil {
+		return listing{}, classify("list nodes", err)
+	}
+	nodes := make(map[string]*api.NodeListStub, len(list))
+	for _, n := range list {
+		nodes[n.ID] = n
+	}
+	l, err := b.objects(ctx, nodes)
 	if err != nil {
 		return l, err
 	}
-	nodes, _, err := b.client.Nodes().List(b.query(ctx))
-	if err != nil {
-		return l, classify("list nodes", err)
-	}
-	l.nodes = make(map[string]*api.NodeListStub, len(nodes))
-	for _, n := range nodes {
-		l.nodes[n.ID] = n
-	}
+	l.nodes = nodes
 	if b.opts.ServiceProvider != ProviderNomad {
 		l.services = nil
 	}
@@ -261,11 +308,23 @@ func (b *Backend) list(ctx context.Context) (listing, error) {
 }
 
 // objects returns codehub's jobs, allocations, volumes and service names.
-func (b *Backend) objects(ctx context.Context) (listing, error) {
+func (b *Backend) objects(ctx context.Context, nodes map[string]*api.NodeListStub) (listing, error) {
 	m := b.mirror
 	m.mu.Lock()
 	if m.fresh(time.Now()) {
-		l, dirty := m.view()
+		var (
+			l     listing
+			dirty []string
+		)
+		touched := m.takeTouched()
+		if last := b.last; last != nil && last.installs == m.installs {
+			maps.Copy(touched, last.unsettled)
+			maps.Copy(touched, last.onChangedNodes(nodes))
+			l, dirty = m.subView(touched)
+		} else {
+			l, dirty = m.view()
+		}
+		l.installs = m.installs
 		seqs := make([]uint64, len(dirty))
 		for i, name := range dirty {
 			seqs[i] = m.serviceSeq(name)
@@ -283,8 +342,76 @@ func (b *Backend) objects(ctx context.Context) (listing, error) {
 	}
 	if m.stream != 0 {
 		m.install(l, tables, l.services, time.Now())
+		l.installs = m.installs
 	}
 	return l, nil
+}
+
+// lastObservation is what the previous observation from the mirror saw,
+// for the next to observe only what may have changed since.
+type lastObservation struct {
+	// installs is the mirror's installed listing it was computed from.
+	installs  uint64
+	snap      map[string]controller.Observed
+	nodes     map[string]*api.NodeListStub
+	unsettled map[string]bool
+}
+
+// onChangedNodes returns the workspaces whose homes are on nodes that
+// changed (status, eligibility, drain, name), appeared or went since.
+func (o *lastObservation) onChangedNodes(nodes map[string]*api.NodeListStub) map[string]bool {
+	changed := make(map[string]bool)
+	for id, n := range nodes {
+		if p := o.nodes[id]; p == nil || nodeChanged(p, n) {
+			changed[id] = true
+		}
+	}
+	for id := range o.nodes {
+		if nodes[id] == nil {
+			changed[id] = true
+		}
+	}
+	out := make(map[string]bool)
+	if len(changed) == 0 {
+		return out
+	}
+	for wsID, obs := range o.snap {
+		if obs.NodeID != "" && changed[obs.NodeID] {
+			out[wsID] = true
+		}
+	}
+	return out
+}
+
+// nodeChanged reports a change of what an observation reads of a node.
+func nodeChanged(a, b *api.NodeListStub) bool {
+	return a.Name != b.Name || a.Status != b.Status || a.Drain != b.Drain || a.SchedulingEligibility != b.SchedulingEligibility
+}
+
+// remember keeps snap, observed from l, for the next observation, and
+// returns the snapshot of every workspace: snap itself, or the previous
+// one with the workspaces l held replaced. unsettled are the workspaces
+// whose observation may change without an event (being started or
+// stopped, unplaced, or a read failed).
+func (b *Backend) remember(l listing, snap controller.Snapshot, unsettled map[string]bool) controller.Snapshot {
+	if l.installs == 0 {
+		b.last = nil
+		return snap
+	}
+	if l.only == nil {
+		b.last = &lastObservation{installs: l.installs, snap: snap.Workspaces, nodes: l.nodes, unsettled: unsettled}
+		return controller.Snapshot{Workspaces: maps.Clone(snap.Workspaces)}
+	}
+	last := b.last
+	for id := range l.only {
+		if o, ok := snap.Workspaces[id]; ok {
+			last.snap[id] = o
+		} else {
+			delete(last.snap, id)
+		}
+	}
+	last.nodes, last.unsettled = l.nodes, unsettled
+	return controller.Snapshot{Workspaces: maps.Clone(last.snap)}
 }
 
 // settleServices reads the registrations of service names a
@@ -585,8 +712,8 @@ func (b *Backend) readSummaries(ctx context.Context, jobs map[string]*api.JobLis
 		ids []string
 		mu  sync.Mutex
 	)
-	for id, j := range jobs {
-		if !j.Stop && len(current[id]) == 0 && j.JobSummary == nil {
+	for _, id := range b.withoutAllocs(jobs, current) {
+		if jobs[id].JobSummary == nil {
 			ids = append(ids, id)
 		}
 	}
@@ -605,6 +732,18 @@ func (b *Backend) readSummaries(ctx context.Context, jobs map[string]*api.JobLis
 		jobs[id] = &c
 		return nil
 	})
+}
+
+// withoutAllocs are the jobs that want to run and have no current
+// allocation: just registered, or Nomad cannot place them.
+func (b *Backend) withoutAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []string {
+	var out []string
+	for id, j := range jobs {
+		if !j.Stop && len(current[id]) == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // unplacedJobs are running jobs with queued (unplaced) allocations and no

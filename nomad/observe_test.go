@@ -308,12 +308,14 @@ func TestObserveNotReadyUntilRegisteredAndPassing(t *testing.T) {
 func TestObserveErrors(t *testing.T) {
 	t.Run("server error is retried as unreachable", func(t *testing.T) {
 		f := newFakeNomad(t)
+		f.json("GET /v1/nodes", []*api.NodeListStub{})
 		f.status("GET /v1/jobs", http.StatusInternalServerError, "rpc error: no cluster leader")
 		_, err := newTestBackend(t, f, testOptions()).Observe(t.Context())
 		assertFailure(t, err, workspace.ReasonUnreachable)
 	})
 	t.Run("permission denied is a backend error", func(t *testing.T) {
 		f := newFakeNomad(t)
+		f.json("GET /v1/nodes", []*api.NodeListStub{})
 		f.status("GET /v1/jobs", http.StatusForbidden, "Permission denied")
 		_, err := newTestBackend(t, f, testOptions()).Observe(t.Context())
 		assertFailure(t, err, workspace.ReasonBackendError)
