@@ -154,6 +154,7 @@ func (b *Backend) DeleteVolume(ctx context.Context, wsID, volumeID string) error
 	if err != nil && !isNotFound(err) {
 		return classify("delete host volume "+vol.Name, err)
 	}
+	b.hostPaths.Delete(vol.ID)
 	b.logger.Debug("deleted host volume", "workspace_id", wsID, "volume", vol.Name, "volume_id", vol.ID, "forced", force)
 	return nil
 }
@@ -183,6 +184,9 @@ func (b *Backend) hostPath(ctx context.Context, wsID string) (string, error) {
 	if stub == nil {
 		return "", noVolume(wsID)
 	}
+	if path, ok := b.hostPaths.Load(stub.ID); ok {
+		return path.(string), nil
+	}
 	vol, _, err := b.client.HostVolumes().Get(stub.ID, b.query(ctx))
 	if err != nil {
 		return "", classify("read host volume "+stub.Name, err)
@@ -190,6 +194,8 @@ func (b *Backend) hostPath(ctx context.Context, wsID string) (string, error) {
 	if vol.HostPath == "" {
 		return "", fmt.Errorf("home volume %s has no host path yet (state %s)", vol.Name, vol.State)
 	}
+	// A volume keeps its host path for its whole life.
+	b.hostPaths.Store(stub.ID, vol.HostPath)
 	return vol.HostPath, nil
 }
 

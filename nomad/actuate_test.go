@@ -215,6 +215,10 @@ func TestStartWorkspace(t *testing.T) {
 	if !reg.EnforceIndex || reg.JobModifyIndex != 103 {
 		t.Errorf("re-register enforce index %v at %d, want enforced at the job's 103", reg.EnforceIndex, reg.JobModifyIndex)
 	}
+	// The volume's host path was read once for the three starts.
+	if n := len(f.calls("GET /v1/volume/host/vol-1")); n != 1 {
+		t.Errorf("host path read %d times, want once", n)
+	}
 }
 
 // registered makes the fake report ws-{testWS} at version, submitted from

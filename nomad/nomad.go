@@ -229,6 +229,9 @@ type Backend struct {
 	answered *answered
 	prober   atomic.Pointer[prober]
 
+	// hostPaths caches each home volume's host path, by volume id.
+	hostPaths sync.Map
+
 	// placing serialises ProvisionVolume: each placement counts the homes
 	// per node, which must include the one placed just before.
 	placing sync.Mutex
