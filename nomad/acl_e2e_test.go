@@ -80,17 +80,17 @@ func tokenClient(t *testing.T, a *nomadtest.Agent, secretID string) (*api.Client
 	return c, rec
 }
 
-// streamWatch runs Watch over client until the test ends. It returns a
-// channel of (coalesced) wakes and what Watch logged, which is only ever
-// the end of a stream: a refused stream ends in-band after a 200 and then
-// wakes like any reconnect, so a wake only counts while nothing is logged.
-func streamWatch(t *testing.T, client *api.Client) (<-chan struct{}, *nomadtest.LockedBuffer) {
+// streamWatch runs b's Watch until the test ends, so b's observations
+// come from the mirror the stream keeps. It returns a channel of
+// (coalesced) wakes and what b logged, which is only ever the end of a
+// stream: a refused stream ends in-band after a 200 and then wakes like
+// any reconnect, so a wake only counts while nothing is logged.
+func streamWatch(t *testing.T, b *Backend) (<-chan struct{}, *nomadtest.LockedBuffer) {
 	t.Helper()
 	logged := &nomadtest.LockedBuffer{}
 	// Only the stream's ends are kept: the prober's lines are no sign of one.
-	logger := hclog.New(&hclog.LoggerOptions{Name: "watch", Level: hclog.Debug, Output: logged,
+	b.logger = hclog.New(&hclog.LoggerOptions{Name: "watch", Level: hclog.Debug, Output: logged,
 		Exclude: func(_ hclog.Level, msg string, _ ...any) bool { return msg != msgStreamEnded }})
-	b := New(logger, client, Options{Namespace: "default"}, nil)
 	wakes := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -170,7 +170,7 @@ func TestE2EACLPolicy(t *testing.T) {
 	})
 	upstreamToken := func(id, run string) string { return "tok-" + id + "-" + run }
 	b := e2eBackend(t, a, bins, e2eConfig{s3: s3, client: restricted, upstreamToken: upstreamToken})
-	wakes, ended := streamWatch(t, restricted)
+	wakes, ended := streamWatch(t, b)
 
 	if err := b.ProvisionVolume(ctx, spec); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -131,6 +132,32 @@ func BenchmarkObserveMirror(b *testing.B) {
 					ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: healthy(true),
 				})})
 			})
+		})
+	}
+}
+
+// BenchmarkMirrorMemory reports the heap that a backend following the
+// event stream keeps for n converged workspaces: the mirror of their
+// objects and the last observation beside it.
+func BenchmarkMirrorMemory(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			f := newFakeNomad(b)
+			benchFixture(f, n, 0)
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				backend := newTestBackend(b, f, testOptions())
+				backend.mirror.connected()
+				if _, err := backend.Observe(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
+				runtime.KeepAlive(backend)
+			}
 		})
 	}
 }
