@@ -141,6 +141,22 @@ workspace {
 		passes := engine.passes
 		serverRSS := processRSS(b, srv.running.cmd.Process.Pid)
 
+		// The same wave again, with the server killed (SIGKILL) once a
+		// third of it runs: every workspace runs in the end, none in
+		// ERROR, each registered and placed once.
+		c.each(half, func(id string) error { return c.trySetDesired(id, "STANDBY") })
+		c.awaitAll(half, "STANDBY", time.Now(), 10*time.Minute)
+		crashBegan := time.Now()
+		c.each(half, func(id string) error { return c.trySetDesired(id, "RUNNING") })
+		c.awaitCount(half, "RUNNING", len(half)/3, 10*time.Minute)
+		srv.kill(b)
+		srv.start(b)
+		crashed := c.awaitAll(half, "RUNNING", crashBegan, 20*time.Minute)
+		registrations, placements := startsSince(b, agent.Client, half, crashBegan)
+		if registrations[1] != len(half) || placements[1] != len(half) {
+			b.Errorf("after the kill, workspaces by registrations %v and by allocations %v; want each of the %d once", registrations, placements, len(half))
+		}
+
 		createRate := float64(n-1) / created.last().Seconds()
 		baseRate := float64(n) / baseCreate.last().Seconds()
 		wakeRate := float64(len(half)) / woken.last().Seconds()
@@ -164,6 +180,8 @@ workspace {
 			median(busyWakes).Seconds()/median(emptyWakes).Seconds())
 		b.Logf("creating: %v", creating)
 		b.Logf("mass wake: %v", engine)
+		b.Logf("mass wake with the server killed once a third ran: all %d RUNNING in %v (p50 %v); registrations per workspace %v, allocations per workspace %v",
+			len(half), crashed.last().Round(time.Millisecond), crashed.p50().Round(time.Millisecond), registrations, placements)
 		b.Logf("memory: server %d MiB, nomad agent %d MiB (idle %d MiB)", serverRSS>>20, busy["agent"]>>10, idle["agent"]>>10)
 	}
 }
@@ -283,6 +301,66 @@ func (c *apiClient) awaitAll(ids []string, phase string, began time.Time, within
 	}
 	slices.Sort(out)
 	return out
+}
+
+// awaitCount polls the listing until at least k of ids show phase.
+func (c *apiClient) awaitCount(ids []string, phase string, k int, within time.Duration) {
+	c.tb.Helper()
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	deadline := time.Now().Add(within)
+	for {
+		n := 0
+		for _, ws := range c.listAll() {
+			if want[ws.ID] && ws.Phase == phase && ws.Operation == "NONE" {
+				n++
+			}
+		}
+		if n >= k {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("%d of %d workspaces %s after %v, want %d", n, len(ids), phase, within, k)
+		}
+		time.Sleep(scalePoll)
+	}
+}
+
+// startsSince counts, for each workspace of ids, the registrations of its
+// job (versions submitted) and its allocations created since began, and
+// returns how many workspaces had each count: one of each means every
+// workspace was started exactly once.
+func startsSince(tb testing.TB, client *api.Client, ids []string, began time.Time) (registrations, placements map[int]int) {
+	tb.Helper()
+	registrations, placements = map[int]int{}, map[int]int{}
+	for _, id := range ids {
+		job := "ws-" + id
+		versions, _, _, err := client.Jobs().Versions(job, false, nil)
+		if err != nil {
+			tb.Fatalf("versions of %s: %v", job, err)
+		}
+		n := 0
+		for _, v := range versions {
+			if v.SubmitTime != nil && *v.SubmitTime >= began.UnixNano() && (v.Stop == nil || !*v.Stop) {
+				n++
+			}
+		}
+		registrations[n]++
+		allocs, _, err := client.Jobs().Allocations(job, true, nil)
+		if err != nil {
+			tb.Fatalf("allocations of %s: %v", job, err)
+		}
+		n = 0
+		for _, a := range allocs {
+			if a.CreateTime >= began.UnixNano() {
+				n++
+			}
+		}
+		placements[n]++
+	}
+	return registrations, placements
 }
 
 // listAll reads every page of the user's workspaces.
