@@ -3,9 +3,12 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,4 +57,65 @@ func BenchmarkSSEStateChange(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkSSEFanout measures a state change reaching 1,000 open
+// dashboards (event streams of one user on another replica): from the
+// committing UPDATE until the last of them has the event, and the
+// replica's heap per open stream.
+func BenchmarkSSEFanout(b *testing.B) {
+	const dashboards = 1000
+	env := apitest.New(b, apitest.Config{})
+	alice := env.CreateUser("alice", false)
+	w := env.CreateWorkspace(alice, "bench")
+	env.StartListener()
+	replica := env.NewReplica(apitest.Config{})
+	env.RunServer(replica)
+	srv := httptest.NewServer(replica)
+	b.Cleanup(srv.Close)
+	// The session's cookie, without the test client's 30 s limit on a
+	// whole request: opening a thousand streams takes longer than that.
+	client := &http.Client{Jar: env.Login(alice).Jar}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	streams := make([]*sseStream, dashboards)
+	for i := range streams {
+		streams[i] = openStream(b, client, srv.URL, "")
+		streams[i].next(b) // the initial state
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+
+	ctx := context.Background()
+	var all []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		desc := fmt.Sprintf("change %d", i)
+		start := time.Now()
+		updated, err := env.Service.Update(ctx, w.ID, workspace.UpdateRequest{Description: &desc})
+		if err != nil {
+			b.Fatal(err)
+		}
+		want := fmt.Sprintf("%s:%d", w.ID, updated.Version)
+		var wg sync.WaitGroup
+		lat := make([]time.Duration, dashboards)
+		for k, s := range streams {
+			wg.Go(func() {
+				for s.next(b).ID != want {
+				}
+				lat[k] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		all = append(all, slices.Max(lat))
+	}
+	b.StopTimer()
+	slices.Sort(all)
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "last-of-1000-p50-ms")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "last-of-1000-p99-ms")
+	// Both ends live in this process: the heap holds the replica's
+	// streams and the test's clients.
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/dashboards/1024, "heap-KiB/stream")
 }
