@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"regexp"
@@ -175,11 +176,16 @@ func (b *Backend) nodeUnreachable(ctx context.Context, id string) (bool, error) 
 }
 
 // hostPath is the directory of the home volume on its node, which raw_exec
-// tasks get as their home because raw_exec cannot mount volumes.
+// tasks get as their home because raw_exec cannot mount volumes. The
+// mirror names the volume while it counts; only a volume it lacks is
+// looked up.
 func (b *Backend) hostPath(ctx context.Context, wsID string) (string, error) {
-	stub, err := b.findVolume(ctx, wsID)
-	if err != nil {
-		return "", err
+	stub := b.mirror.volumeNamed(controller.VolumeName(wsID), time.Now())
+	if stub == nil {
+		var err error
+		if stub, err = b.findVolume(ctx, wsID); err != nil {
+			return "", err
+		}
 	}
 	if stub == nil {
 		return "", noVolume(wsID)
@@ -526,11 +532,38 @@ func (b *Backend) submit(ctx context.Context, id, hcl string, index uint64) erro
 		ModifyIndex:  index,
 		Submission:   &api.JobSubmission{Source: hcl, Format: "hcl2"},
 	}
-	if _, _, err := b.client.Jobs().RegisterOpts(&job, opts, b.write(ctx)); err != nil {
+	resp, _, err := b.client.Jobs().RegisterOpts(&job, opts, b.write(ctx))
+	if err != nil {
 		return classify("register job "+id, err)
 	}
+	b.registrations.Store(id, ownRegistration{source: sha256.Sum256([]byte(hcl)), index: resp.JobModifyIndex})
 	b.logger.Debug("registered job", "job_id", id)
 	return nil
+}
+
+// ownRegistration is a registration this backend made: its source's
+// digest and the job modify index Nomad gave it.
+type ownRegistration struct {
+	source [sha256.Size]byte
+	index  uint64
+}
+
+// sameAsOwn reports a job that still is this backend's own registration of
+// hcl, as the mirror shows it: nothing changed its definition since (its
+// modify index), and it neither was stopped nor died. A start repeated
+// while Nomad places the job then reads nothing.
+func (b *Backend) sameAsOwn(id, hcl string) (uint64, bool) {
+	v, ok := b.registrations.Load(id)
+	if !ok {
+		return 0, false
+	}
+	own := v.(ownRegistration)
+	j := b.mirror.job(id, time.Now())
+	if own.index == 0 || j == nil || j.JobModifyIndex != own.index || j.Stop || j.Status == jobStatusDead ||
+		own.source != sha256.Sum256([]byte(hcl)) {
+		return 0, false
+	}
+	return own.index, true
 }
 
 // registration is how job id stands against the source a submission would
@@ -558,6 +591,9 @@ const jobStatusDead = "dead"
 // its modify index (0 for none), which the registration that follows must
 // still find.
 func (b *Backend) currentRegistration(ctx context.Context, id, hcl string) (registration, uint64, error) {
+	if index, ok := b.sameAsOwn(id, hcl); ok {
+		return registeredSame, index, nil
+	}
 	current, _, err := b.client.Jobs().Info(id, b.query(ctx))
 	if isNotFound(err) {
 		return registeredNone, 0, nil

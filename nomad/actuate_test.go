@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -748,5 +749,51 @@ func TestGiveUpStopArchive(t *testing.T) {
 		if strings.HasSuffix(r, "/signal") && !strings.Contains(r, "a-saving") {
 			t.Errorf("signalled %s", r)
 		}
+	}
+}
+
+// A start repeated while Nomad places the job reads nothing once the
+// mirror shows the job as this backend registered it; a job changed since
+// is read and judged again.
+func TestStartWorkspaceAgainReadsNothing(t *testing.T) {
+	f := newFakeNomad(t)
+	volumeFixture(f, nil)
+	parseFixture(f)
+	f.json("PUT /v1/jobs", &api.JobRegisterResponse{EvalID: "eval-1", JobModifyIndex: 77})
+	b := newTestBackend(t, f, testOptions())
+	m := b.mirror
+	m.connected()
+	m.mu.Lock()
+	m.install(listing{}, tableIndexes{}, nil, time.Now())
+	m.mu.Unlock()
+	spec := controller.WorkspaceSpec{WorkspaceID: testWS, OwnerID: "01owner0000000000000000000"}
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	id := jobID(testWS)
+	registeredAt := func(index uint64) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.jobs[id] = &api.JobListStub{ID: id, Type: "service", Status: "pending", JobModifyIndex: index}
+	}
+	registeredAt(77)
+	reads := len(f.calls("GET /v1/job/" + id))
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("GET /v1/job/" + id)); n != reads {
+		t.Errorf("a start of the job as registered read it %d times", n-reads)
+	}
+	if n := len(f.calls("PUT /v1/jobs")); n != 1 {
+		t.Errorf("%d registrations, want 1", n)
+	}
+	// Someone changed the job: it is read again.
+	registeredAt(80)
+	registered(f, 1, false, "another source")
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("GET /v1/job/" + id)); n != reads+1 {
+		t.Errorf("a start of a job changed since read it %d times, want once", n-reads)
 	}
 }

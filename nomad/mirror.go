@@ -353,11 +353,16 @@ func (m *mirror) applyAlloc(ev *api.Event) {
 	if old := m.allocs[stub.ID]; old != nil && old.ModifyIndex > stub.ModifyIndex {
 		return
 	}
-	if stub.ClientStatus == api.AllocClientStatusRunning && stub.DesiredStatus == api.AllocDesiredStatusRun {
+	switch {
+	case stub.ClientStatus == api.AllocClientStatusRunning && stub.DesiredStatus == api.AllocDesiredStatusRun:
 		// Only allocations starting, stopping or ended are asked for
 		// their task states; a running one's would be most of the
 		// mirror's memory.
 		stub.TaskStates = nil
+	case stub.TaskStates == nil:
+		// The event is Nomad's whole allocation: it has no task state
+		// yet, which is known, not to be read.
+		stub.TaskStates = map[string]*api.TaskState{}
 	}
 	m.putAlloc(stub)
 	m.touch(wsID, ok)
@@ -435,6 +440,33 @@ func (m *mirror) homeVolumes(now time.Time) ([]*api.HostVolumeStub, bool) {
 		return nil, false
 	}
 	return slices.Collect(maps.Values(m.volumes)), true
+}
+
+// job returns job id as the mirror holds it while it counts, else nil.
+func (m *mirror) job(id string, now time.Time) *api.JobListStub {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.fresh(now) {
+		return nil
+	}
+	return m.jobs[id]
+}
+
+// volumeNamed returns the newest volume named name while the mirror
+// counts, nil when it holds none or does not count.
+func (m *mirror) volumeNamed(name string, now time.Time) *api.HostVolumeStub {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.fresh(now) {
+		return nil
+	}
+	var newest *api.HostVolumeStub
+	for id := range m.volumesByName[name] {
+		if v := m.volumes[id]; newest == nil || v.CreateIndex > newest.CreateIndex {
+			newest = v
+		}
+	}
+	return newest
 }
 
 // created records a volume codehub just created, ahead of its event.

@@ -264,6 +264,8 @@ func TestObserveFollowsEventStream(t *testing.T) {
 	}
 
 	b := newTestBackend(t, f, testOptions())
+	clock := time.Now()
+	b.now = func() time.Time { return clock }
 	done := make(chan error, 1)
 	go func() { done <- b.Watch(t.Context(), func() {}) }()
 	waitFor(t, func() bool {
@@ -308,6 +310,13 @@ func TestObserveFollowsEventStream(t *testing.T) {
 	if listed() != 8 {
 		t.Errorf("observation after events: %d list calls, want 8", listed())
 	}
+	// A job just registered is given placementGrace to be placed before
+	// its summary is read.
+	if got := snap.Workspaces[wsUnplaced]; got.Failure != nil || len(f.calls("GET /v1/job/ws-"+wsUnplaced+"/summary")) != 0 {
+		t.Errorf("a job registered again was judged before its grace: %+v", got)
+	}
+	clock = clock.Add(placementGrace)
+	snap = observe()
 	if got := snap.Workspaces[wsMirrorB]; !got.UpstreamReady || !got.VolumeReady || !got.ContainerLive || got.Node != "node-up" {
 		t.Errorf("workspace B: %+v", got)
 	}

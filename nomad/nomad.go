@@ -220,17 +220,22 @@ type Backend struct {
 	// mirror keeps the observed objects current from the event stream
 	// while Watch runs (mirror.go).
 	mirror *mirror
-	// last is the previous observation from the mirror; only Observe,
-	// which the controller calls one at a time, uses it.
-	last *lastObservation
+	// last is the previous observation from the mirror, unplaced the
+	// jobs it saw waiting for a first allocation and since when; only
+	// Observe, which the controller calls one at a time, uses them.
+	last     *lastObservation
+	unplaced map[string]time.Time
+	now      func() time.Time
 
 	// answered and prober: direct probes of starting workspaces (probe.go);
 	// prober is set while Watch runs.
 	answered *answered
 	prober   atomic.Pointer[prober]
 
-	// hostPaths caches each home volume's host path, by volume id.
-	hostPaths sync.Map
+	// hostPaths caches each home volume's host path, by volume id;
+	// registrations the jobs this backend registered (ownRegistration).
+	hostPaths     sync.Map
+	registrations sync.Map
 
 	// placing serialises ProvisionVolume: each placement counts the homes
 	// per node, which must include the one placed just before.
@@ -251,6 +256,7 @@ func New(logger hclog.Logger, client *api.Client, opts Options, renderer *jobspe
 		renderer: renderer,
 		allocs:   newAllocCache(),
 		mirror:   newMirror(),
+		now:      time.Now,
 		answered: newAnswered(),
 	}
 }

@@ -703,20 +703,38 @@ func failedWorkspaceAllocs(jobs map[string]*api.JobListStub, current map[string]
 	return out
 }
 
-// readSummaries reads the summary of the jobs that want to run, have no
-// current allocation and came without one (an event's stub): whether
-// Nomad queued allocations it could not place. Those are jobs just
-// registered or that Nomad cannot place, so few.
+// placementGrace is how long a job may wait for its first allocation
+// before an observation from the mirror reads its summary: a job just
+// registered is placed within that in all but a wave, and a wave of
+// registrations would otherwise cost a read per job and pass.
+const placementGrace = 3 * time.Second
+
+// readSummaries reads the summary of the jobs that want to run, have had
+// no current allocation for placementGrace and came without one (an
+// event's stub): whether Nomad queued allocations it could not place.
 func (b *Backend) readSummaries(ctx context.Context, jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) error {
 	var (
 		ids []string
 		mu  sync.Mutex
 	)
+	now := b.now()
+	waiting := make(map[string]time.Time)
 	for _, id := range b.withoutAllocs(jobs, current) {
-		if jobs[id].JobSummary == nil {
+		if jobs[id].JobSummary != nil {
+			continue
+		}
+		// A registration waits from when it was first seen without one.
+		key := id + "@" + strconv.FormatUint(jobs[id].JobModifyIndex, 10)
+		since, seen := b.unplaced[key]
+		if !seen {
+			since = now
+		}
+		waiting[key] = since
+		if now.Sub(since) >= placementGrace {
 			ids = append(ids, id)
 		}
 	}
+	b.unplaced = waiting
 	return forEach(ids, func(id string) error {
 		sum, _, err := b.client.Jobs().Summary(id, b.query(ctx))
 		switch {
