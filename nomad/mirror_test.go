@@ -3,6 +3,7 @@ package nomad
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"testing"
@@ -376,5 +377,46 @@ func TestObserveFollowsEventStream(t *testing.T) {
 	observe()
 	if listed() != 12 {
 		t.Errorf("observation after the stream ended: %d list calls, want 12", listed())
+	}
+}
+
+// A wave of jobs Nomad is slow to place costs a few summary reads per
+// observation, each job read in turn.
+func TestSummaryReadsAreBounded(t *testing.T) {
+	f := newFakeNomad(t)
+	b := newTestBackend(t, f, testOptions())
+	clock := time.Now()
+	b.now = func() time.Time { return clock }
+	jobs := map[string]*api.JobListStub{}
+	for i := range 20 {
+		id := jobID(fmt.Sprintf("01wave%020d", i))
+		jobs[id] = &api.JobListStub{ID: id, Type: "service", JobModifyIndex: 5}
+		f.json("GET /v1/job/"+id+"/summary", &api.JobSummary{})
+	}
+	read := map[string]int{}
+	for pass := range 4 {
+		f.mu.Lock()
+		start := len(f.requests)
+		f.mu.Unlock()
+		if err := b.readSummaries(t.Context(), maps.Clone(jobs), nil); err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		for _, r := range f.requests[start:] {
+			read[r.Path]++
+		}
+		n := len(f.requests) - start
+		f.mu.Unlock()
+		want := allocReaders
+		if pass == 0 {
+			want = 0 // within the grace
+		}
+		if n != want {
+			t.Errorf("pass %d read %d summaries, want %d", pass, n, want)
+		}
+		clock = clock.Add(placementGrace)
+	}
+	if len(read) != 20 {
+		t.Errorf("%d jobs read in three passes of %d, want all 20 in turn: %v", len(read), allocReaders, read)
 	}
 }

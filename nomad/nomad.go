@@ -224,7 +224,7 @@ type Backend struct {
 	// jobs it saw waiting for a first allocation and since when; only
 	// Observe, which the controller calls one at a time, uses them.
 	last     *lastObservation
-	unplaced map[string]time.Time
+	unplaced map[string]*unplacedJob
 	now      func() time.Time
 
 	// answered and prober: direct probes of starting workspaces (probe.go);

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -709,33 +710,42 @@ func failedWorkspaceAllocs(jobs map[string]*api.JobListStub, current map[string]
 // registrations would otherwise cost a read per job and pass.
 const placementGrace = 3 * time.Second
 
-// readSummaries reads the summary of the jobs that want to run, have had
-// no current allocation for placementGrace and came without one (an
-// event's stub): whether Nomad queued allocations it could not place.
+// readSummaries fills in the summary of the jobs that want to run, have
+// had no current allocation for placementGrace and came without one (an
+// event's stub): whether Nomad queued allocations it could not place. It
+// reads at most allocReaders of them, those whose last read is oldest
+// first, so a wave of registrations Nomad is slow to place costs a few
+// reads a pass; the others keep the summary read last.
 func (b *Backend) readSummaries(ctx context.Context, jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) error {
-	var (
-		ids []string
-		mu  sync.Mutex
-	)
 	now := b.now()
-	waiting := make(map[string]time.Time)
+	waiting := make(map[string]*unplacedJob)
+	var due []string
 	for _, id := range b.withoutAllocs(jobs, current) {
 		if jobs[id].JobSummary != nil {
 			continue
 		}
 		// A registration waits from when it was first seen without one.
 		key := id + "@" + strconv.FormatUint(jobs[id].JobModifyIndex, 10)
-		since, seen := b.unplaced[key]
-		if !seen {
-			since = now
+		u := b.unplaced[key]
+		if u == nil {
+			u = &unplacedJob{read: now}
 		}
-		waiting[key] = since
-		if now.Sub(since) >= placementGrace {
-			ids = append(ids, id)
+		waiting[key] = u
+		if u.summary != nil {
+			c := *jobs[id]
+			c.JobSummary = u.summary
+			jobs[id] = &c
+		}
+		if now.Sub(u.read) >= placementGrace {
+			due = append(due, key)
 		}
 	}
 	b.unplaced = waiting
-	return forEach(ids, func(id string) error {
+	slices.SortFunc(due, func(a, c string) int { return cmp.Or(waiting[a].read.Compare(waiting[c].read), strings.Compare(a, c)) })
+	due = due[:min(len(due), allocReaders)]
+	var mu sync.Mutex
+	return forEach(due, func(key string) error {
+		id, _, _ := strings.Cut(key, "@")
 		sum, _, err := b.client.Jobs().Summary(id, b.query(ctx))
 		switch {
 		case isNotFound(err):
@@ -745,11 +755,19 @@ func (b *Backend) readSummaries(ctx context.Context, jobs map[string]*api.JobLis
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		waiting[key].read, waiting[key].summary = now, sum
 		c := *jobs[id]
 		c.JobSummary = sum
 		jobs[id] = &c
 		return nil
 	})
+}
+
+// unplacedJob is a registration seen waiting for its first allocation:
+// since when, or when its summary was last read, and that summary.
+type unplacedJob struct {
+	read    time.Time
+	summary *api.JobSummary
 }
 
 // withoutAllocs are the jobs that want to run and have no current
