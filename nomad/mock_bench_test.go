@@ -109,9 +109,13 @@ func BenchmarkNomadMockJobs(b *testing.B) {
 func mockWorkspace(i int) string { return fmt.Sprintf("01wave%020d", i) }
 func mockJobID(i int) string     { return jobID(mockWorkspace(i)) }
 
+// mockOptions observe the mock jobs as with Consul for services: their
+// readiness is their deployment health, which these jobs (no update
+// block, so no deployment to watch each) never get, and no check is read.
 func mockOptions() Options {
 	o := testOptions()
 	o.Driver = "mock_driver"
+	o.ServiceProvider = ProviderConsul
 	return o
 }
 
@@ -129,8 +133,7 @@ func observeAll(b *testing.B, backend *Backend, n int) controller.Snapshot {
 }
 
 // registerMockJobs registers n workspace jobs of codehub's name and mark,
-// 32 at a time, each one mock_driver task that runs for a day with the
-// Nomad service and deployment settings codehub's jobs have, and waits
+// 32 at a time, each one mock_driver task that runs for a day, and waits
 // until every allocation runs.
 func registerMockJobs(b *testing.B, client *api.Client, n int) {
 	b.Helper()
@@ -184,7 +187,6 @@ func mockJob(i int) *api.Job {
 		SetConfig("run_for", "24h").
 		Require(&api.Resources{CPU: ptr(10), MemoryMB: ptr(10)})
 	group := api.NewTaskGroup("workspace", 1).AddTask(task)
-	group.Update = &api.UpdateStrategy{HealthCheck: ptr("task_states"), MinHealthyTime: ptr(time.Duration(0))}
 	group.RestartPolicy = &api.RestartPolicy{Attempts: ptr(1), Mode: ptr("fail"), Interval: ptr(5 * time.Minute), Delay: ptr(2 * time.Second)}
 	return job.AddTaskGroup(group)
 }
