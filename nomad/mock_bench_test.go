@@ -186,7 +186,11 @@ func mockJob(i int) *api.Job {
 	task := api.NewTask("workspace", "mock_driver").
 		SetConfig("run_for", "24h").
 		Require(&api.Resources{CPU: ptr(10), MemoryMB: ptr(10)})
+	task.LogConfig = &api.LogConfig{MaxFiles: ptr(1), MaxFileSizeMB: ptr(1)}
 	group := api.NewTaskGroup("workspace", 1).AddTask(task)
+	// Nomad's default 300 MB of ephemeral disk each would fill the node's
+	// disk before its memory.
+	group.EphemeralDisk = &api.EphemeralDisk{SizeMB: ptr(10)}
 	group.RestartPolicy = &api.RestartPolicy{Attempts: ptr(1), Mode: ptr("fail"), Interval: ptr(5 * time.Minute), Delay: ptr(2 * time.Second)}
 	return job.AddTaskGroup(group)
 }
