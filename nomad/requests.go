@@ -1,21 +1,13 @@
 package nomad
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// Results of codehub_nomad_requests_total.
-const (
-	requestOK          = "ok"
-	requestClientError = "client_error" // 4xx: a missing object among them
-	requestServerError = "server_error" // 5xx
-	requestUnreachable = "unreachable"  // no answer: refused, reset, timed out
+	"github.com/codehub-io/codehub/internal/httpresult"
 )
 
 // Requests counts and times the server's requests to Nomad's HTTP API by
@@ -49,10 +41,10 @@ func (r *Requests) Collectors() []prometheus.Collector {
 
 // Wrap counts and times the requests next carries.
 func (r *Requests) Wrap(next http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return httpresult.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 		start := time.Now()
 		resp, err := next.RoundTrip(req)
-		res := requestResult(req, resp, err)
+		res := httpresult.Of(req, resp, err)
 		if res == "" {
 			return resp, err
 		}
@@ -61,20 +53,6 @@ func (r *Requests) Wrap(next http.RoundTripper) http.RoundTripper {
 		r.seconds.WithLabelValues(c).Observe(time.Since(start).Seconds())
 		return resp, err
 	})
-}
-
-func requestResult(req *http.Request, resp *http.Response, err error) string {
-	switch {
-	case err != nil && (errors.Is(err, context.Canceled) || req.Context().Err() != nil):
-		return ""
-	case err != nil:
-		return requestUnreachable
-	case resp.StatusCode >= 500:
-		return requestServerError
-	case resp.StatusCode >= 400:
-		return requestClientError
-	}
-	return requestOK
 }
 
 // call names a request by its method and the path's pattern: the segments
@@ -137,7 +115,3 @@ func staticSegment(s string) bool {
 	}
 	return true
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/internal/httpresult"
 )
 
 func TestCall(t *testing.T) {
@@ -69,10 +70,10 @@ func TestClientCountsRequests(t *testing.T) {
 	if _, _, err := client.Jobs().Info("ws-0a1b2c3d", nil); err == nil {
 		t.Fatal("reading a missing job: no error")
 	}
-	if got := testutil.ToFloat64(requests.total.WithLabelValues("GET /v1/jobs", requestOK)); got != 2 {
+	if got := testutil.ToFloat64(requests.total.WithLabelValues("GET /v1/jobs", httpresult.OK)); got != 2 {
 		t.Errorf("listings counted: %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(requests.total.WithLabelValues("GET /v1/job/:id", requestClientError)); got != 1 {
+	if got := testutil.ToFloat64(requests.total.WithLabelValues("GET /v1/job/:id", httpresult.ClientError)); got != 1 {
 		t.Errorf("missing job counted: %v, want 1", got)
 	}
 	if n := testutil.CollectAndCount(requests.seconds); n != 2 {

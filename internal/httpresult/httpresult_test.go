@@ -1,4 +1,4 @@
-package main
+package httpresult
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func TestS3Result(t *testing.T) {
+func TestOf(t *testing.T) {
 	live := &http.Request{}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -20,11 +20,11 @@ func TestS3Result(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"ok", live, http.StatusOK, nil, s3OK},
-		{"not found", live, http.StatusNotFound, nil, s3ClientError},
-		{"forbidden", live, http.StatusForbidden, nil, s3ClientError},
-		{"server error", live, http.StatusServiceUnavailable, nil, s3ServerError},
-		{"refused", live, 0, syscall.ECONNREFUSED, s3Unreachable},
+		{"ok", live, http.StatusOK, nil, OK},
+		{"not found", live, http.StatusNotFound, nil, ClientError},
+		{"forbidden", live, http.StatusForbidden, nil, ClientError},
+		{"server error", live, http.StatusServiceUnavailable, nil, ServerError},
+		{"refused", live, 0, syscall.ECONNREFUSED, Unreachable},
 		{"cancelled by its caller", gone, 0, context.Canceled, ""},
 		{"cancelled, wrapped", live, 0, errors.Join(errors.New("read"), context.Canceled), ""},
 	} {
@@ -32,7 +32,7 @@ func TestS3Result(t *testing.T) {
 		if c.err == nil {
 			resp = &http.Response{StatusCode: c.code}
 		}
-		if got := s3Result(c.req, resp, c.err); got != c.want {
+		if got := Of(c.req, resp, c.err); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}
