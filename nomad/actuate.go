@@ -717,6 +717,7 @@ func (b *Backend) PurgeJob(ctx context.Context, wsID string, kind controller.Job
 	if err := b.deregister(ctx, id, true); err != nil {
 		return err
 	}
+	b.registrations.Delete(id)
 	for _, a := range allocs {
 		b.allocs.forget(a.ID)
 	}
