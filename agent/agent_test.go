@@ -71,16 +71,6 @@ func serveEcho(l net.Listener) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 type testAgent struct {
 	addr   string
 	token  string
@@ -107,8 +97,8 @@ func startAgent(t *testing.T) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ta := &testAgent{keys: keys, wsID: "01jb3x7k9q2m5n8p4r6s0t1v2w", program: freePort(t), exclude: freePort(t), exited: make(chan struct{})}
-	ta.addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	ta := &testAgent{keys: keys, wsID: "01jb3x7k9q2m5n8p4r6s0t1v2w", program: testenv.FreePort(t), exclude: testenv.FreePort(t), exited: make(chan struct{})}
+	ta.addr = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	ta.token = keys.Token(ta.wsID, "run1")
 	self, err := os.Executable()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -176,13 +177,22 @@ func removeBucket(t testing.TB, c *minio.Client, bucket string) {
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago, for a
-// server the test starts itself.
+// server the test starts itself. It is taken below Linux's ephemeral
+// range (32768 and up by default): a port from that range may be handed
+// to any outgoing connection on the machine before the server binds it,
+// which made tests fail with "address already in use".
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	const low, high = 10000, 32000
+	for range 200 {
+		port := low + mathrand.IntN(high-low)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("find a free port: 200 tries between %d and %d were all taken", low, high)
+	return 0
 }
