@@ -19,6 +19,7 @@ import (
 	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/config"
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/internal/testenv"
 )
 
 // agentBackend runs the fake workspace program under the real codehub
@@ -131,7 +132,7 @@ func TestAgentServesTheWorkspace(t *testing.T) {
 	}
 
 	// A server started over SSH in the other workspace is its own.
-	port := freeTestPort(t)
+	port := testenv.FreePort(t)
 	if out, err := sshRun(t, o, keys, other, fakeWorkspace+" --listen 127.0.0.1:"+strconv.Itoa(port)+" >/dev/null 2>&1 &"); err != nil {
 		t.Fatalf("start a server in %s: %v %s", other, err, out)
 	}
@@ -174,16 +175,6 @@ func TestAgentServesTheWorkspace(t *testing.T) {
 	if _, err := b.ResolveAgent(ctx, testID); !errors.Is(err, controller.ErrNoUpstream) {
 		t.Fatalf("ResolveAgent of a stopped workspace = %v", err)
 	}
-}
-
-func freeTestPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestAgentRunsAsTheWorkspaceUser: under a workspace user, SSH sessions
