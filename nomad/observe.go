@@ -191,7 +191,7 @@ func (b *Backend) observe(ctx context.Context) (controller.Snapshot, error) {
 		return nil
 	})
 
-	for _, id := range b.withoutAllocs(byID, current) {
+	for _, id := range withoutAllocs(byID, current) {
 		retry(id)
 	}
 	if err := b.readSummaries(ctx, byID, current); err != nil {
@@ -720,7 +720,7 @@ func (b *Backend) readSummaries(ctx context.Context, jobs map[string]*api.JobLis
 	now := b.now()
 	waiting := make(map[string]*unplacedJob)
 	var due []string
-	for _, id := range b.withoutAllocs(jobs, current) {
+	for _, id := range withoutAllocs(jobs, current) {
 		if jobs[id].JobSummary != nil {
 			continue
 		}
@@ -772,7 +772,7 @@ type unplacedJob struct {
 
 // withoutAllocs are the jobs that want to run and have no current
 // allocation: just registered, or Nomad cannot place them.
-func (b *Backend) withoutAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []string {
+func withoutAllocs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []string {
 	var out []string
 	for id, j := range jobs {
 		if !j.Stop && len(current[id]) == 0 {
@@ -786,8 +786,9 @@ func (b *Backend) withoutAllocs(jobs map[string]*api.JobListStub, current map[st
 // current allocation: Nomad could not find a node for them.
 func unplacedJobs(jobs map[string]*api.JobListStub, current map[string][]*api.AllocationListStub) []*api.JobListStub {
 	var out []*api.JobListStub
-	for id, j := range jobs {
-		if j.Stop || len(current[id]) > 0 || j.JobSummary == nil {
+	for _, id := range withoutAllocs(jobs, current) {
+		j := jobs[id]
+		if j.JobSummary == nil {
 			continue
 		}
 		for _, tg := range j.JobSummary.Summary {
