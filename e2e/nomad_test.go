@@ -199,7 +199,9 @@ func (c *apiClient) create(name string) string {
 func (c *apiClient) setDesired(id, desired string) {
 	c.tb.Helper()
 	if code := c.do("PATCH", "/api/v1/workspaces/"+id, map[string]string{"desired_state": desired}, nil); code != http.StatusOK {
-		c.tb.Fatalf("set desired %s: %d", desired, code)
+		var ws apiWorkspace
+		c.do("GET", "/api/v1/workspaces/"+id, nil, &ws)
+		c.tb.Fatalf("set desired %s: %d; the workspace is now %+v", desired, code, ws)
 	}
 }
 

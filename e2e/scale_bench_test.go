@@ -96,6 +96,8 @@ workspace {
 `, agent.Addr, metricsPort, wsserver)
 		cfg.maxRunning, cfg.maxRunningGlobal = n, n
 		cfg.defaultPacing = true
+		// As many requests in flight as the direct client keeps.
+		cfg.coordinator = fmt.Sprintf("  parallel = %d\n", scaleWorkers)
 		srv := startServer(b, cfg)
 		// A dev agent that stops leaves its raw_exec tasks running;
 		// hundreds of them would weigh on whatever runs next. The

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/codehub-io/codehub/agent"
 	"github.com/codehub-io/codehub/archive"
@@ -489,12 +490,18 @@ func (b *Backend) register(ctx context.Context, id, hcl string, secrets api.Vari
 	if secrets != nil {
 		more = append([]variable{{path: variablePath(id), items: secrets}}, more...)
 	}
+	// The variables and the parse do not depend on each other; only the
+	// registration must follow the variables.
+	var job api.Job
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return b.parse(gctx, id, hcl, &job) })
 	for _, v := range more {
-		if err := b.writeVariableAt(ctx, v.path, v.items); err != nil {
-			return err
-		}
+		g.Go(func() error { return b.writeVariableAt(gctx, v.path, v.items) })
 	}
-	err = b.submit(ctx, id, hcl, index)
+	err = g.Wait()
+	if err == nil {
+		err = b.submit(ctx, id, hcl, &job, index)
+	}
 	if err != nil && current == registeredNone && refused(err) {
 		// No job reads the secrets, and no purge would ever name a job
 		// that was never registered.
@@ -514,25 +521,28 @@ func refused(err error) bool {
 	return errors.As(err, &f) && f.Reason == workspace.ReasonBackendError
 }
 
-// submit lets the server parse the HCL and registers it with the HCL as
-// the job's submission.
-// submit parses hcl on the server and registers it only while the job's
-// modify index is still index (0: only if no such job exists), so a job
-// another leader registered or changed since it was read is never
-// overwritten: that registration fails and the next pass judges again.
-func (b *Backend) submit(ctx context.Context, id, hcl string, index uint64) error {
-	// The parse endpoint through Raw, so the request carries the namespace
-	// (ACL checks) and the context, which ParseHCLOpts does not pass.
-	var job api.Job
-	if _, err := b.client.Raw().Write("/v1/jobs/parse", &api.JobsParseRequest{JobHCL: hcl}, &job, b.write(ctx)); err != nil {
+// parse has the server parse hcl into job. It goes through Raw, so the
+// request carries the namespace (ACL checks) and the context, which
+// ParseHCLOpts does not pass.
+func (b *Backend) parse(ctx context.Context, id, hcl string, job *api.Job) error {
+	if _, err := b.client.Raw().Write("/v1/jobs/parse", &api.JobsParseRequest{JobHCL: hcl}, job, b.write(ctx)); err != nil {
 		return classify("parse jobspec "+id, err)
 	}
+	return nil
+}
+
+// submit registers job, parsed from hcl, with hcl as its submission, only
+// while the job's modify index is still index (0: only if no such job
+// exists), so a job another leader registered or changed since it was
+// judged is never overwritten: that registration fails and the next pass
+// judges again.
+func (b *Backend) submit(ctx context.Context, id, hcl string, job *api.Job, index uint64) error {
 	opts := &api.RegisterOptions{
 		EnforceIndex: true,
 		ModifyIndex:  index,
 		Submission:   &api.JobSubmission{Source: hcl, Format: "hcl2"},
 	}
-	resp, _, err := b.client.Jobs().RegisterOpts(&job, opts, b.write(ctx))
+	resp, _, err := b.client.Jobs().RegisterOpts(job, opts, b.write(ctx))
 	if err != nil {
 		return classify("register job "+id, err)
 	}
@@ -594,6 +604,9 @@ func (b *Backend) currentRegistration(ctx context.Context, id, hcl string) (regi
 	if index, ok := b.sameAsOwn(id, hcl); ok {
 		return registeredSame, index, nil
 	}
+	if r, index, ok := b.judgedByMirror(id); ok {
+		return r, index, nil
+	}
 	current, _, err := b.client.Jobs().Info(id, b.query(ctx))
 	if isNotFound(err) {
 		return registeredNone, 0, nil
@@ -607,6 +620,31 @@ func (b *Backend) currentRegistration(ctx context.Context, id, hcl string) (regi
 	}
 	r, err := b.judgeRegistration(ctx, id, hcl, current)
 	return r, index, err
+}
+
+// judgedByMirror judges job id from the mirror alone where a mirror that
+// lags cannot mislead: no such job (the registration then requires that
+// none exists, so one the mirror has not seen yet makes it fail, not be
+// overwritten), or a service job that is stopped or dead. It does not
+// judge a job this backend registered after the mirror's copy, nor any
+// other: telling those apart takes the job's submission.
+func (b *Backend) judgedByMirror(id string) (registration, uint64, bool) {
+	j, _, counts := b.mirror.jobWithAllocs(id, time.Now())
+	if !counts {
+		return 0, 0, false
+	}
+	v, mine := b.registrations.Load(id)
+	switch {
+	case j == nil && mine:
+		return 0, 0, false
+	case j == nil:
+		return registeredNone, 0, true
+	case mine && v.(ownRegistration).index > j.JobModifyIndex:
+		return 0, 0, false
+	case j.Type == api.JobTypeService && (j.Stop || j.Status == jobStatusDead):
+		return registeredIdle, j.JobModifyIndex, true
+	}
+	return 0, 0, false
 }
 
 func (b *Backend) judgeRegistration(ctx context.Context, id, hcl string, current *api.Job) (registration, error) {
@@ -638,9 +676,15 @@ func (b *Backend) judgeRegistration(ctx context.Context, id, hcl string, current
 // killed) the job is kept: the registration replaces that allocation as
 // usual.
 func (b *Backend) purgeIdle(ctx context.Context, id string) (bool, error) {
-	allocs, _, err := b.client.Jobs().Allocations(id, true, b.query(ctx))
-	if err != nil && !isNotFound(err) {
-		return false, classify("list allocations of "+id, err)
+	// An allocation the mirror shows ended has ended; one it shows live
+	// may have ended since, which only a read tells.
+	_, allocs, counts := b.mirror.jobWithAllocs(id, time.Now())
+	if !counts || len(liveAllocs(allocs)) > 0 {
+		var err error
+		allocs, _, err = b.client.Jobs().Allocations(id, true, b.query(ctx))
+		if err != nil && !isNotFound(err) {
+			return false, classify("list allocations of "+id, err)
+		}
 	}
 	if len(liveAllocs(allocs)) > 0 {
 		return false, nil

@@ -3,6 +3,7 @@ package nomad
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -581,41 +582,121 @@ func TestStartWorkspaceAfterCrash(t *testing.T) {
 		{"stopped and gone", "dead", true, []*api.AllocationListStub{{ID: "a1", ClientStatus: "complete", DesiredStatus: "stop"}}, true},
 		{"stopped, task still being killed", "running", true, []*api.AllocationListStub{{ID: "a1", ClientStatus: "running", DesiredStatus: "stop"}}, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeNomad(t)
-			volumeFixture(f, nil)
-			parseFixture(f)
-			b := newTestBackend(t, f, testOptions())
-			hcl, err := b.RenderWorkspace(spec, "/var/nomad/host_volumes/vol-1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			version, typ := uint64(0), api.JobTypeService
-			f.json("GET /v1/job/"+id, &api.Job{ID: &id, Type: &typ, Version: &version, Stop: &tc.stopped, Status: &tc.status})
-			f.json("GET /v1/job/"+id+"/submission", &api.JobSubmission{Source: hcl, Format: "hcl2"})
-			f.json("GET /v1/job/"+id+"/allocations", tc.allocs)
-			f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
-
-			if err := b.StartWorkspace(t.Context(), spec); err != nil {
-				t.Fatal(err)
-			}
-			purges := 0
-			for _, c := range f.calls("DELETE /v1/job/" + id) {
-				if c.Query.Get("purge") == "true" {
-					purges++
+		// Judged from a read of the job, and from the mirror: the mirror
+		// spares the reads, except the allocations' when it shows one
+		// live (it may have ended since).
+		for _, mirrored := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/mirrored=%v", tc.name, mirrored), func(t *testing.T) {
+				f := newFakeNomad(t)
+				volumeFixture(f, nil)
+				parseFixture(f)
+				b := newTestBackend(t, f, testOptions())
+				hcl, err := b.RenderWorkspace(spec, "/var/nomad/host_volumes/vol-1")
+				if err != nil {
+					t.Fatal(err)
 				}
+				version, typ := uint64(0), api.JobTypeService
+				f.json("GET /v1/job/"+id, &api.Job{ID: &id, Type: &typ, Version: &version, Stop: &tc.stopped, Status: &tc.status})
+				f.json("GET /v1/job/"+id+"/submission", &api.JobSubmission{Source: hcl, Format: "hcl2"})
+				f.json("GET /v1/job/"+id+"/allocations", tc.allocs)
+				f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+				if mirrored {
+					for _, a := range tc.allocs {
+						a.JobID = id
+					}
+					installMirror(b, listing{
+						jobs:   []*api.JobListStub{{ID: id, Type: typ, Stop: tc.stopped, Status: tc.status, JobModifyIndex: 90}},
+						allocs: tc.allocs,
+					})
+				}
+
+				if err := b.StartWorkspace(t.Context(), spec); err != nil {
+					t.Fatal(err)
+				}
+				if n := len(f.calls("GET /v1/job/" + id)); mirrored && n != 0 {
+					t.Errorf("the job read %d times although the mirror holds it", n)
+				}
+				wantListings := 1
+				if mirrored && tc.wantPurge {
+					wantListings = 0
+				}
+				if n := len(f.calls("GET /v1/job/" + id + "/allocations")); n != wantListings {
+					t.Errorf("allocations listed %d times, want %d", n, wantListings)
+				}
+				purges := 0
+				for _, c := range f.calls("DELETE /v1/job/" + id) {
+					if c.Query.Get("purge") == "true" {
+						purges++
+					}
+				}
+				if tc.wantPurge && purges != 1 {
+					t.Errorf("%d purges, want 1 before registering again", purges)
+				}
+				if !tc.wantPurge && purges != 0 {
+					t.Errorf("%d purges of a job with a live allocation", purges)
+				}
+				if n := len(f.calls("PUT /v1/jobs")); n != 1 {
+					t.Fatalf("%d register calls, want 1", n)
+				}
+				if order := f.routesInOrder(); tc.wantPurge && indexOf(order, "DELETE /v1/job/"+id) > indexOf(order, "PUT /v1/jobs") {
+					t.Errorf("registered before the purge: %v", order)
+				}
+			})
+		}
+	}
+}
+
+// installMirror makes l the mirror's contents, under a connected stream.
+func installMirror(b *Backend, l listing) {
+	m := b.mirror
+	m.connected()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.install(l, tableIndexes{}, nil, time.Now())
+}
+
+// TestJudgedByMirror: the mirror alone judges a registration only where
+// a mirror behind Nomad cannot lead to overwriting or purging the wrong
+// job.
+func TestJudgedByMirror(t *testing.T) {
+	id := jobID(testWS)
+	stub := func(stop bool, status string, index uint64) *api.JobListStub {
+		return &api.JobListStub{ID: id, Type: api.JobTypeService, Stop: stop, Status: status, JobModifyIndex: index}
+	}
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		job    *api.JobListStub
+		own    uint64 // the index of this backend's own registration, 0 for none
+		want   registration
+		index  uint64
+		judged bool
+	}{
+		{name: "no stream", job: nil, judged: false},
+		{name: "no such job", stream: true, want: registeredNone, judged: true},
+		{name: "absent but registered here since", stream: true, own: 50, judged: false},
+		{name: "stopped", stream: true, job: stub(true, "dead", 60), want: registeredIdle, index: 60, judged: true},
+		{name: "dead after failing", stream: true, job: stub(false, "dead", 60), want: registeredIdle, index: 60, judged: true},
+		{name: "stopped, registered here before", stream: true, job: stub(true, "dead", 60), own: 55, want: registeredIdle, index: 60, judged: true},
+		{name: "stopped, registered here since", stream: true, job: stub(true, "dead", 60), own: 70, judged: false},
+		{name: "running", stream: true, job: stub(false, "running", 60), judged: false},
+		{name: "batch job stopped", stream: true, job: &api.JobListStub{ID: id, Type: api.JobTypeBatch, Stop: true, JobModifyIndex: 60}, judged: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newTestBackend(t, newFakeNomad(t), testOptions())
+			if tc.stream {
+				var l listing
+				if tc.job != nil {
+					l.jobs = []*api.JobListStub{tc.job}
+				}
+				installMirror(b, l)
 			}
-			if tc.wantPurge && purges != 1 {
-				t.Errorf("%d purges, want 1 before registering again", purges)
+			if tc.own != 0 {
+				b.registrations.Store(id, ownRegistration{index: tc.own})
 			}
-			if !tc.wantPurge && purges != 0 {
-				t.Errorf("%d purges of a job with a live allocation", purges)
-			}
-			if n := len(f.calls("PUT /v1/jobs")); n != 1 {
-				t.Fatalf("%d register calls, want 1", n)
-			}
-			if order := f.routesInOrder(); tc.wantPurge && indexOf(order, "DELETE /v1/job/"+id) > indexOf(order, "PUT /v1/jobs") {
-				t.Errorf("registered before the purge: %v", order)
+			r, index, judged := b.judgedByMirror(id)
+			if judged != tc.judged || judged && (r != tc.want || index != tc.index) {
+				t.Errorf("judged %v: %v at %d, want %v: %v at %d", judged, r, index, tc.judged, tc.want, tc.index)
 			}
 		})
 	}
@@ -649,8 +730,10 @@ func TestRefusedSubmissionDropsSecrets(t *testing.T) {
 			if err := newTestBackend(t, f, testOptions()).SubmitArchive(t.Context(), job); err == nil {
 				t.Fatal("submission succeeded")
 			}
-			if n := len(f.calls("PUT /v1/var/nomad/jobs/" + id)); n != 1 {
-				t.Fatalf("%d variable writes, want 1", n)
+			// The parse runs beside the variable's write, whose request its
+			// refusal may cancel before it is sent.
+			if n := len(f.calls("PUT /v1/var/nomad/jobs/" + id)); n > 1 || n == 0 && tc.route != "PUT /v1/jobs/parse" {
+				t.Fatalf("%d variable writes", n)
 			}
 			drops := len(f.calls("DELETE /v1/var/nomad/jobs/" + id))
 			if tc.wantDrop && drops != 1 {

@@ -72,7 +72,10 @@ type tableIndexes struct {
 // leaves it unknown whether registrations remain until a read of the
 // name says (dirty).
 type serviceEntry struct {
-	ids    map[string]bool
+	ids map[string]bool
+	// owners are the allocations events showed registering the name, by
+	// registration id: allocation and job id.
+	owners map[string][2]string
 	listed bool
 	dirty  bool
 	// seq moves with every event about the name, so a read taken while
@@ -272,6 +275,11 @@ func (m *mirror) settle(name string, seq uint64, ids []string) {
 	for _, id := range ids {
 		s.ids[id] = true
 	}
+	for id := range s.owners {
+		if !s.ids[id] {
+			delete(s.owners, id)
+		}
+	}
 }
 
 // serviceSeq is the sequence of service name's entry; m.mu is held.
@@ -419,9 +427,14 @@ func (m *mirror) applyService(ev *api.Event) {
 	m.touchService(m.touched, s.ServiceName)
 	if ev.Type != eventServiceDeregistered {
 		e.ids[s.ID] = true
+		if e.owners == nil {
+			e.owners = make(map[string][2]string)
+		}
+		e.owners[s.ID] = [2]string{s.AllocID, s.JobID}
 		return
 	}
 	delete(e.ids, s.ID)
+	delete(e.owners, s.ID)
 	switch {
 	case len(e.ids) > 0:
 	case e.listed:
@@ -430,6 +443,24 @@ func (m *mirror) applyService(ev *api.Event) {
 	default:
 		delete(m.services, s.ServiceName)
 	}
+}
+
+// registeredBy reports whether, as the mirror counts, an event showed
+// allocation allocID of job jobID registering service name. False says
+// nothing: the registration may predate the listing.
+func (m *mirror) registeredBy(name, allocID, jobID string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.services[name]
+	if !m.fresh(now) || e == nil {
+		return false
+	}
+	for _, owner := range e.owners {
+		if owner == [2]string{allocID, jobID} {
+			return true
+		}
+	}
+	return false
 }
 
 // homeVolumes returns the mirror's host volumes while it counts.
@@ -450,6 +481,21 @@ func (m *mirror) job(id string, now time.Time) *api.JobListStub {
 		return nil
 	}
 	return m.jobs[id]
+}
+
+// jobWithAllocs returns job id and its allocations as the mirror holds
+// them, and whether it counts; a nil job is one the mirror does not hold.
+func (m *mirror) jobWithAllocs(id string, now time.Time) (*api.JobListStub, []*api.AllocationListStub, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.fresh(now) {
+		return nil, nil, false
+	}
+	allocs := make([]*api.AllocationListStub, 0, len(m.allocsByJob[id]))
+	for allocID := range m.allocsByJob[id] {
+		allocs = append(allocs, m.allocs[allocID])
+	}
+	return m.jobs[id], allocs, true
 }
 
 // volumeNamed returns the newest volume named name while the mirror

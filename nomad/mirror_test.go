@@ -181,6 +181,29 @@ func TestMirrorApply(t *testing.T) {
 				t.Error("service A kept after a read found no registration")
 			}
 		}},
+		{"services: the allocations that registered a name", []api.Event{
+			serviceEvent("ServiceRegistration", 11, &api.ServiceRegistration{ID: "r3", ServiceName: jobB, JobID: jobB, AllocID: "b1"}),
+			serviceEvent("ServiceRegistration", 12, &api.ServiceRegistration{ID: "r4", ServiceName: jobB, JobID: jobB, AllocID: "b2"}),
+			serviceEvent(eventServiceDeregistered, 13, &api.ServiceRegistration{ID: "r4", ServiceName: jobB, JobID: jobB, AllocID: "b2"}),
+		}, func(t *testing.T, m *mirror) {
+			m.mu.Unlock()
+			defer m.mu.Lock()
+			now := time.Now()
+			for _, c := range []struct {
+				alloc, job string
+				want       bool
+			}{{"b1", jobB, true}, {"b2", jobB, false}, {"b1", jobA, false}, {"a1", jobA, false}} {
+				if got := m.registeredBy(jobB, c.alloc, c.job, now); got != c.want {
+					t.Errorf("registered by %s of %s: %v, want %v", c.alloc, c.job, got, c.want)
+				}
+			}
+			m.mu.Lock()
+			m.broken()
+			m.mu.Unlock()
+			if m.registeredBy(jobB, "b1", jobB, now) {
+				t.Error("a mirror that does not count answered")
+			}
+		}},
 		{"an event it cannot read", []api.Event{{Topic: api.TopicAllocation, Index: 11, Payload: map[string]any{"Allocation": "nonsense"}}}, func(t *testing.T, m *mirror) {
 			if m.fresh(time.Now()) {
 				t.Error("the mirror still counts")

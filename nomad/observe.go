@@ -269,6 +269,9 @@ func (b *Backend) readChecks(ctx context.Context, allocs []*api.AllocationListSt
 // workspace's service made by allocation a of its own job.
 func (b *Backend) registeredBy(ctx context.Context, a *api.AllocationListStub) bool {
 	wsID, _, _ := controller.ParseJobName(a.JobID)
+	if b.mirror.registeredBy(serviceName(wsID), a.ID, a.JobID, time.Now()) {
+		return true
+	}
 	regs, _, err := b.client.Services().Get(serviceName(wsID), b.query(ctx))
 	if err != nil {
 		b.logger.Debug("read service registrations", "alloc_id", a.ID, "error", err)
