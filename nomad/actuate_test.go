@@ -854,6 +854,10 @@ func TestStartWorkspaceAgainReadsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := jobID(testWS)
+	// The mirror holds no such job: none is read before registering.
+	if n := len(f.calls("GET /v1/job/" + id)); n != 0 {
+		t.Errorf("a first start read the job %d times", n)
+	}
 	registeredAt := func(index uint64) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
