@@ -74,13 +74,18 @@ type tableIndexes struct {
 type serviceEntry struct {
 	ids map[string]bool
 	// owners are the allocations events showed registering the name, by
-	// registration id: allocation and job id.
-	owners map[string][2]string
+	// registration id.
+	owners map[string]serviceOwner
 	listed bool
 	dirty  bool
 	// seq moves with every event about the name, so a read taken while
 	// an event came does not overwrite it.
 	seq uint64
+}
+
+// serviceOwner is the allocation, and its job, that made a registration.
+type serviceOwner struct {
+	allocID, jobID string
 }
 
 func newMirror() *mirror { return &mirror{} }
@@ -428,9 +433,9 @@ func (m *mirror) applyService(ev *api.Event) {
 	if ev.Type != eventServiceDeregistered {
 		e.ids[s.ID] = true
 		if e.owners == nil {
-			e.owners = make(map[string][2]string)
+			e.owners = make(map[string]serviceOwner)
 		}
-		e.owners[s.ID] = [2]string{s.AllocID, s.JobID}
+		e.owners[s.ID] = serviceOwner{allocID: s.AllocID, jobID: s.JobID}
 		return
 	}
 	delete(e.ids, s.ID)
@@ -456,7 +461,7 @@ func (m *mirror) registeredBy(name, allocID, jobID string, now time.Time) bool {
 		return false
 	}
 	for _, owner := range e.owners {
-		if owner == [2]string{allocID, jobID} {
+		if owner == (serviceOwner{allocID: allocID, jobID: jobID}) {
 			return true
 		}
 	}
