@@ -232,6 +232,10 @@ type Backend struct {
 	answered *answered
 	prober   atomic.Pointer[prober]
 
+	// reviver registers again home volumes Nomad keeps unavailable on a
+	// ready node (revive.go); only Observe uses it.
+	reviver *reviver
+
 	// hostPaths caches each home volume's host path, by volume id;
 	// registrations the jobs this backend registered (ownRegistration).
 	hostPaths     sync.Map
@@ -258,6 +262,7 @@ func New(logger hclog.Logger, client *api.Client, opts Options, renderer *jobspe
 		mirror:   newMirror(),
 		now:      time.Now,
 		answered: newAnswered(),
+		reviver:  newReviver(),
 	}
 }
 

@@ -100,6 +100,9 @@ func (b *Backend) observe(ctx context.Context) (controller.Snapshot, error) {
 		defer mu.Unlock()
 		unsettled[wsID] = true
 	}
+	for _, wsID := range b.reviveVolumes(ctx, l) {
+		unsettled[wsID] = true
+	}
 	unfinished := func(allocs []*api.AllocationListStub) []*api.AllocationListStub {
 		for _, a := range allocs {
 			if !clientTerminal(a.ClientStatus) {
