@@ -122,7 +122,7 @@ func (b *Backend) observe(ctx context.Context) (controller.Snapshot, error) {
 		for _, a := range starting {
 			keep[a.ID] = true
 			if p != nil {
-				p.offer(a.ID)
+				p.offer(a.ID, nil)
 			}
 		}
 		l.answered = b.answered.snapshot(keep)

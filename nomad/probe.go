@@ -139,11 +139,19 @@ type prober struct {
 	logger  hclog.Logger
 	backend *Backend
 	wake    func()
-	queue   chan string
+	queue   chan probeOffer
 }
 
-// offer queues allocation allocID for probing unless it was offered before.
-func (p *prober) offer(allocID string) {
+// probeOffer is an allocation to probe: its id, and the allocation as an
+// event carried it (nil when an observation offers it).
+type probeOffer struct {
+	id    string
+	alloc *api.Allocation
+}
+
+// offer queues allocation allocID for probing unless it was offered
+// before; a is the allocation as an event carried it, or nil.
+func (p *prober) offer(allocID string, a *api.Allocation) {
 	s := p.backend.answered
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -151,7 +159,7 @@ func (p *prober) offer(allocID string) {
 		return
 	}
 	select {
-	case p.queue <- allocID:
+	case p.queue <- probeOffer{id: allocID, alloc: a}:
 		s.offered[allocID] = true
 	default:
 	}
@@ -163,11 +171,11 @@ func (p *prober) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		var id string
+		var o probeOffer
 		select {
 		case <-ctx.Done():
 			return
-		case id = <-p.queue:
+		case o = <-p.queue:
 		}
 		select {
 		case <-ctx.Done():
@@ -178,25 +186,29 @@ func (p *prober) run(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			p.probe(ctx, id)
+			p.probe(ctx, o)
 		}()
 	}
 }
 
-// probe reads the allocation once, for its address and run, then probes
-// its program until it answers, an observation finds the allocation no
-// longer starting, or the window ends.
-func (p *prober) probe(ctx context.Context, allocID string) {
+// probe finds the allocation's address and run, from the event that
+// offered it and the job the mirror holds or else by reading it, then
+// probes its program until it answers, an observation finds the
+// allocation no longer starting, or the window ends.
+func (p *prober) probe(ctx context.Context, o probeOffer) {
 	ctx, cancel := context.WithTimeout(ctx, probeWindow)
 	defer cancel()
-	a, _, err := p.backend.client.Allocations().Info(allocID, p.backend.query(ctx))
-	if err != nil {
-		p.logger.Debug("read allocation to probe", "alloc_id", allocID, "error", err)
-		return
-	}
-	target, ok := probeTarget(a, p.backend.opts.Namespace)
+	allocID := o.id
+	target, ok := p.eventTarget(o.alloc)
 	if !ok {
-		return
+		a, _, err := p.backend.client.Allocations().Info(allocID, p.backend.query(ctx))
+		if err != nil {
+			p.logger.Debug("read allocation to probe", "alloc_id", allocID, "error", err)
+			return
+		}
+		if target, ok = probeTarget(a, p.backend.opts.Namespace); !ok {
+			return
+		}
 	}
 	wait := probeFirst
 	for {
@@ -232,6 +244,23 @@ func (p *prober) wanted(allocID string) bool {
 	return s.offered[allocID]
 }
 
+// eventTarget is what to probe of allocation a as an event carried it,
+// which has no job: the run is the job's the mirror holds, when a was
+// created by that registration (an allocation of an earlier one, updated
+// in place since, is read instead).
+func (p *prober) eventTarget(a *api.Allocation) (probeAddr, bool) {
+	if a == nil {
+		return probeAddr{}, false
+	}
+	j := p.backend.mirror.job(a.JobID, time.Now())
+	if j == nil || j.Stop || j.JobModifyIndex > a.CreateIndex {
+		return probeAddr{}, false
+	}
+	withJob := *a
+	withJob.Job = &api.Job{ID: &j.ID, Meta: j.Meta}
+	return probeTarget(&withJob, p.backend.opts.Namespace)
+}
+
 type probeAddr struct {
 	wsID, run, addr string
 }
@@ -258,22 +287,19 @@ func probeTarget(a *api.Allocation, namespace string) (probeAddr, bool) {
 
 // startingAlloc reports an allocation event's allocation that is worth
 // probing: a workspace job's, running, meant to run, health unknown.
-func startingAlloc(ev api.Event) (string, bool) {
+func startingAlloc(ev api.Event) (*api.Allocation, bool) {
 	if ev.Topic != api.TopicAllocation || !slices.ContainsFunc(ev.FilterKeys, isWorkspaceJob) {
-		return "", false
+		return nil, false
 	}
 	a, err := ev.Allocation()
-	if err != nil || a == nil {
-		return "", false
-	}
-	if !isWorkspaceJob(a.JobID) {
-		return "", false
+	if err != nil || a == nil || !isWorkspaceJob(a.JobID) {
+		return nil, false
 	}
 	if a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun ||
 		a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil {
-		return "", false
+		return nil, false
 	}
-	return a.ID, true
+	return a, true
 }
 
 // isWorkspaceJob: id names a workspace job. An allocation event's filter

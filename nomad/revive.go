@@ -13,7 +13,7 @@ import (
 // A client that comes back registers its host volumes again, and Nomad
 // calls each unavailable until the client's fingerprint lists it. Now and
 // then a volume stays unavailable for minutes on a node that is ready
-// (docs/nomad.md, "What Nomad does"), and no job is placed on it: the
+// (docs/nomad.md, "Node loss"), and no job is placed on it: the
 // workspace waits. Sending the volume's create request again, with its id,
 // has the client register it at once; its plugin finds the directory there
 // and keeps it.

@@ -35,7 +35,7 @@ var watchTopics = map[api.Topic][]string{
 // probe.go) and wakes the controller the moment one answers.
 func (b *Backend) Watch(ctx context.Context, wake func()) error {
 	if b.opts.ServiceProvider == ProviderNomad && !b.opts.CheckOnly {
-		p := &prober{logger: b.logger.Named("probe"), backend: b, wake: wake, queue: make(chan string, probeQueue)}
+		p := &prober{logger: b.logger.Named("probe"), backend: b, wake: wake, queue: make(chan probeOffer, probeQueue)}
 		ctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
@@ -100,8 +100,8 @@ func (b *Backend) stream(ctx context.Context, index uint64, wake func()) (uint64
 		}
 		if p := b.prober.Load(); p != nil {
 			for _, ev := range events.Events {
-				if id, ok := startingAlloc(ev); ok {
-					p.offer(id)
+				if a, ok := startingAlloc(ev); ok {
+					p.offer(a.ID, a)
 				}
 			}
 		}

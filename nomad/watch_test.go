@@ -78,9 +78,9 @@ func TestStartingAlloc(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			id, ok := startingAlloc(tc.ev)
-			if ok != tc.want || ok && id != "a1" {
-				t.Fatalf("startingAlloc = %q, %v, want %v", id, ok, tc.want)
+			a, ok := startingAlloc(tc.ev)
+			if ok != tc.want || ok && a.ID != "a1" {
+				t.Fatalf("startingAlloc = %+v, %v, want %v", a, ok, tc.want)
 			}
 		})
 	}
@@ -91,20 +91,20 @@ func TestStartingAlloc(t *testing.T) {
 // drops what is no longer starting.
 func TestProbeOffers(t *testing.T) {
 	b := &Backend{answered: newAnswered()}
-	first := &prober{backend: b, queue: make(chan string, 4)}
-	first.offer("a1")
-	first.offer("a1")
-	first.offer("a2")
+	first := &prober{backend: b, queue: make(chan probeOffer, 4)}
+	first.offer("a1", nil)
+	first.offer("a1", nil)
+	first.offer("a2", nil)
 	if n := len(first.queue); n != 2 {
 		t.Fatalf("%d allocations queued, want 2 (a1 once, a2)", n)
 	}
 	b.answered.answers["a2"] = answer{run: "r1", at: time.Now()}
 
 	b.answered.dropOffers()
-	next := &prober{backend: b, queue: make(chan string, 4)}
-	next.offer("a1")
-	next.offer("a2")
-	if got := len(next.queue); got != 1 || <-next.queue != "a1" {
+	next := &prober{backend: b, queue: make(chan probeOffer, 4)}
+	next.offer("a1", nil)
+	next.offer("a2", nil)
+	if got := len(next.queue); got != 1 || (<-next.queue).id != "a1" {
 		t.Fatalf("next prober got %d allocation(s), want only a1, which no probe answered", got)
 	}
 
@@ -114,5 +114,58 @@ func TestProbeOffers(t *testing.T) {
 	}
 	if !next.wanted("a1") || next.wanted("a2") {
 		t.Fatal("a1 still starting must stay wanted, a2 must not")
+	}
+}
+
+// An allocation offered by its event is probed at the address the event
+// carries, with the run of the job the mirror holds, when that
+// registration created it; otherwise (no stream, a job registered again
+// since, a stopped job) the allocation is read for its job.
+func TestProbeEventTarget(t *testing.T) {
+	job := "ws-" + wsMirrorA
+	alloc := func(createIndex uint64) *api.Allocation {
+		return &api.Allocation{
+			ID: "a2", Namespace: "default", JobID: job, CreateIndex: createIndex,
+			ClientStatus: api.AllocClientStatusRunning, DesiredStatus: api.AllocDesiredStatusRun,
+			AllocatedResources: &api.AllocatedResources{Shared: api.AllocatedSharedResources{Ports: []api.PortMapping{
+				{Label: "agent", HostIP: "127.0.0.1", Value: 20001},
+				{Label: "http", HostIP: "127.0.0.1", Value: 20002},
+			}}},
+		}
+	}
+	withRun := func(m *mirror, modifyIndex uint64, stop bool) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.jobs[job] = &api.JobListStub{ID: job, Type: "service", Stop: stop, ModifyIndex: modifyIndex, JobModifyIndex: modifyIndex,
+			Meta: managedMeta(wsMirrorA, MetaRunID, "run-2")}
+	}
+	cases := []struct {
+		name    string
+		mirror  func() *mirror
+		alloc   *api.Allocation
+		want    probeAddr
+		wantHit bool
+	}{
+		{"created by the job the mirror holds", func() *mirror { m, _ := installed(t); withRun(m, 20, false); return m },
+			alloc(21), probeAddr{wsID: wsMirrorA, run: "run-2", addr: "127.0.0.1:20002"}, true},
+		{"created by that registration's own index", func() *mirror { m, _ := installed(t); withRun(m, 21, false); return m },
+			alloc(21), probeAddr{wsID: wsMirrorA, run: "run-2", addr: "127.0.0.1:20002"}, true},
+		{"the job was registered again since", func() *mirror { m, _ := installed(t); withRun(m, 30, false); return m },
+			alloc(21), probeAddr{}, false},
+		{"the job is stopped", func() *mirror { m, _ := installed(t); withRun(m, 20, true); return m },
+			alloc(21), probeAddr{}, false},
+		{"no stream", func() *mirror { return newMirror() }, alloc(21), probeAddr{}, false},
+		{"offered by an observation", func() *mirror { m, _ := installed(t); withRun(m, 20, false); return m },
+			nil, probeAddr{}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Backend{mirror: tc.mirror(), opts: Options{Namespace: "default"}}
+			p := &prober{backend: b}
+			got, ok := p.eventTarget(tc.alloc)
+			if ok != tc.wantHit || got != tc.want {
+				t.Fatalf("eventTarget = %+v, %v; want %+v, %v", got, ok, tc.want, tc.wantHit)
+			}
+		})
 	}
 }
