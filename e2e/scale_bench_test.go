@@ -464,15 +464,31 @@ func (d *directClient) wake(n int) waits {
 	return d.awaitReady(jobs, old, began)
 }
 
-// teardown purges the jobs and deletes the volumes.
+// teardown stops the jobs and waits until the client has ended every
+// allocation, then purges them and deletes the volumes. A purge alone
+// drops the allocations from the server at once while the client takes
+// minutes to kill hundreds of tasks: codehub's measurements would begin
+// on a node still busy with the baseline's.
 func (d *directClient) teardown() {
 	d.tb.Helper()
-	if err := parallel(len(d.jobs), func(i int) error {
-		_, _, err := d.client.Jobs().Deregister(*d.jobs[i].ID, true, nil)
-		return err
-	}); err != nil {
-		d.tb.Fatal(err)
+	deregister := func(purge bool) {
+		if err := parallel(len(d.jobs), func(i int) error {
+			_, _, err := d.client.Jobs().Deregister(*d.jobs[i].ID, purge, nil)
+			return err
+		}); err != nil {
+			d.tb.Fatal(err)
+		}
 	}
+	deregister(false)
+	nomadtest.Eventually(d.tb, 15*time.Minute, "the direct allocations ended", func() bool {
+		for _, a := range d.allocs() {
+			if !clientTerminal(a.ClientStatus) {
+				return false
+			}
+		}
+		return true
+	})
+	deregister(true)
 	nomadtest.Eventually(d.tb, 5*time.Minute, "the direct volumes deleted", func() bool {
 		left := 0
 		for _, id := range d.volumes {
