@@ -16,7 +16,8 @@ import (
 // (docs/nomad.md, "Node loss"), and no job is placed on it: the
 // workspace waits. Sending the volume's create request again, with its id,
 // has the client register it at once; its plugin finds the directory there
-// and keeps it.
+// and keeps it. That is no new risk to the home: a client runs the same
+// create for each of its volumes every time it starts.
 const (
 	// reviveAfter is how long a home volume may stay unavailable on a ready
 	// node before it is registered again: a returning client's volumes
