@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/codehub-io/codehub/archive"
 )
@@ -235,6 +236,14 @@ type Observed struct {
 	// and written to the home). Read only for a start on a node that
 	// takes no new allocation.
 	RunStarted bool
+	// Preparing: an allocation of that registration is placed on a node
+	// that is still preparing it (fetching an artifact or an image) before
+	// the program runs. RunningSince is when the program of the current
+	// allocation began running, zero when none runs or the backend cannot
+	// say. A start's deadline counts the program's own time, not a busy
+	// node's queue (plan.go, startClock).
+	Preparing    bool
+	RunningSince time.Time
 	// UpstreamReady: the workspace passes its health check.
 	UpstreamReady bool
 	// Failure is set when the workspace job cannot run (image pull failure,

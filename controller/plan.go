@@ -451,7 +451,8 @@ func (p *planner) inFlight() Action {
 			limit = 0
 		}
 	}
-	if a.Next.Operation == workspace.OpNone || limit <= 0 || w.OpStartedAt == nil || p.now.Sub(*w.OpStartedAt) <= limit {
+	began, counting := p.startClock()
+	if a.Next.Operation == workspace.OpNone || limit <= 0 || !counting || p.now.Sub(began) <= limit {
 		return a
 	}
 	// Judged on the row this pass writes: an archive it commits counts.
@@ -469,6 +470,30 @@ func (p *planner) inFlight() Action {
 		return p.archiveFailed(workspace.ReasonTimeout, msg, true, steps...)
 	}
 	return p.fail(workspace.ReasonTimeout, msg, true)
+}
+
+// startClock is when the running operation's deadline began, and whether
+// it runs now. A start's counts the program's own time: not while its node
+// prepares it (Nomad bounds a download or an image pull itself and reports
+// its failure), and from when the program began running if that came
+// later than the operation. In a wave of hundreds of starts a busy node
+// prepares the last ones many minutes after they were asked for; their
+// programs are not the ones that were slow.
+func (p *planner) startClock() (time.Time, bool) {
+	w := p.w
+	if w.OpStartedAt == nil {
+		return time.Time{}, false
+	}
+	if w.Operation != workspace.OpStarting {
+		return *w.OpStartedAt, true
+	}
+	if p.obs.Preparing {
+		return time.Time{}, false
+	}
+	if p.obs.RunningSince.After(*w.OpStartedAt) {
+		return p.obs.RunningSince, true
+	}
+	return *w.OpStartedAt, true
 }
 
 // nodeAway ends an operation that needs a new allocation on the home's

@@ -643,3 +643,46 @@ func TestWithOutput(t *testing.T) {
 		t.Errorf("byte bound: %q", got)
 	}
 }
+
+// TestPlanStartDeadlineCountsTheProgram: a start's deadline does not run
+// while its node prepares the program (a wave's last starts wait there for
+// minutes on a busy node), and runs from when the program began if that
+// came later than the operation; a program that runs unhealthy past it,
+// or a start nothing was placed for, still times out.
+func TestPlanStartDeadlineCountsTheProgram(t *testing.T) {
+	limit := testCfg.Timeouts[workspace.OpStarting]
+	live := Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, RunStarted: true}
+	for _, c := range []struct {
+		name      string
+		obs       Observed
+		after     time.Duration
+		wantError bool
+	}{
+		{"within the deadline", live, limit - time.Second, false},
+		{"past it, the program running all along", live, limit + time.Second, true},
+		{"past it, still being prepared", Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, Preparing: true}, 3 * limit, false},
+		{"past it, running for a minute", withRunning(live, t0.Add(-time.Minute)), 3 * limit, false},
+		{"past it, running unhealthy for longer", withRunning(live, t0.Add(-limit-time.Second)), 3 * limit, true},
+		{"running since before the operation", withRunning(live, t0.Add(-4*limit)), limit + time.Second, true},
+		{"past it, nothing placed", Observed{VolumeExists: true, VolumeReady: true}, limit + time.Second, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+			w.Operation, w.RunID = workspace.OpStarting, opOld
+			started := t0.Add(-c.after)
+			w.OpStartedAt = &started
+			a := Plan(w, c.obs, ArchiveCheck{}, t0, testCfg)
+			if failed := deref(a.Next.ErrorReason) == workspace.ReasonTimeout; failed != c.wantError {
+				t.Fatalf("op %s phase %s error %s; want a timeout: %v", a.Next.Operation, a.Next.Phase, deref(a.Next.ErrorReason), c.wantError)
+			}
+			if !c.wantError && a.Next.Operation != workspace.OpStarting {
+				t.Errorf("operation %s, want STARTING still", a.Next.Operation)
+			}
+		})
+	}
+}
+
+func withRunning(o Observed, since time.Time) Observed {
+	o.RunningSince = since
+	return o
+}

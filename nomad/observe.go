@@ -919,6 +919,7 @@ func assemble(l listing) controller.Snapshot {
 				o.RunStarted = slices.ContainsFunc(current[id], func(a *api.AllocationListStub) bool {
 					return a.ClientStatus != api.AllocClientStatusPending
 				})
+				o.Preparing, o.RunningSince = runProgress(current[id])
 			}
 			o.StopArchive = stopArchive(wsID, j, current[id], l.stops)
 		case controller.JobArchive:
@@ -929,6 +930,27 @@ func assemble(l listing) controller.Snapshot {
 		snap.Workspaces[wsID] = o
 	}
 	return snap
+}
+
+// runProgress reports whether a node is still preparing an allocation of
+// allocs (pending, meant to run), and since when the program of a running
+// one runs: its modify time, as nothing changes a running allocation but
+// its health (which ends a start) until it stops.
+func runProgress(allocs []*api.AllocationListStub) (preparing bool, runningSince time.Time) {
+	for _, a := range allocs {
+		if a.DesiredStatus != api.AllocDesiredStatusRun {
+			continue
+		}
+		switch a.ClientStatus {
+		case api.AllocClientStatusPending:
+			preparing = true
+		case api.AllocClientStatusRunning:
+			if t := time.Unix(0, a.ModifyTime).UTC(); a.ModifyTime > 0 && t.After(runningSince) {
+				runningSince = t
+			}
+		}
+	}
+	return preparing, runningSince
 }
 
 // stopArchive reports the stop-archive task of the newest allocation of a

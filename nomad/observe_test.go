@@ -30,6 +30,10 @@ const (
 	wsGhost    = "01mmmmmmmmmmmmmmmmmmmmmmmm"
 )
 
+// startingSince is when the program of the starting fixture workspace
+// began running.
+var startingSince = time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+
 func managedMeta(wsID string, extra ...string) map[string]string {
 	m := map[string]string{MetaManaged: "true", MetaWorkspaceID: wsID}
 	for i := 0; i+1 < len(extra); i += 2 {
@@ -66,7 +70,7 @@ func observeFixture(f *fakeNomad) {
 	}
 	allocs := []*api.AllocationListStub{
 		{ID: "a-ready", JobID: "ws-" + wsReady, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "run", DeploymentStatus: healthy(true)},
-		{ID: "a-starting", JobID: "ws-" + wsStarting, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "run"},
+		{ID: "a-starting", JobID: "ws-" + wsStarting, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "run", ModifyTime: startingSince.UnixNano()},
 		// Stopped job whose task is still being killed: live, not ready.
 		{ID: "a-stopping", JobID: "ws-" + wsStopping, CreateIndex: 11, ClientStatus: "running", DesiredStatus: "stop", DeploymentStatus: healthy(true)},
 		// An older attempt of the archive job must not shadow the current one.
@@ -148,7 +152,7 @@ func TestObserve(t *testing.T) {
 		// A placed run started (RunStarted); one pulling its image (a
 		// pending allocation) or never placed has not.
 		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, UpstreamReady: true},
-		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, UpstreamReady: true},
+		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, RunningSince: startingSince, UpstreamReady: true},
 		wsStopping: {VolumeExists: true, VolumeID: "v3", NodeID: "n-up", Node: "node-up", ContainerLive: true},
 		wsDown:     {VolumeExists: true, VolumeID: "v5", NodeID: "n-down", Node: "node-down", NodeAway: workspace.ReasonNodeDown},
 		wsDrained:  {VolumeExists: true, VolumeReady: true, VolumeID: "v6", NodeID: "n-drained", Node: "node-drained", NodeAway: workspace.ReasonNodeIneligible, NodeDraining: true},
@@ -161,7 +165,7 @@ func TestObserve(t *testing.T) {
 			OpID: "01opopopopopopopopopopopop", ArchiveKey: "archives/s", Attempt: 1,
 			Status: controller.JobFailed, ExitCode: -1, ErrorCode: "UNKNOWN", Message: "job stopped before it finished",
 		}},
-		wsPull: {ContainerLive: true, Failure: &controller.Failure{
+		wsPull: {ContainerLive: true, Preparing: true, Failure: &controller.Failure{
 			Reason: workspace.ReasonImagePullFailed, Terminal: true,
 			Message: "Failed to pull `codercom/code-server:nope`: manifest unknown",
 		}},
