@@ -934,8 +934,10 @@ func assemble(l listing) controller.Snapshot {
 
 // runProgress reports whether a node is still preparing an allocation of
 // allocs (pending, meant to run), and since when the program of a running
-// one runs: its modify time, as nothing changes a running allocation but
-// its health (which ends a start) until it stops.
+// one whose health is unknown runs: its modify time, as nothing but its
+// health changes a running allocation until it stops. One whose health
+// is known does not count: Nomad setting it unhealthy must not restart a
+// start's deadline.
 func runProgress(allocs []*api.AllocationListStub) (preparing bool, runningSince time.Time) {
 	for _, a := range allocs {
 		if a.DesiredStatus != api.AllocDesiredStatusRun {
@@ -945,6 +947,9 @@ func runProgress(allocs []*api.AllocationListStub) (preparing bool, runningSince
 		case api.AllocClientStatusPending:
 			preparing = true
 		case api.AllocClientStatusRunning:
+			if a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil {
+				continue
+			}
 			if t := time.Unix(0, a.ModifyTime).UTC(); a.ModifyTime > 0 && t.After(runningSince) {
 				runningSince = t
 			}

@@ -547,3 +547,40 @@ func TestAllocsNeedingEvents(t *testing.T) {
 		}
 	}
 }
+
+func TestRunProgress(t *testing.T) {
+	at := func(sec int64) int64 {
+		return time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC).Add(time.Duration(sec) * time.Second).UnixNano()
+	}
+	running := func(sec int64, health *api.AllocDeploymentStatus) *api.AllocationListStub {
+		return &api.AllocationListStub{ClientStatus: "running", DesiredStatus: "run", ModifyTime: at(sec), DeploymentStatus: health}
+	}
+	cases := []struct {
+		name      string
+		allocs    []*api.AllocationListStub
+		preparing bool
+		since     int64 // seconds after 9:00; -1: zero
+	}{
+		{"none", nil, false, -1},
+		{"being prepared", []*api.AllocationListStub{{ClientStatus: "pending", DesiredStatus: "run"}}, true, -1},
+		{"a pending one being stopped", []*api.AllocationListStub{{ClientStatus: "pending", DesiredStatus: "stop"}}, false, -1},
+		{"running, health unknown", []*api.AllocationListStub{running(30, nil)}, false, 30},
+		{"running, health not set yet", []*api.AllocationListStub{running(30, &api.AllocDeploymentStatus{})}, false, 30},
+		{"set unhealthy", []*api.AllocationListStub{running(30, healthy(false))}, false, -1},
+		{"healthy", []*api.AllocationListStub{running(30, healthy(true))}, false, -1},
+		{"ended", []*api.AllocationListStub{{ClientStatus: "failed", DesiredStatus: "run", ModifyTime: at(30)}}, false, -1},
+		{"the latest of two", []*api.AllocationListStub{running(30, nil), running(90, nil)}, false, 90},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			preparing, since := runProgress(c.allocs)
+			want := time.Time{}
+			if c.since >= 0 {
+				want = time.Unix(0, at(c.since)).UTC()
+			}
+			if preparing != c.preparing || !since.Equal(want) {
+				t.Errorf("runProgress = %v, %v; want %v, %v", preparing, since, c.preparing, want)
+			}
+		})
+	}
+}
