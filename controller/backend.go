@@ -241,7 +241,7 @@ type Observed struct {
 	// the program runs. RunningSince is when the program of the current
 	// allocation began running, zero when none runs or the backend cannot
 	// say. A start's deadline counts the program's own time, not a busy
-	// node's queue (plan.go, startClock).
+	// node's queue (plan.go, deadlineSince).
 	Preparing    bool
 	RunningSince time.Time
 	// UpstreamReady: the workspace passes its health check.

@@ -451,7 +451,7 @@ func (p *planner) inFlight() Action {
 			limit = 0
 		}
 	}
-	began, counting := p.startClock()
+	began, counting := p.deadlineSince()
 	if a.Next.Operation == workspace.OpNone || limit <= 0 || !counting || p.now.Sub(began) <= limit {
 		return a
 	}
@@ -472,14 +472,14 @@ func (p *planner) inFlight() Action {
 	return p.fail(workspace.ReasonTimeout, msg, true)
 }
 
-// startClock is when the running operation's deadline began, and whether
+// deadlineSince is when the running operation's deadline began, and whether
 // it runs now. A start's counts the program's own time: not while its node
 // prepares it (Nomad bounds a download or an image pull itself and reports
 // its failure), and from when the program began running if that came
 // later than the operation. In a wave of hundreds of starts a busy node
 // prepares the last ones many minutes after they were asked for; their
 // programs are not the ones that were slow.
-func (p *planner) startClock() (time.Time, bool) {
+func (p *planner) deadlineSince() (time.Time, bool) {
 	w := p.w
 	if w.OpStartedAt == nil {
 		return time.Time{}, false
