@@ -72,8 +72,13 @@ func BenchmarkNomadScale(b *testing.B) {
 	agentPID := agentProcess(b, agent)
 	for i := 0; i < b.N; i++ {
 		direct := &directClient{tb: b, client: agent.Client, program: wsserver}
+		roots := map[int]string{agentPID: "nomad agent", os.Getpid(): "harness"}
+		cpu := phaseCPU(b, roots)
 		baseCreate := direct.create(n)
+		b.Logf("cpu, creating: direct %s", cpu().report(n))
+		cpu = phaseCPU(b, roots)
 		baseWake := direct.wake(n / 2)
+		b.Logf("cpu, stopping %d and waking them: direct %s", n/2, cpu().report(n/2))
 		direct.teardown()
 
 		metricsPort := testenv.FreePort(b)
@@ -119,6 +124,8 @@ workspace {
 		emptyWakes := wakeSamples(c, probe, samples)
 
 		idle, _ := treeRSS(b, agentPID)
+		roots[srv.running.cmd.Process.Pid] = "codehub server"
+		cpu = phaseCPU(b, roots)
 		beforeCreate := scrapeEngine(b, metrics)
 		ids, created := c.wave(n-1, func(i int) (string, error) {
 			var ws apiWorkspace
@@ -129,6 +136,7 @@ workspace {
 			return ws.ID, err
 		}, "RUNNING")
 		creating := scrapeEngine(b, metrics).since(beforeCreate)
+		b.Logf("cpu, creating: codehub %s", cpu().report(n-1))
 		busy, processes := treeRSS(b, agentPID)
 		busyWakes := wakeSamples(c, probe, samples)
 
@@ -136,10 +144,12 @@ workspace {
 		c.each(half, func(id string) error { return c.trySetDesired(id, "STANDBY") })
 		c.awaitAll(half, "STANDBY", time.Now(), 10*time.Minute)
 		engineBefore := scrapeEngine(b, metrics)
+		cpu = phaseCPU(b, roots)
 		_, woken := c.wave(len(half), func(i int) (string, error) {
 			return half[i], c.trySetDesired(half[i], "RUNNING")
 		}, "RUNNING")
 		engine := scrapeEngine(b, metrics).since(engineBefore)
+		b.Logf("cpu, mass wake: codehub %s", cpu().report(len(half)))
 		passes := engine.passes
 		serverRSS := processRSS(b, srv.running.cmd.Process.Pid)
 
@@ -650,7 +660,7 @@ func deleteAll(c *apiClient, nomad *api.Client) {
 	c.tb.Logf("%d jobs of the %d deleted workspaces left after ten minutes", left, len(ids))
 }
 
-// stopAllJobs stops every job and waits, for up to five minutes, until the
+// stopAllJobs stops every job and waits, for up to fifteen minutes, until the
 // client has ended every allocation (a purge would drop them from the
 // server's state at once, before the client kills their tasks). What still
 // runs then is logged, not failed: the measurements are taken by then.
@@ -668,7 +678,9 @@ func stopAllJobs(tb testing.TB, client *api.Client) {
 		return
 	}
 	var live []string
-	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+	// Five minutes were not enough for 300 tasks on a busy two-core
+	// machine, and the next run then failed on their ports.
+	for deadline := time.Now().Add(15 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
 		allocs, _, err := client.Allocations().List(nil)
 		if err != nil {
 			continue
