@@ -244,6 +244,13 @@ type Observed struct {
 	// node's queue (plan.go, deadlineSince).
 	Preparing    bool
 	RunningSince time.Time
+	// Submitted is when the workspace job's current registration, not
+	// stopped, was submitted, and SubmittedRun the run it starts; zero
+	// when there is none. Only a backend that says so reports them
+	// (SubmissionReporter): a start's deadline then does not run while
+	// the controller has yet to submit it.
+	Submitted    time.Time
+	SubmittedRun string
 	// UpstreamReady: the workspace passes its health check.
 	UpstreamReady bool
 	// Failure is set when the workspace job cannot run (image pull failure,
@@ -257,6 +264,14 @@ type Observed struct {
 	// Backends without such a task never report one, nor does a stop
 	// codehub asked for.
 	StopArchive *JobResult
+}
+
+// SubmissionReporter is a backend that reports each workspace job's
+// submission (Observed.Submitted, SubmittedRun). A backend whose start
+// returns only once the program is launched (single-machine mode) has no
+// submission to report: there the deadline counts from the operation.
+type SubmissionReporter interface {
+	ReportsSubmissions() bool
 }
 
 // Failure is a classified backend problem.

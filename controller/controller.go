@@ -112,6 +112,10 @@ type Config struct {
 	// UpstreamAuth is the workspace block's upstream_auth, which decides
 	// the program's arguments.
 	UpstreamAuth string
+
+	// submissions: the backend reports each start's submission
+	// (SubmissionReporter), set by NewWorkspaceController.
+	submissions bool
 }
 
 // DefaultConfig is ConfigFrom the configuration's defaults, without
@@ -180,6 +184,9 @@ type orphan struct {
 func NewWorkspaceController(logger hclog.Logger, pool *pgxpool.Pool, backend Backend, archives ArchiveStore, cfg Config) *WorkspaceController {
 	if cfg.NewOpID == nil {
 		cfg.NewOpID = workspace.NewID
+	}
+	if r, ok := backend.(SubmissionReporter); ok {
+		cfg.submissions = r.ReportsSubmissions()
 	}
 	return &WorkspaceController{logger: logger, pool: pool, backend: backend, archives: archives, cfg: cfg, now: time.Now,
 		rows: map[string]*workspace.Workspace{}, orphans: map[string]orphan{}}

@@ -473,12 +473,15 @@ func (p *planner) inFlight() Action {
 }
 
 // deadlineSince is when the running operation's deadline began, and whether
-// it runs now. A start's counts the program's own time: not while its node
-// prepares it (Nomad bounds a download or an image pull itself and reports
-// its failure), and from when the program began running if that came
-// later than the operation. In a wave of hundreds of starts a busy node
-// prepares the last ones many minutes after they were asked for; their
-// programs are not the ones that were slow.
+// it runs now. A start's counts the program's own time: not before the
+// controller has submitted it, where the backend reports submissions (a
+// failed submission is a failed attempt already, with its own retries);
+// not while its node prepares it (Nomad bounds a download or an image pull
+// itself and reports its failure); and from the latest of the operation,
+// its submission and the program's start. In a wave of hundreds of starts
+// a busy control plane submits the last ones, and a busy node prepares
+// them, many minutes after they were asked for; their programs are not
+// the ones that were slow.
 func (p *planner) deadlineSince() (time.Time, bool) {
 	w := p.w
 	if w.OpStartedAt == nil {
@@ -487,13 +490,24 @@ func (p *planner) deadlineSince() (time.Time, bool) {
 	if w.Operation != workspace.OpStarting {
 		return *w.OpStartedAt, true
 	}
+	began := *w.OpStartedAt
+	if p.cfg.submissions {
+		if p.obs.Submitted.IsZero() || p.obs.SubmittedRun != w.RunID {
+			return time.Time{}, false
+		}
+		began = latest(began, p.obs.Submitted)
+	}
 	if p.obs.Preparing {
 		return time.Time{}, false
 	}
-	if p.obs.RunningSince.After(*w.OpStartedAt) {
-		return p.obs.RunningSince, true
+	return latest(began, p.obs.RunningSince), true
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	return *w.OpStartedAt, true
+	return a
 }
 
 // nodeAway ends an operation that needs a new allocation on the home's

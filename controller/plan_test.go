@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/codehub-io/codehub/archive"
 	"github.com/codehub-io/codehub/workspace"
 )
@@ -682,7 +684,79 @@ func TestPlanStartDeadlineCountsTheProgram(t *testing.T) {
 	}
 }
 
+// TestPlanStartDeadlineCountsFromSubmission: where the backend reports
+// submissions, a start's deadline does not run before the controller
+// has submitted this run, and counts from that submission.
+func TestPlanStartDeadlineCountsFromSubmission(t *testing.T) {
+	limit := testCfg.Timeouts[workspace.OpStarting]
+	cfg := testCfg
+	cfg.submissions = true
+	ready := Observed{VolumeExists: true, VolumeReady: true}
+	submitted := func(o Observed, run string, ago time.Duration) Observed {
+		o.Submitted, o.SubmittedRun = t0.Add(-ago), run
+		return o
+	}
+	live := Observed{VolumeExists: true, VolumeReady: true, ContainerLive: true, RunStarted: true}
+	for _, c := range []struct {
+		name      string
+		obs       Observed
+		wantError bool
+	}{
+		{"not submitted yet", ready, false},
+		{"an earlier run's registration", submitted(ready, opOld+"x", 3*limit), false},
+		{"submitted a minute ago, not placed", submitted(ready, opOld, time.Minute), false},
+		{"submitted long ago, never placed", submitted(ready, opOld, limit+time.Second), true},
+		{"submitted long ago, still being prepared", withPreparing(submitted(ready, opOld, 2*limit)), false},
+		{"submitted long ago, running a minute", withRunning(submitted(live, opOld, 2*limit), t0.Add(-time.Minute)), false},
+		{"submitted long ago, running unhealthy for longer", withRunning(submitted(live, opOld, 2*limit), t0.Add(-limit-time.Second)), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+			w.Operation, w.RunID = workspace.OpStarting, opOld
+			started := t0.Add(-3 * limit)
+			w.OpStartedAt = &started
+			a := Plan(w, c.obs, ArchiveCheck{}, t0, cfg)
+			if failed := deref(a.Next.ErrorReason) == workspace.ReasonTimeout; failed != c.wantError {
+				t.Fatalf("op %s phase %s error %s; want a timeout: %v", a.Next.Operation, a.Next.Phase, deref(a.Next.ErrorReason), c.wantError)
+			}
+			if !c.wantError && a.Next.Operation != workspace.OpStarting {
+				t.Errorf("operation %s, want STARTING still", a.Next.Operation)
+			}
+		})
+	}
+	// The same start past its deadline, from a backend that reports no
+	// submissions: it counts from the operation.
+	w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+	w.Operation, w.RunID = workspace.OpStarting, opOld
+	started := t0.Add(-3 * limit)
+	w.OpStartedAt = &started
+	if a := Plan(w, ready, ArchiveCheck{}, t0, testCfg); deref(a.Next.ErrorReason) != workspace.ReasonTimeout {
+		t.Errorf("without submissions: error %q, want a timeout", deref(a.Next.ErrorReason))
+	}
+}
+
+func withPreparing(o Observed) Observed {
+	o.ContainerLive, o.Preparing = true, true
+	return o
+}
+
 func withRunning(o Observed, since time.Time) Observed {
 	o.RunningSince = since
 	return o
+}
+
+// submittingBackend reports submissions, as the Nomad backend does.
+type submittingBackend struct{ staticBackend }
+
+func (*submittingBackend) ReportsSubmissions() bool { return true }
+
+// TestControllerCountsFromSubmissionsWhereReported: the controller asks
+// its backend whether it reports submissions, and plans by the answer.
+func TestControllerCountsFromSubmissionsWhereReported(t *testing.T) {
+	if c := NewWorkspaceController(hclog.NewNullLogger(), nil, &staticBackend{}, nil, DefaultConfig()); c.cfg.submissions {
+		t.Error("a backend that says nothing of submissions: the deadline waits for one")
+	}
+	if c := NewWorkspaceController(hclog.NewNullLogger(), nil, &submittingBackend{}, nil, DefaultConfig()); !c.cfg.submissions {
+		t.Error("a backend that reports submissions: the deadline does not wait for one")
+	}
 }

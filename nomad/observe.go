@@ -868,6 +868,12 @@ func sortedKeys(m map[string]int) []string {
 	return keys
 }
 
+var _ controller.SubmissionReporter = (*Backend)(nil)
+
+// ReportsSubmissions: every observation names when a workspace job's
+// current registration was submitted, and for which run (its meta).
+func (b *Backend) ReportsSubmissions() bool { return true }
+
 // assemble turns one listing into the snapshot. It does no I/O.
 func assemble(l listing) controller.Snapshot {
 	snap := controller.Snapshot{Workspaces: make(map[string]controller.Observed)}
@@ -920,6 +926,9 @@ func assemble(l listing) controller.Snapshot {
 					return a.ClientStatus != api.AllocClientStatusPending
 				})
 				o.Preparing, o.RunningSince = runProgress(current[id])
+				if j.SubmitTime > 0 {
+					o.Submitted, o.SubmittedRun = time.Unix(0, j.SubmitTime).UTC(), j.Meta[MetaRunID]
+				}
 			}
 			o.StopArchive = stopArchive(wsID, j, current[id], l.stops)
 		case controller.JobArchive:

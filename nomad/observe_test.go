@@ -34,6 +34,12 @@ const (
 // began running.
 var startingSince = time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 
+// startingSubmitted is when its job's registration, of run runStarting,
+// was submitted.
+var startingSubmitted = startingSince.Add(-time.Minute)
+
+const runStarting = "01runrunrunrunrunrunrunrun"
+
 func managedMeta(wsID string, extra ...string) map[string]string {
 	m := map[string]string{MetaManaged: "true", MetaWorkspaceID: wsID}
 	for i := 0; i+1 < len(extra); i += 2 {
@@ -47,8 +53,11 @@ func healthy(b bool) *api.AllocDeploymentStatus { return &api.AllocDeploymentSta
 func observeFixture(f *fakeNomad) {
 	jobs := []*api.JobListStub{
 		{ID: "ws-" + wsReady, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsReady)},
-		{ID: "ws-" + wsStarting, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsStarting)},
-		{ID: "ws-" + wsStopping, Status: "dead", Stop: true, JobModifyIndex: 20, Meta: managedMeta(wsStopping)},
+		{ID: "ws-" + wsStarting, Status: "running", JobModifyIndex: 10, SubmitTime: startingSubmitted.UnixNano(),
+			Meta: managedMeta(wsStarting, MetaRunID, runStarting)},
+		// A stopped registration is no start's submission.
+		{ID: "ws-" + wsStopping, Status: "dead", Stop: true, JobModifyIndex: 20, SubmitTime: startingSubmitted.UnixNano(),
+			Meta: managedMeta(wsStopping, MetaRunID, runStarting)},
 		{ID: "ws-" + wsArchive + "-archive", Type: "batch", Status: "dead", JobModifyIndex: 10,
 			Meta: managedMeta(wsArchive, MetaOpID, "01opopopopopopopopopopopop", MetaArchiveKey, "archives/k", MetaAttempt, "2")},
 		{ID: "ws-" + wsPull, Status: "running", JobModifyIndex: 10, Meta: managedMeta(wsPull)},
@@ -151,8 +160,9 @@ func TestObserve(t *testing.T) {
 	want := map[string]controller.Observed{
 		// A placed run started (RunStarted); one pulling its image (a
 		// pending allocation) or never placed has not.
-		wsReady:    {VolumeExists: true, VolumeReady: true, VolumeID: "v1", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, UpstreamReady: true},
-		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, RunningSince: startingSince, UpstreamReady: true},
+		wsReady: {VolumeExists: true, VolumeReady: true, VolumeID: "v1", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, UpstreamReady: true},
+		wsStarting: {VolumeExists: true, VolumeReady: true, VolumeID: "v2", NodeID: "n-up", Node: "node-up", ContainerLive: true, RunStarted: true, RunningSince: startingSince,
+			Submitted: startingSubmitted, SubmittedRun: runStarting, UpstreamReady: true},
 		wsStopping: {VolumeExists: true, VolumeID: "v3", NodeID: "n-up", Node: "node-up", ContainerLive: true},
 		wsDown:     {VolumeExists: true, VolumeID: "v5", NodeID: "n-down", Node: "node-down", NodeAway: workspace.ReasonNodeDown},
 		wsDrained:  {VolumeExists: true, VolumeReady: true, VolumeID: "v6", NodeID: "n-drained", Node: "node-drained", NodeAway: workspace.ReasonNodeIneligible, NodeDraining: true},
