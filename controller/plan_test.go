@@ -668,19 +668,24 @@ func TestPlanStartDeadlineCountsTheProgram(t *testing.T) {
 		{"running since before the operation", withRunning(live, t0.Add(-4*limit)), limit + time.Second, true},
 		{"past it, nothing placed", Observed{VolumeExists: true, VolumeReady: true}, limit + time.Second, true},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
-			w.Operation, w.RunID = workspace.OpStarting, opOld
-			started := t0.Add(-c.after)
-			w.OpStartedAt = &started
-			a := Plan(w, c.obs, ArchiveCheck{}, t0, testCfg)
-			if failed := deref(a.Next.ErrorReason) == workspace.ReasonTimeout; failed != c.wantError {
-				t.Fatalf("op %s phase %s error %s; want a timeout: %v", a.Next.Operation, a.Next.Phase, deref(a.Next.ErrorReason), c.wantError)
-			}
-			if !c.wantError && a.Next.Operation != workspace.OpStarting {
-				t.Errorf("operation %s, want STARTING still", a.Next.Operation)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { checkStartDeadline(t, testCfg, c.obs, c.after, c.wantError) })
+	}
+}
+
+// checkStartDeadline plans a start of run opOld that began ago, as obs
+// shows it, and checks that it timed out or goes on as wantError says.
+func checkStartDeadline(t *testing.T, cfg Config, obs Observed, ago time.Duration, wantError bool) {
+	t.Helper()
+	w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
+	w.Operation, w.RunID = workspace.OpStarting, opOld
+	started := t0.Add(-ago)
+	w.OpStartedAt = &started
+	a := Plan(w, obs, ArchiveCheck{}, t0, cfg)
+	if failed := deref(a.Next.ErrorReason) == workspace.ReasonTimeout; failed != wantError {
+		t.Fatalf("op %s phase %s error %s; want a timeout: %v", a.Next.Operation, a.Next.Phase, deref(a.Next.ErrorReason), wantError)
+	}
+	if !wantError && a.Next.Operation != workspace.OpStarting {
+		t.Errorf("operation %s, want STARTING still", a.Next.Operation)
 	}
 }
 
@@ -710,29 +715,11 @@ func TestPlanStartDeadlineCountsFromSubmission(t *testing.T) {
 		{"submitted long ago, running a minute", withRunning(submitted(live, opOld, 2*limit), t0.Add(-time.Minute)), false},
 		{"submitted long ago, running unhealthy for longer", withRunning(submitted(live, opOld, 2*limit), t0.Add(-limit-time.Second)), true},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
-			w.Operation, w.RunID = workspace.OpStarting, opOld
-			started := t0.Add(-3 * limit)
-			w.OpStartedAt = &started
-			a := Plan(w, c.obs, ArchiveCheck{}, t0, cfg)
-			if failed := deref(a.Next.ErrorReason) == workspace.ReasonTimeout; failed != c.wantError {
-				t.Fatalf("op %s phase %s error %s; want a timeout: %v", a.Next.Operation, a.Next.Phase, deref(a.Next.ErrorReason), c.wantError)
-			}
-			if !c.wantError && a.Next.Operation != workspace.OpStarting {
-				t.Errorf("operation %s, want STARTING still", a.Next.Operation)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { checkStartDeadline(t, cfg, c.obs, 3*limit, c.wantError) })
 	}
 	// The same start past its deadline, from a backend that reports no
 	// submissions: it counts from the operation.
-	w := stored(workspace.PhaseStandby, workspace.DesiredRunning, observed(workspace.PhaseStandby))
-	w.Operation, w.RunID = workspace.OpStarting, opOld
-	started := t0.Add(-3 * limit)
-	w.OpStartedAt = &started
-	if a := Plan(w, ready, ArchiveCheck{}, t0, testCfg); deref(a.Next.ErrorReason) != workspace.ReasonTimeout {
-		t.Errorf("without submissions: error %q, want a timeout", deref(a.Next.ErrorReason))
-	}
+	t.Run("no submissions reported", func(t *testing.T) { checkStartDeadline(t, testCfg, ready, 3*limit, true) })
 }
 
 func withPreparing(o Observed) Observed {

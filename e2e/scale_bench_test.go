@@ -833,43 +833,45 @@ func (r rss) total() int64 {
 func agentProcess(tb testing.TB, a *nomadtest.Agent) int {
 	tb.Helper()
 	cfg := filepath.Join(filepath.Dir(a.HostVolumesDir), "agent.hcl")
+	found := 0
+	eachProcess(tb, func(pid int, dir string) {
+		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(cfg)) {
+			found = pid
+		}
+	})
+	if found == 0 {
+		tb.Fatalf("no process runs the agent of %s", cfg)
+	}
+	return found
+}
+
+// eachProcess calls fn with every process's pid and /proc directory. A
+// process may end while fn reads it: fn skips what it cannot read.
+func eachProcess(tb testing.TB, fn func(pid int, dir string)) {
+	tb.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(cmdline, []byte(cfg)) {
-			return pid
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			fn(pid, filepath.Join("/proc", e.Name()))
 		}
 	}
-	tb.Fatalf("no process runs the agent of %s", cfg)
-	return 0
 }
 
 // treeRSS sums the proportional resident memory of root and every process
 // below it, by kind, and counts those processes by kind.
 func treeRSS(tb testing.TB, root int) (rss, map[string]int) {
 	tb.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		tb.Fatal(err)
-	}
 	parent, kind, kib := map[int]int{}, map[int]string{}, map[int]int64{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	eachProcess(tb, func(pid int, dir string) {
+		status, err := os.ReadFile(filepath.Join(dir, "status"))
 		if err != nil {
-			continue
+			return
 		}
-		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
 		args := strings.Split(string(cmdline), "\x00")
 		switch {
 		case pid == root:
@@ -886,12 +888,12 @@ func treeRSS(tb testing.TB, root int) (rss, map[string]int) {
 		}
 		// Pss shares each page among the processes mapping it: the
 		// nomad binary's pages count once across all its helpers.
-		if rollup, err := os.ReadFile(filepath.Join("/proc", e.Name(), "smaps_rollup")); err == nil {
+		if rollup, err := os.ReadFile(filepath.Join(dir, "smaps_rollup")); err == nil {
 			if v, ok := field(rollup, "Pss:"); ok {
 				kib[pid], _ = strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
 			}
 		}
-	}
+	})
 	out, count := rss{}, map[string]int{}
 	for pid := range kind {
 		for p := pid; p > 1; p = parent[p] {

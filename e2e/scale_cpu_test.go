@@ -42,32 +42,24 @@ func cpuSnapshot(tb testing.TB, roots map[int]string) cpuTime {
 		tb.Fatal(err)
 	}
 	out := cpuTime{machineBusy: busy / clockTicks}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	eachProcess(tb, func(pid int, dir string) {
 		// A process may end between the listing and these reads.
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
 		if err != nil {
-			continue
+			return
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		b, err := os.ReadFile(filepath.Join(dir, "stat"))
 		if err != nil {
-			continue
+			return
 		}
 		ticks, err := processTicks(b)
 		if err != nil {
-			tb.Fatalf("/proc/%d/stat: %v", pid, err)
+			tb.Fatalf("%s/stat: %v", dir, err)
 		}
 		if ticks > 0 {
 			out[cpuKind(pid, strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"), roots)] += ticks / clockTicks
 		}
-	}
+	})
 	return out
 }
 
