@@ -87,8 +87,8 @@ type Config struct {
 	// BackoffMax, before the next one.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
-	// MaxSnapshotAge is how old an observation may be when the pass that
-	// made it calls the backend; an older one ends the pass.
+	// MaxSnapshotAge is how long after its observation was complete the
+	// pass that made it may still call the backend; later, the pass ends.
 	MaxSnapshotAge time.Duration
 	// VolumeUID and VolumeGID own a new home volume.
 	VolumeUID, VolumeGID int
@@ -215,13 +215,14 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	if err != nil {
 		return stats, fmt.Errorf("load workspaces: %w", err)
 	}
-	// The snapshot is as old as the moment observing began.
-	observed := c.now()
 	begun := time.Now()
 	snap, err := c.backend.Observe(ctx)
 	if err != nil {
 		return stats, fmt.Errorf("observe backend: %w", err)
 	}
+	// The pass's time to act counts from here, not from when observing
+	// began (see fence).
+	observed := c.now()
 	c.cfg.Metrics.observed(time.Since(begun))
 	evacuating, err := c.evacuating(ctx)
 	if err != nil {
@@ -412,6 +413,12 @@ func (c *WorkspaceController) prebuiltKey(ctx context.Context, wsID, prefix stri
 // GC) could resume after a newer leader acted, and delete a home it
 // restored. So each call first confirms that this leader's epoch is still
 // the current one and that the observation it acts on is recent.
+//
+// Recent counts from when the observation was complete. The time observing
+// took is not held against the pass: a backend under load answers slowly,
+// the next observation would be no fresher, and counting from its start
+// stopped every pass of a wave before it acted, so nothing was submitted
+// until the load fell.
 func (c *WorkspaceController) fence(ctx context.Context, epoch int64, observed time.Time) error {
 	if age := c.now().Sub(observed); age > c.cfg.MaxSnapshotAge {
 		return fmt.Errorf("%w: observed %s ago", errStaleSnapshot, age)

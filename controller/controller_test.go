@@ -918,7 +918,7 @@ func TestStaleObservationIsNotActedOn(t *testing.T) {
 	m, _ := newTestMetrics(t)
 	c := h.controllerWithMetrics(m)
 	w := h.failedRestoreLeftVolume(c)
-	h.backend.observed = func() { h.advance(time.Minute) }
+	h.pauseAfterObservation(c, time.Minute)
 	before := h.backend.actuatorCalls()
 	stats, err := c.Tick(context.Background(), h.epoch)
 	if err != nil || !stats.Stale {
@@ -931,9 +931,50 @@ func TestStaleObservationIsNotActedOn(t *testing.T) {
 		t.Errorf("stale passes counted: %v, want 1", got)
 	}
 	h.backend.observed = nil
+	c.SetClock(h.now)
 	h.converge(c)
 	if _, ok := h.backend.home(w.ID); ok {
 		t.Error("a fresh pass did not delete the half-restored volume")
+	}
+}
+
+// pauseAfterObservation makes c's clock jump by d once the next pass has
+// read when its observation was complete: a leader paused between
+// observing and acting.
+func (h *harness) pauseAfterObservation(c *WorkspaceController, d time.Duration) {
+	var armed atomic.Bool
+	h.backend.observed = func() { armed.Store(true) }
+	c.SetClock(func() time.Time {
+		now := h.now()
+		if armed.CompareAndSwap(true, false) {
+			h.advance(d)
+		}
+		return now
+	})
+}
+
+// The time an observation takes (a backend under load) is not held
+// against its pass: each pass acts on what it saw, and the work gets done.
+func TestSlowObservationIsActedOn(t *testing.T) {
+	h := newHarness(t)
+	m, _ := newTestMetrics(t)
+	c := h.controllerWithMetrics(m)
+	w := h.failedRestoreLeftVolume(c)
+	h.backend.observed = func() { h.advance(time.Minute) }
+	before := h.backend.actuatorCalls()
+	stats, err := c.Tick(context.Background(), h.epoch)
+	if err != nil || stats.Stale {
+		t.Fatalf("pass after an observation that took a minute: %+v, %v; want it to act", stats, err)
+	}
+	if h.backend.actuatorCalls() == before {
+		t.Error("no backend call after an observation that took a minute")
+	}
+	h.converge(c)
+	if _, ok := h.backend.home(w.ID); ok {
+		t.Error("passes after slow observations did not delete the half-restored volume")
+	}
+	if got := testutil.ToFloat64(m.stale); got != 0 {
+		t.Errorf("stale passes counted: %v, want 0", got)
 	}
 }
 
