@@ -77,7 +77,7 @@ SCALE_WORKSPACES ?= 300
 scale: deps
 	@command -v nomad >/dev/null || { echo "make scale needs a nomad binary on PATH (docs/nomad.md)"; exit 1; }
 	CODEHUB_SCALE_WORKSPACES=$(SCALE_WORKSPACES) scripts/with-services.sh \
-		go test -count=1 -run '^$$' -bench NomadScale -benchtime 1x -timeout 150m ./e2e/
+		go test -count=1 -v -run '^$$' -bench NomadScale -benchtime 1x -timeout 150m ./e2e/
 
 clean:
 	rm -rf bin

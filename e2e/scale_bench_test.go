@@ -73,9 +73,10 @@ func BenchmarkNomadScale(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		direct := &directClient{tb: b, client: agent.Client, program: wsserver}
 		roots := map[int]string{agentPID: "nomad agent", os.Getpid(): "harness"}
-		cpu := phaseCPU(b, roots)
+		cpu, profiled := phaseCPU(b, roots), profileAgent(b, agent.Addr, "create-direct")
 		baseCreate := direct.create(n)
 		b.Logf("cpu, creating: direct %s", cpu().report(n))
+		profiled()
 		cpu = phaseCPU(b, roots)
 		baseWake := direct.wake(n / 2)
 		b.Logf("cpu, stopping %d and waking them: direct %s", n/2, cpu().report(n/2))
@@ -106,12 +107,13 @@ workspace {
 		srv := startServer(b, cfg)
 		// A dev agent that stops leaves its raw_exec tasks running;
 		// hundreds of them would weigh on whatever runs next. The
-		// workspaces are deleted first, through the API, while the server
-		// still serves the codehub binary their stop tasks fetch (stopped
-		// by hand after the server, each allocation stayed pending between
-		// the fetch's retries); what is left is stopped once the server
-		// is gone, so it cannot start it again.
+		// workspaces are deleted first, through the API, and every job
+		// left is stopped while the server still serves the codehub
+		// binary their stop tasks fetch (stopped after the server, each
+		// allocation stayed pending between the fetch's retries); what
+		// the server started again meanwhile is stopped once it is gone.
 		b.Cleanup(func() {
+			stopAllJobs(b, agent.Client)
 			srv.stop()
 			stopAllJobs(b, agent.Client)
 		})
@@ -125,7 +127,7 @@ workspace {
 
 		idle, _ := treeRSS(b, agentPID)
 		roots[srv.running.cmd.Process.Pid] = "codehub server"
-		cpu = phaseCPU(b, roots)
+		cpu, profiled = phaseCPU(b, roots), profileAgent(b, agent.Addr, "create-codehub")
 		beforeCreate := scrapeEngine(b, metrics)
 		ids, created := c.wave(n-1, func(i int) (string, error) {
 			var ws apiWorkspace
@@ -137,6 +139,7 @@ workspace {
 		}, "RUNNING")
 		creating := scrapeEngine(b, metrics).since(beforeCreate)
 		b.Logf("cpu, creating: codehub %s", cpu().report(n-1))
+		profiled()
 		busy, processes := treeRSS(b, agentPID)
 		busyWakes := wakeSamples(c, probe, samples)
 
