@@ -84,10 +84,17 @@ func BenchmarkNomadScale(b *testing.B) {
 
 		metricsPort := testenv.FreePort(b)
 		cfg := serverConfig{databaseURL: testenv.PostgresURL(b), redisURL: testenv.RedisURL(b), s3: testenv.NewS3(b)}
+		// CODEHUB_SCALE_INSTALLED=1: codehub is installed on the node
+		// (codehub_path), so no start downloads it as an artifact.
+		installed := ""
+		if os.Getenv("CODEHUB_SCALE_INSTALLED") != "" {
+			// The line joins a format string below: a "%" in the path is escaped.
+			installed = strings.ReplaceAll(fmt.Sprintf("  codehub_path = %q\n", codehubBinary(b)), "%", "%%")
+		}
 		cfg.backend = fmt.Sprintf(`backend "nomad" {
   address = %q
   driver  = "raw_exec"
-`+aclOptOut+`}
+`+installed+aclOptOut+`}
 
 metrics {
   listen = "127.0.0.1:%d"
