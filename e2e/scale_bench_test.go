@@ -59,7 +59,9 @@ const scaleWorkers = 16
 //   - the memory of a workspace (its program and Nomad's executor and
 //     logmon), of the server and of the Nomad agent.
 //
-// `make scale` runs it; docs/benchmarks.md holds the results.
+// CODEHUB_SCALE_INSTALLED=1 runs codehub from codehub_path instead of
+// the artifact; CODEHUB_SCALE_PROFILES=dir keeps CPU profiles of the
+// Nomad agent. `make scale` runs it; docs/benchmarks.md holds the results.
 func BenchmarkNomadScale(b *testing.B) {
 	n := benchSamples("CODEHUB_SCALE_WORKSPACES", 300)
 	samples := benchSamples("CODEHUB_SCALE_WAKES", 10)
