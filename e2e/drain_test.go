@@ -357,14 +357,7 @@ func TestNomadFleetDrainS3Away(t *testing.T) {
 		return homesOn(t, c, "node-a") == 0
 	})
 	drain.wait(t)
-	for id, content := range files {
-		vols := volumes(t, agent, id)
-		if len(vols) != 1 || vols[0].NodeID != b.NodeID {
-			t.Errorf("workspace %s volumes %+v, want one on node-b", id, vols)
-			continue
-		}
-		checkHomeFiles(t, id, volumePath(t, agent, id), content)
-	}
+	homesMovedTo(t, agent, b.NodeID, files)
 }
 
 // backupTrying reports that the archive job of the workspace has an
@@ -508,5 +501,19 @@ func TestNomadFleetDrainWarmHomes(t *testing.T) {
 	}
 	if at := readFile(t, filepath.Join(volumePath(t, agent, ws.ID), "service", "built-at")); at == "" {
 		t.Error("the moved warm home lost its prebuilt checkout")
+	}
+}
+
+// homesMovedTo checks that every workspace in files has one volume, on
+// nodeID, holding the files written to its home before the move.
+func homesMovedTo(t *testing.T, agent *nomadtest.Agent, nodeID string, files map[string]map[string][]byte) {
+	t.Helper()
+	for id, content := range files {
+		vols := volumes(t, agent, id)
+		if len(vols) != 1 || vols[0].NodeID != nodeID {
+			t.Errorf("workspace %s volumes %+v, want one on node %s", id, vols, nodeID)
+			continue
+		}
+		checkHomeFiles(t, id, volumePath(t, agent, id), content)
 	}
 }

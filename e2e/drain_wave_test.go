@@ -83,14 +83,7 @@ func TestNomadFleetDrainDuringWave(t *testing.T) {
 		return homesOn(t, c, "node-a") == 0
 	})
 	drain.wait(t)
-	for _, id := range ids {
-		vols := volumes(t, agent, id)
-		if len(vols) != 1 || vols[0].NodeID != b.NodeID {
-			t.Errorf("workspace %s volumes %+v, want one on node-b", id, vols)
-			continue
-		}
-		checkHomeFiles(t, id, volumePath(t, agent, id), files[id])
-	}
+	homesMovedTo(t, agent, b.NodeID, files)
 	for _, v := range homeVolumes(t, agent) {
 		if v.NodeID == a.NodeID {
 			t.Errorf("the drained node still holds %s", v.Name)
