@@ -90,13 +90,12 @@ func BenchmarkNomadScale(b *testing.B) {
 		// (codehub_path), so no start downloads it as an artifact.
 		installed := ""
 		if os.Getenv("CODEHUB_SCALE_INSTALLED") != "" {
-			// The line joins a format string below: a "%" in the path is escaped.
-			installed = strings.ReplaceAll(fmt.Sprintf("  codehub_path = %q\n", codehubBinary(b)), "%", "%%")
+			installed = fmt.Sprintf("  codehub_path = %q\n", codehubBinary(b))
 		}
 		cfg.backend = fmt.Sprintf(`backend "nomad" {
   address = %q
   driver  = "raw_exec"
-`+installed+aclOptOut+`}
+%s`+aclOptOut+`}
 
 metrics {
   listen = "127.0.0.1:%d"
@@ -108,7 +107,7 @@ workspace {
   cpu     = 20
   memory  = 32
 }
-`, agent.Addr, metricsPort, wsserver)
+`, agent.Addr, installed, metricsPort, wsserver)
 		cfg.maxRunning, cfg.maxRunningGlobal = n, n
 		cfg.defaultPacing = true
 		// As many requests in flight as the direct client keeps.
