@@ -149,6 +149,19 @@ func (m *mirror) putAlloc(a *api.AllocationListStub) {
 	set(m.allocsByJob, a.JobID, a.ID)
 }
 
+// deleteAllocsOf removes the allocations of job id created before index.
+// Nomad deletes a job's allocations with the job, in the same
+// transaction, and sends no event for them: kept, one that was not
+// terminal yet would stay live here until the next listing.
+func (m *mirror) deleteAllocsOf(id string, index uint64) {
+	for allocID := range m.allocsByJob[id] {
+		if m.allocs[allocID].CreateIndex < index {
+			delete(m.allocs, allocID)
+			unset(m.allocsByJob, id, allocID)
+		}
+	}
+}
+
 func (m *mirror) putVolume(v *api.HostVolumeStub) {
 	m.volumes[v.ID] = v
 	set(m.volumesByName, v.Name, v.ID)
@@ -338,6 +351,7 @@ func (m *mirror) applyJob(ev *api.Event) {
 	wsID, _, ok := controller.ParseJobName(*job.ID)
 	if deleted || ev.Type == eventJobBatchDeregistered || job.ModifyIndex != nil && *job.ModifyIndex < ev.Index {
 		delete(m.jobs, *job.ID)
+		m.deleteAllocsOf(*job.ID, ev.Index)
 		m.touch(wsID, ok)
 		return
 	}
@@ -488,19 +502,11 @@ func (m *mirror) job(id string, now time.Time) *api.JobListStub {
 	return m.jobs[id]
 }
 
-// jobWithAllocs returns job id and its allocations as the mirror holds
-// them, and whether it counts; a nil job is one the mirror does not hold.
-func (m *mirror) jobWithAllocs(id string, now time.Time) (*api.JobListStub, []*api.AllocationListStub, bool) {
+// lacksJob reports whether the mirror counts and holds no job id.
+func (m *mirror) lacksJob(id string, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.fresh(now) {
-		return nil, nil, false
-	}
-	allocs := make([]*api.AllocationListStub, 0, len(m.allocsByJob[id]))
-	for allocID := range m.allocsByJob[id] {
-		allocs = append(allocs, m.allocs[allocID])
-	}
-	return m.jobs[id], allocs, true
+	return m.fresh(now) && m.jobs[id] == nil
 }
 
 // volumeNamed returns the newest volume named name while the mirror

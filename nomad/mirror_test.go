@@ -107,6 +107,21 @@ func TestMirrorApply(t *testing.T) {
 				t.Errorf("purged job A kept: %+v", j)
 			}
 		}},
+		// Nomad deletes a purged job's allocations without an event: one
+		// still pending must not stay live here.
+		{"a job purged with its allocations, then registered again", []api.Event{
+			allocEvent(11, &api.Allocation{ID: "a2", JobID: jobA, ClientStatus: "pending", DesiredStatus: "run", CreateIndex: 11, ModifyIndex: 11}),
+			jobEvent("JobDeregistered", 12, workspaceJob(wsMirrorA, 12, false), true),
+			jobEvent("JobRegistered", 13, workspaceJob(wsMirrorA, 13, false), false),
+			allocEvent(14, &api.Allocation{ID: "a3", JobID: jobA, ClientStatus: "pending", DesiredStatus: "run", CreateIndex: 14, ModifyIndex: 14}),
+		}, func(t *testing.T, m *mirror) {
+			if m.allocs["a1"] != nil || m.allocs["a2"] != nil {
+				t.Errorf("the purged job's allocations kept: a1 %+v, a2 %+v", m.allocs["a1"], m.allocs["a2"])
+			}
+			if m.allocs["a3"] == nil || !m.allocsByJob[jobA]["a3"] || len(m.allocsByJob[jobA]) != 1 {
+				t.Errorf("the new job's allocations: %v", m.allocsByJob[jobA])
+			}
+		}},
 		{"a job collected", []api.Event{jobEvent(eventJobBatchDeregistered, 12, workspaceJob(wsMirrorA, 12, false), false)}, func(t *testing.T, m *mirror) {
 			if j := m.jobs[jobA]; j != nil {
 				t.Errorf("collected job A kept: %+v", j)
@@ -350,9 +365,9 @@ func TestObserveFollowsEventStream(t *testing.T) {
 	if len(f.calls("GET /v1/job/ws-"+wsUnplaced+"/summary")) != 1 {
 		t.Error("the summary of the job without allocation was not read once")
 	}
-	// Its job purged, the ready workspace's running allocation still
-	// counts: the task may run.
-	if got := snap.Workspaces[wsReady]; got.UpstreamReady || !got.ContainerLive || !got.VolumeReady {
+	// Its job purged, the ready workspace has no allocation left: Nomad
+	// deletes them with the job, as a listing would show.
+	if got := snap.Workspaces[wsReady]; got.UpstreamReady || got.ContainerLive || !got.VolumeReady {
 		t.Errorf("workspace whose job was purged: %+v", got)
 	}
 
