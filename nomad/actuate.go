@@ -625,26 +625,18 @@ func (b *Backend) currentRegistration(ctx context.Context, id, hcl string) (regi
 // judgedByMirror judges job id from the mirror alone where a mirror that
 // lags cannot mislead: no such job (the registration then requires that
 // none exists, so one the mirror has not seen yet makes it fail, not be
-// overwritten), or a service job that is stopped or dead. It does not
-// judge a job this backend registered after the mirror's copy, nor any
-// other: telling those apart takes the job's submission.
+// overwritten). It judges no job it holds: telling a job's source apart
+// takes its submission, and a job it shows idle is purged next, which
+// Nomad cannot make conditional on the job being still the one judged.
+// Nor does it judge a job this backend registered since.
 func (b *Backend) judgedByMirror(id string) (registration, uint64, bool) {
-	j, _, counts := b.mirror.jobWithAllocs(id, time.Now())
-	if !counts {
+	if !b.mirror.lacksJob(id, time.Now()) {
 		return 0, 0, false
 	}
-	v, mine := b.registrations.Load(id)
-	switch {
-	case j == nil && mine:
+	if _, mine := b.registrations.Load(id); mine {
 		return 0, 0, false
-	case j == nil:
-		return registeredNone, 0, true
-	case mine && v.(ownRegistration).index > j.JobModifyIndex:
-		return 0, 0, false
-	case j.Type == api.JobTypeService && (j.Stop || j.Status == jobStatusDead):
-		return registeredIdle, j.JobModifyIndex, true
 	}
-	return 0, 0, false
+	return registeredNone, 0, true
 }
 
 func (b *Backend) judgeRegistration(ctx context.Context, id, hcl string, current *api.Job) (registration, error) {
@@ -674,17 +666,12 @@ func (b *Backend) judgeRegistration(ctx context.Context, id, hcl string, current
 // live, so the registration that follows starts a new job, and reports
 // whether it did. With a live allocation (a stopped task still being
 // killed) the job is kept: the registration replaces that allocation as
-// usual.
+// usual. The allocations are read from Nomad, not from the mirror, which
+// may not show yet one placed since: a purge deletes them with the job.
 func (b *Backend) purgeIdle(ctx context.Context, id string) (bool, error) {
-	// An allocation the mirror shows ended has ended; one it shows live
-	// may have ended since, which only a read tells.
-	_, allocs, counts := b.mirror.jobWithAllocs(id, time.Now())
-	if !counts || len(liveAllocs(allocs)) > 0 {
-		var err error
-		allocs, _, err = b.client.Jobs().Allocations(id, true, b.query(ctx))
-		if err != nil && !isNotFound(err) {
-			return false, classify("list allocations of "+id, err)
-		}
+	allocs, _, err := b.client.Jobs().Allocations(id, true, b.query(ctx))
+	if err != nil && !isNotFound(err) {
+		return false, classify("list allocations of "+id, err)
 	}
 	if len(liveAllocs(allocs)) > 0 {
 		return false, nil

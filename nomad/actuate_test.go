@@ -582,9 +582,8 @@ func TestStartWorkspaceAfterCrash(t *testing.T) {
 		{"stopped and gone", "dead", true, []*api.AllocationListStub{{ID: "a1", ClientStatus: "complete", DesiredStatus: "stop"}}, true},
 		{"stopped, task still being killed", "running", true, []*api.AllocationListStub{{ID: "a1", ClientStatus: "running", DesiredStatus: "stop"}}, false},
 	} {
-		// Judged from a read of the job, and from the mirror: the mirror
-		// spares the reads, except the allocations' when it shows one
-		// live (it may have ended since).
+		// With the mirror or without, the job and its allocations are
+		// read: a purge cannot be made conditional on what was judged.
 		for _, mirrored := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/mirrored=%v", tc.name, mirrored), func(t *testing.T) {
 				f := newFakeNomad(t)
@@ -613,15 +612,11 @@ func TestStartWorkspaceAfterCrash(t *testing.T) {
 				if err := b.StartWorkspace(t.Context(), spec); err != nil {
 					t.Fatal(err)
 				}
-				if n := len(f.calls("GET /v1/job/" + id)); mirrored && n != 0 {
-					t.Errorf("the job read %d times although the mirror holds it", n)
+				if n := len(f.calls("GET /v1/job/" + id)); n != 1 {
+					t.Errorf("the job read %d times, want 1", n)
 				}
-				wantListings := 1
-				if mirrored && tc.wantPurge {
-					wantListings = 0
-				}
-				if n := len(f.calls("GET /v1/job/" + id + "/allocations")); n != wantListings {
-					t.Errorf("allocations listed %d times, want %d", n, wantListings)
+				if n := len(f.calls("GET /v1/job/" + id + "/allocations")); n != 1 {
+					t.Errorf("allocations listed %d times, want 1", n)
 				}
 				purges := 0
 				for _, c := range f.calls("DELETE /v1/job/" + id) {
@@ -643,6 +638,45 @@ func TestStartWorkspaceAfterCrash(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestStartWorkspaceBehindTheMirror: a mirror that still shows the job
+// stopped while Nomad holds a newer registration of it (one whose answer
+// was lost, say) leads to no purge, which would delete that registration
+// and the allocation it placed, and to no second registration.
+func TestStartWorkspaceBehindTheMirror(t *testing.T) {
+	spec := controller.WorkspaceSpec{WorkspaceID: testWS, OwnerID: "01owner0000000000000000000"}
+	id := jobID(testWS)
+	f := newFakeNomad(t)
+	volumeFixture(f, nil)
+	parseFixture(f)
+	b := newTestBackend(t, f, testOptions())
+	hcl, err := b.RenderWorkspace(spec, "/var/nomad/host_volumes/vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	installMirror(b, listing{
+		jobs:   []*api.JobListStub{{ID: id, Type: api.JobTypeService, Stop: true, Status: "dead", JobModifyIndex: 90}},
+		allocs: []*api.AllocationListStub{{ID: "a1", JobID: id, ClientStatus: "complete", DesiredStatus: "stop"}},
+	})
+	version, index, typ, status, stop := uint64(3), uint64(95), api.JobTypeService, "pending", false
+	f.json("GET /v1/job/"+id, &api.Job{ID: &id, Type: &typ, Version: &version, JobModifyIndex: &index, Stop: &stop, Status: &status})
+	f.json("GET /v1/job/"+id+"/submission", &api.JobSubmission{Source: hcl, Format: "hcl2"})
+	f.json("GET /v1/job/"+id+"/allocations", []*api.AllocationListStub{
+		{ID: "a2", JobID: id, ClientStatus: "pending", DesiredStatus: "run", CreateIndex: 96},
+		{ID: "a1", JobID: id, ClientStatus: "complete", DesiredStatus: "stop"},
+	})
+	f.json("DELETE /v1/job/"+id, &api.JobDeregisterResponse{})
+
+	if err := b.StartWorkspace(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.calls("DELETE /v1/job/" + id)); n != 0 {
+		t.Errorf("%d deregister calls, want none", n)
+	}
+	if n := len(f.calls("PUT /v1/jobs")); n != 0 {
+		t.Errorf("%d register calls, want none: the registration Nomad holds is this one", n)
 	}
 }
 
@@ -675,10 +709,11 @@ func TestJudgedByMirror(t *testing.T) {
 		{name: "no stream", job: nil, judged: false},
 		{name: "no such job", stream: true, want: registeredNone, judged: true},
 		{name: "absent but registered here since", stream: true, own: 50, judged: false},
-		{name: "stopped", stream: true, job: stub(true, "dead", 60), want: registeredIdle, index: 60, judged: true},
-		{name: "dead after failing", stream: true, job: stub(false, "dead", 60), want: registeredIdle, index: 60, judged: true},
-		{name: "stopped, registered here before", stream: true, job: stub(true, "dead", 60), own: 55, want: registeredIdle, index: 60, judged: true},
-		{name: "stopped, registered here since", stream: true, job: stub(true, "dead", 60), own: 70, judged: false},
+		// An idle job is purged next, unconditionally: Nomad must say it
+		// is idle, and still the job judged.
+		{name: "stopped", stream: true, job: stub(true, "dead", 60), judged: false},
+		{name: "dead after failing", stream: true, job: stub(false, "dead", 60), judged: false},
+		{name: "stopped, registered here before", stream: true, job: stub(true, "dead", 60), own: 55, judged: false},
 		{name: "running", stream: true, job: stub(false, "running", 60), judged: false},
 		{name: "batch job stopped", stream: true, job: &api.JobListStub{ID: id, Type: api.JobTypeBatch, Stop: true, JobModifyIndex: 60}, judged: false},
 	} {
