@@ -48,8 +48,11 @@ const scaleWorkers = 16
 // BenchmarkNomadScale runs CODEHUB_SCALE_WORKSPACES (300) workspaces on a
 // real Nomad agent (raw_exec, the small test server as the program, S3 on
 // this machine) through a server started from its configuration file with
-// the default pacing, and measures, against a plain client registering
-// the same volumes and jobs straight to Nomad in the same run:
+// the default pacing, and measures, against two plain clients
+// registering volumes and jobs straight to Nomad in the same run (one a
+// plain job with the same program, group and service, the other the very
+// job codehub registers, with its workspace agent, templates and stop
+// archive task):
 //
 //   - creating every workspace until all are RUNNING;
 //   - a mass wake: half of them stopped, then asked to run at once, with
@@ -73,17 +76,6 @@ func BenchmarkNomadScale(b *testing.B) {
 	agent := nomadtest.StartWith(b, nomadtest.Options{Client: scaleNodeCapacity})
 	agentPID := agentProcess(b, agent)
 	for i := 0; i < b.N; i++ {
-		direct := &directClient{tb: b, client: agent.Client, program: wsserver}
-		roots := map[int]string{agentPID: "nomad agent", os.Getpid(): "harness"}
-		cpu, profiled := phaseCPU(b, roots), profileAgent(b, agent.Addr, "create-direct")
-		baseCreate := direct.create(n)
-		b.Logf("cpu, creating: direct %s", cpu().report(n))
-		profiled()
-		cpu = phaseCPU(b, roots)
-		baseWake := direct.wake(n / 2)
-		b.Logf("cpu, stopping %d and waking them: direct %s", n/2, cpu().report(n/2))
-		direct.teardown()
-
 		metricsPort := testenv.FreePort(b)
 		cfg := serverConfig{databaseURL: testenv.PostgresURL(b), redisURL: testenv.RedisURL(b), s3: testenv.NewS3(b)}
 		// CODEHUB_SCALE_INSTALLED=1: codehub is installed on the node
@@ -121,6 +113,9 @@ workspace {
 		// allocation stayed pending between the fetch's retries); what
 		// the server started again meanwhile is stopped once it is gone.
 		b.Cleanup(func() {
+			if srv.running == nil {
+				srv.start(b)
+			}
 			stopAllJobs(b, agent.Client)
 			srv.stop()
 			stopAllJobs(b, agent.Client)
@@ -129,13 +124,24 @@ workspace {
 		b.Cleanup(func() { deleteAll(c, agent.Client) })
 		metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 
+		// The probe's job is the shape of the second baseline, which,
+		// like the first, runs while the server does not.
 		probe := c.create("scale-probe")
 		c.settle(probe, "RUNNING", time.Now())
+		same := sameJob(b, agent.Client, probe)
+		srv.stop()
+		roots := map[int]string{agentPID: "nomad agent", os.Getpid(): "harness"}
+		direct := &directClient{tb: b, client: agent.Client, name: "direct", shape: plainJob(wsserver)}
+		baseCreate, baseWake := direct.measure(n, roots, agent.Addr)
+		copies := &directClient{tb: b, client: agent.Client, name: "same", shape: same}
+		sameCreate, sameWake := copies.measure(n, roots, agent.Addr)
+		srv.start(b)
+
 		emptyWakes := wakeSamples(c, probe, samples)
 
 		idle, _ := treeRSS(b, agentPID)
 		roots[srv.running.cmd.Process.Pid] = "codehub server"
-		cpu, profiled = phaseCPU(b, roots), profileAgent(b, agent.Addr, "create-codehub")
+		cpu, profiled := phaseCPU(b, roots), profileAgent(b, agent.Addr, "create-codehub")
 		beforeCreate := scrapeEngine(b, metrics)
 		ids, created := c.wave(n-1, func(i int) (string, error) {
 			var ws apiWorkspace
@@ -182,21 +188,34 @@ workspace {
 
 		createRate := float64(n-1) / created.last().Seconds()
 		baseRate := float64(n) / baseCreate.last().Seconds()
+		sameRate := float64(n) / sameCreate.last().Seconds()
 		wakeRate := float64(len(half)) / woken.last().Seconds()
 		baseWakeRate := float64(n/2) / baseWake.last().Seconds()
+		sameWakeRate := float64(n/2) / sameWake.last().Seconds()
 		perWorkspace := busy.sub(idle).per(n - 1)
 		b.ReportMetric(createRate/baseRate, "create-ratio")
 		b.ReportMetric(wakeRate/baseWakeRate, "wake-ratio")
+		b.ReportMetric(createRate/sameRate, "create-ratio-same-job")
+		b.ReportMetric(wakeRate/sameWakeRate, "wake-ratio-same-job")
 		b.ReportMetric(median(busyWakes).Seconds()/median(emptyWakes).Seconds(), "busy-wake-ratio")
 		b.Logf("workspaces: %d; node: %d MiB per workspace (program %d KiB, executor %d KiB, logmon %d KiB, other %d KiB); processes beside the agent: %v",
 			n, perWorkspace.total()>>10, perWorkspace["program"], perWorkspace["executor"], perWorkspace["logmon"], perWorkspace["other"], processes)
 		b.Logf("create: direct %d in %v (%.1f/s); codehub %d in %v (%.1f/s); ratio %.2f",
 			n, baseCreate.last().Round(time.Millisecond), baseRate, n-1, created.last().Round(time.Millisecond), createRate, createRate/baseRate)
-		b.Logf("create waits: direct %s; codehub %s", baseCreate.summary(), created.summary())
+		b.Logf("create, the same job: direct %d in %v (%.1f/s); ratio %.2f",
+			n, sameCreate.last().Round(time.Millisecond), sameRate, createRate/sameRate)
+		b.Logf("create waits: direct %s; the same job %s; codehub %s", baseCreate.summary(), sameCreate.summary(), created.summary())
 		b.Logf("mass wake of %d: direct in %v (%.1f/s); codehub in %v (%.1f/s); ratio %.2f",
 			len(half), baseWake.last().Round(time.Millisecond), baseWakeRate, woken.last().Round(time.Millisecond), wakeRate, wakeRate/baseWakeRate)
-		b.Logf("mass wake waits: direct %s; codehub %s; %d passes, mean %v; slowest wait − median = %.1f mean passes",
-			baseWake.summary(), woken.summary(), passes.count, passes.mean().Round(time.Millisecond),
+		b.Logf("mass wake, the same job: direct in %v (%.1f/s); ratio %.2f",
+			sameWake.last().Round(time.Millisecond), sameWakeRate, wakeRate/sameWakeRate)
+		// The same spread of Nomad's own, served without passes, in the
+		// same unit: what serving the wave in order costs on this node.
+		b.Logf("slowest wait − median, in codehub's mean passes: direct %.1f, the same job %.1f",
+			(baseWake.last()-baseWake.p50()).Seconds()/passes.mean().Seconds(),
+			(sameWake.last()-sameWake.p50()).Seconds()/passes.mean().Seconds())
+		b.Logf("mass wake waits: direct %s; the same job %s; codehub %s; %d passes, mean %v; slowest wait − median = %.1f mean passes",
+			baseWake.summary(), sameWake.summary(), woken.summary(), passes.count, passes.mean().Round(time.Millisecond),
 			(woken.last()-woken.p50()).Seconds()/passes.mean().Seconds())
 		b.Logf("one wake: empty cluster p50 %v %v; beside %d running p50 %v %v; ratio %.2f",
 			median(emptyWakes).Round(time.Millisecond), emptyWakes, n-1, median(busyWakes).Round(time.Millisecond), busyWakes,
@@ -411,17 +430,41 @@ func (c *apiClient) listAll() []apiWorkspace {
 	}
 }
 
-// directClient is the baseline: a plain Nomad API client registering the
-// volumes and jobs a workspace has (the same volume request, the same
-// group, program, port, service check and resources), with none of
-// codehub's work around them (no database, no variables, no token, no
-// stop archive).
+// directClient is the baseline: a plain Nomad API client registering a
+// volume and a job of the given shape on it for each workspace, with
+// none of codehub's work around them (no database, no pass, no probe of
+// its own).
 type directClient struct {
-	tb      testing.TB
-	client  *api.Client
-	program string
-	jobs    []*api.Job
-	volumes []string
+	tb     testing.TB
+	client *api.Client
+	// name names the baseline in the log and its jobs in Nomad.
+	name  string
+	shape jobShape
+	jobs  []*api.Job
+	// volumes and variables are what teardown deletes.
+	volumes   []string
+	variables []string
+}
+
+// jobShape is the job and the variables a direct start registers on a
+// ready volume.
+type jobShape func(name string, vol *api.HostVolume) (*api.Job, []*api.Variable, error)
+
+// measure creates n workspaces, then stops half of them and registers
+// them again at once, logs the CPU each wave took, and deletes them all.
+// It takes a profile of the Nomad agent at addr during the creation when
+// asked to (profileAgent).
+func (d *directClient) measure(n int, roots map[int]string, addr string) (created, woken waits) {
+	d.tb.Helper()
+	cpu, profiled := phaseCPU(d.tb, roots), profileAgent(d.tb, addr, "create-"+d.name)
+	created = d.create(n)
+	d.tb.Logf("cpu, creating: %s %s", d.name, cpu().report(n))
+	profiled()
+	cpu = phaseCPU(d.tb, roots)
+	woken = d.wake(n / 2)
+	d.tb.Logf("cpu, stopping %d and waking them: %s %s", n/2, d.name, cpu().report(n/2))
+	d.teardown()
+	return created, woken
 }
 
 // create registers n volumes and jobs, scaleWorkers at a time, each job
@@ -431,19 +474,31 @@ func (d *directClient) create(n int) waits {
 	d.tb.Helper()
 	began := time.Now()
 	d.jobs, d.volumes = make([]*api.Job, n), make([]string, n)
+	variables := make([][]string, n)
 	if err := parallel(n, func(i int) error {
-		name := fmt.Sprintf("scale-direct-%d", i)
+		name := fmt.Sprintf("scale-%s-%d", d.name, i)
 		vol, err := d.volume(name + "-home")
 		if err != nil {
 			return err
 		}
 		d.volumes[i] = vol.ID
-		d.jobs[i] = d.job(name, vol)
-		_, _, err = d.client.Jobs().Register(d.jobs[i], nil)
+		job, vars, err := d.shape(name, vol)
+		if err != nil {
+			return err
+		}
+		for _, v := range vars {
+			if _, _, err := d.client.Variables().Create(v, nil); err != nil {
+				return fmt.Errorf("write variable %s: %w", v.Path, err)
+			}
+			variables[i] = append(variables[i], v.Path)
+		}
+		d.jobs[i] = job
+		_, _, err = d.client.Jobs().Register(job, nil)
 		return err
 	}); err != nil {
 		d.tb.Fatal(err)
 	}
+	d.variables = slices.Concat(variables...)
 	return d.awaitReady(d.jobs, nil, began)
 }
 
@@ -501,9 +556,13 @@ func (d *directClient) teardown() {
 		}
 	}
 	deregister(false)
+	mine := map[string]bool{}
+	for _, j := range d.jobs {
+		mine[*j.ID] = true
+	}
 	nomadtest.Eventually(d.tb, 15*time.Minute, "the direct allocations ended", func() bool {
 		for _, a := range d.allocs() {
-			if !clientTerminal(a.ClientStatus) {
+			if mine[a.JobID] && !clientTerminal(a.ClientStatus) {
 				return false
 			}
 		}
@@ -522,6 +581,11 @@ func (d *directClient) teardown() {
 		}
 		return left == 0
 	})
+	for _, path := range d.variables {
+		if _, err := d.client.Variables().Delete(path, nil); err != nil {
+			d.tb.Errorf("delete variable %s: %v", path, err)
+		}
+	}
 }
 
 func (d *directClient) volume(name string) (*api.HostVolume, error) {
@@ -553,9 +617,18 @@ func (d *directClient) volume(name string) (*api.HostVolume, error) {
 	return nil, fmt.Errorf("volume %s never ready", name)
 }
 
-// job is a workspace job as the built-in template renders it under
-// raw_exec, less what only codehub needs.
-func (d *directClient) job(name string, vol *api.HostVolume) *api.Job {
+// plainJob is the first baseline's shape: a workspace job as the
+// built-in template renders it under raw_exec (the same volume request,
+// group, program, port, service check and resources), less what only
+// codehub needs (no variables, no token, no workspace agent, no stop
+// archive).
+func plainJob(program string) jobShape {
+	return func(name string, vol *api.HostVolume) (*api.Job, []*api.Variable, error) {
+		return plainWorkspaceJob(name, program, vol), nil, nil
+	}
+}
+
+func plainWorkspaceJob(name, program string, vol *api.HostVolume) *api.Job {
 	job := api.NewServiceJob(name, name, "global", 50)
 	job.Datacenters = []string{"dc1"}
 	group := api.NewTaskGroup("workspace", 1)
@@ -574,7 +647,7 @@ func (d *directClient) job(name string, vol *api.HostVolume) *api.Job {
 	}}
 	task := api.NewTask("workspace", "raw_exec")
 	task.KillSignal, task.KillTimeout = "SIGKILL", new(time.Second)
-	task.Config = map[string]any{"command": d.program, "args": []string{"-listen", "127.0.0.1:${NOMAD_PORT_http}", "-home", vol.HostPath}}
+	task.Config = map[string]any{"command": program, "args": []string{"-listen", "127.0.0.1:${NOMAD_PORT_http}", "-home", vol.HostPath}}
 	task.Env = map[string]string{"HOME": vol.HostPath}
 	task.Resources = &api.Resources{CPU: new(20), MemoryMB: new(32)}
 	group.AddTask(task)
