@@ -586,14 +586,7 @@ func TestStartWorkspaceAfterCrash(t *testing.T) {
 		// read: a purge cannot be made conditional on what was judged.
 		for _, mirrored := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/mirrored=%v", tc.name, mirrored), func(t *testing.T) {
-				f := newFakeNomad(t)
-				volumeFixture(f, nil)
-				parseFixture(f)
-				b := newTestBackend(t, f, testOptions())
-				hcl, err := b.RenderWorkspace(spec, "/var/nomad/host_volumes/vol-1")
-				if err != nil {
-					t.Fatal(err)
-				}
+				f, b, hcl := startFixture(t, spec)
 				version, typ := uint64(0), api.JobTypeService
 				f.json("GET /v1/job/"+id, &api.Job{ID: &id, Type: &typ, Version: &version, Stop: &tc.stopped, Status: &tc.status})
 				f.json("GET /v1/job/"+id+"/submission", &api.JobSubmission{Source: hcl, Format: "hcl2"})
@@ -648,14 +641,7 @@ func TestStartWorkspaceAfterCrash(t *testing.T) {
 func TestStartWorkspaceBehindTheMirror(t *testing.T) {
 	spec := controller.WorkspaceSpec{WorkspaceID: testWS, OwnerID: "01owner0000000000000000000"}
 	id := jobID(testWS)
-	f := newFakeNomad(t)
-	volumeFixture(f, nil)
-	parseFixture(f)
-	b := newTestBackend(t, f, testOptions())
-	hcl, err := b.RenderWorkspace(spec, "/var/nomad/host_volumes/vol-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, b, hcl := startFixture(t, spec)
 	installMirror(b, listing{
 		jobs:   []*api.JobListStub{{ID: id, Type: api.JobTypeService, Stop: true, Status: "dead", JobModifyIndex: 90}},
 		allocs: []*api.AllocationListStub{{ID: "a1", JobID: id, ClientStatus: "complete", DesiredStatus: "stop"}},
@@ -678,6 +664,21 @@ func TestStartWorkspaceBehindTheMirror(t *testing.T) {
 	if n := len(f.calls("PUT /v1/jobs")); n != 0 {
 		t.Errorf("%d register calls, want none: the registration Nomad holds is this one", n)
 	}
+}
+
+// startFixture is a fake Nomad ready for a start of spec (its volume and
+// the parse), a backend on it, and the jobspec the start submits.
+func startFixture(t *testing.T, spec controller.WorkspaceSpec) (*fakeNomad, *Backend, string) {
+	t.Helper()
+	f := newFakeNomad(t)
+	volumeFixture(f, nil)
+	parseFixture(f)
+	b := newTestBackend(t, f, testOptions())
+	hcl, err := b.RenderWorkspace(spec, "/var/nomad/host_volumes/vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, b, hcl
 }
 
 // installMirror makes l the mirror's contents, under a connected stream.
