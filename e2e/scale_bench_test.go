@@ -624,35 +624,31 @@ func (d *directClient) volume(name string) (*api.HostVolume, error) {
 // archive).
 func plainJob(program string) jobShape {
 	return func(name string, vol *api.HostVolume) (*api.Job, []*api.Variable, error) {
-		return plainWorkspaceJob(name, program, vol), nil, nil
+		job := api.NewServiceJob(name, name, "global", 50)
+		job.Datacenters = []string{"dc1"}
+		group := api.NewTaskGroup("workspace", 1)
+		group.Volumes = map[string]*api.VolumeRequest{"home": {
+			Name: "home", Type: "host", Source: vol.Name,
+			AccessMode: "single-node-writer", AttachmentMode: "file-system",
+		}}
+		group.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "http"}}}}
+		group.Update = &api.UpdateStrategy{HealthCheck: new("checks"), MinHealthyTime: new(time.Duration(0)),
+			HealthyDeadline: new(5 * time.Minute), ProgressDeadline: new(10 * time.Minute), AutoRevert: new(false)}
+		group.RestartPolicy = &api.RestartPolicy{Attempts: new(1), Interval: new(5 * time.Minute), Delay: new(2 * time.Second), Mode: new("fail")}
+		group.ReschedulePolicy = &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)}
+		group.Services = []*api.Service{{
+			Name: name, PortLabel: "http", Provider: "nomad",
+			Checks: []api.ServiceCheck{{Name: "healthz", Type: "http", Path: "/healthz", Interval: time.Second, Timeout: time.Second}},
+		}}
+		task := api.NewTask("workspace", "raw_exec")
+		task.KillSignal, task.KillTimeout = "SIGKILL", new(time.Second)
+		task.Config = map[string]any{"command": program, "args": []string{"-listen", "127.0.0.1:${NOMAD_PORT_http}", "-home", vol.HostPath}}
+		task.Env = map[string]string{"HOME": vol.HostPath}
+		task.Resources = &api.Resources{CPU: new(20), MemoryMB: new(32)}
+		group.AddTask(task)
+		job.AddTaskGroup(group)
+		return job, nil, nil
 	}
-}
-
-func plainWorkspaceJob(name, program string, vol *api.HostVolume) *api.Job {
-	job := api.NewServiceJob(name, name, "global", 50)
-	job.Datacenters = []string{"dc1"}
-	group := api.NewTaskGroup("workspace", 1)
-	group.Volumes = map[string]*api.VolumeRequest{"home": {
-		Name: "home", Type: "host", Source: vol.Name,
-		AccessMode: "single-node-writer", AttachmentMode: "file-system",
-	}}
-	group.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "http"}}}}
-	group.Update = &api.UpdateStrategy{HealthCheck: new("checks"), MinHealthyTime: new(time.Duration(0)),
-		HealthyDeadline: new(5 * time.Minute), ProgressDeadline: new(10 * time.Minute), AutoRevert: new(false)}
-	group.RestartPolicy = &api.RestartPolicy{Attempts: new(1), Interval: new(5 * time.Minute), Delay: new(2 * time.Second), Mode: new("fail")}
-	group.ReschedulePolicy = &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)}
-	group.Services = []*api.Service{{
-		Name: name, PortLabel: "http", Provider: "nomad",
-		Checks: []api.ServiceCheck{{Name: "healthz", Type: "http", Path: "/healthz", Interval: time.Second, Timeout: time.Second}},
-	}}
-	task := api.NewTask("workspace", "raw_exec")
-	task.KillSignal, task.KillTimeout = "SIGKILL", new(time.Second)
-	task.Config = map[string]any{"command": program, "args": []string{"-listen", "127.0.0.1:${NOMAD_PORT_http}", "-home", vol.HostPath}}
-	task.Env = map[string]string{"HOME": vol.HostPath}
-	task.Resources = &api.Resources{CPU: new(20), MemoryMB: new(32)}
-	group.AddTask(task)
-	job.AddTaskGroup(group)
-	return job
 }
 
 func (d *directClient) allocs() []*api.AllocationListStub {

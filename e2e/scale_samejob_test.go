@@ -13,11 +13,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/codehub-io/codehub/controller"
+	"github.com/codehub-io/codehub/nomad"
 )
-
-// managedMeta marks the jobs codehub owns; the copies leave it out, so a
-// server that starts again never takes them for its own.
-const managedMeta = "codehub.io/managed"
 
 // sameJob is the second baseline's shape: the very job codehub registered
 // for workspace wsID (its workspace agent, its templates and its stop
@@ -61,7 +58,9 @@ func sameJob(tb testing.TB, client *api.Client, wsID string) jobShape {
 	}
 	job.Status, job.StatusDescription, job.Stop, job.Stable = nil, nil, nil, nil
 	job.Version, job.SubmitTime, job.CreateIndex, job.ModifyIndex, job.JobModifyIndex = nil, nil, nil, nil, nil
-	delete(job.Meta, managedMeta)
+	// Without codehub's mark a server that starts again never takes a
+	// copy for its own.
+	delete(job.Meta, nomad.MetaManaged)
 	source, err := json.Marshal(job)
 	if err != nil {
 		tb.Fatal(err)
