@@ -14,33 +14,54 @@ import (
 
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
+	"github.com/codehub-io/codehub/internal/testenv"
 )
 
-// mockNodeCapacity declares a node large enough for every mock job's
-// reservation (10 MiB and 10 MHz each).
+// mockNodeCapacity declares a node large enough for its share of the
+// mock jobs' reservations (10 MiB, 10 MHz and 10 MB of ephemeral disk
+// each); the mock tasks use none of it.
 const mockNodeCapacity = `  memory_total_mb   = 1048576
-  cpu_total_compute = 1048576`
+  cpu_total_compute = 1048576
+  disk_total_mb     = 1048576`
 
 // BenchmarkNomadMockJobs puts CODEHUB_MOCK_JOBS (10,000) workspace jobs
-// into a real Nomad server's state, each running a task of the
-// mock_driver that non-release Nomad builds include, and times an
-// observation of them: listing everything (no event stream), and from
-// the mirror the event stream keeps, converged and after one job stopped.
-// The baseline is a plain client listing the same jobs and allocations.
-// It skips without a nomad binary on PATH; run it with -benchtime 1x.
+// into a real Nomad server's state, spread over CODEHUB_MOCK_NODES (10)
+// client nodes, each job running a task of the mock_driver that
+// non-release Nomad builds include, and times an observation of them:
+// listing everything (no event stream), and from the mirror the event
+// stream keeps, converged and after one job stopped. The baseline is a
+// plain client listing the same jobs and allocations. It skips without a
+// nomad binary on PATH; run it with -benchtime 1x.
 func BenchmarkNomadMockJobs(b *testing.B) {
-	n := 10000
-	if v := os.Getenv("CODEHUB_MOCK_JOBS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatalf("CODEHUB_MOCK_JOBS=%q: %v", v, err)
-		}
+	n, nodes := benchEnv(b, "CODEHUB_MOCK_JOBS", 10000), benchEnv(b, "CODEHUB_MOCK_NODES", 10)
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("mock-%d", i)
 	}
-	agent := nomadtest.StartWith(b, nomadtest.Options{Client: mockNodeCapacity, Drivers: []string{"mock_driver"}})
+	// The agents share two busy cores with the server for minutes: a
+	// heartbeat late by a few seconds must not mark a node down.
+	cluster := nomadtest.StartClusterWith(b, nomadtest.ClusterOptions{Client: mockNodeCapacity, HeartbeatGrace: time.Minute}, names...)
+	memory := func() (server, clients int64) {
+		for _, cc := range cluster.Clients {
+			clients += testenv.ResidentBytes(b, cc.PID())
+		}
+		return testenv.ResidentBytes(b, cluster.ServerPID), clients
+	}
+	// Spread, not Nomad's default bin packing, which on nodes this large
+	// puts most jobs on a few of them.
+	if _, _, err := cluster.Client.Operator().SchedulerSetConfiguration(&api.SchedulerConfiguration{SchedulerAlgorithm: api.SchedulerAlgorithmSpread}, nil); err != nil {
+		b.Fatal(err)
+	}
+	idleServer, idleClients := memory()
 	start := time.Now()
-	registerMockJobs(b, agent.Client, n)
-	b.Logf("registered %d mock jobs and waited for their allocations to run in %v", n, time.Since(start).Round(time.Second))
-
+	registerMockJobs(b, cluster.Client, n)
+	server, clients := memory()
+	b.Logf("registered %d mock jobs on %d nodes and waited for their allocations to run in %v", n, nodes, time.Since(start).Round(time.Second))
+	b.Logf("memory: the server from %d MiB to %d MiB (%.1f KiB a job), the clients from %d MiB to %d MiB (%.1f KiB an allocation)",
+		idleServer>>20, server>>20, float64(server-idleServer)/1024/float64(n),
+		idleClients>>20, clients>>20, float64(clients-idleClients)/1024/float64(n))
+	b.ReportMetric(float64(server>>20), "server-MiB")
+	b.ReportMetric(float64(clients>>20), "clients-MiB")
 	samples := 10
 	timeIt := func(name string, fn func()) time.Duration {
 		var total time.Duration
@@ -56,18 +77,18 @@ func BenchmarkNomadMockJobs(b *testing.B) {
 	for range b.N {
 		plain := timeIt("plain-list", func() {
 			q := &api.QueryOptions{Prefix: controller.NamePrefix}
-			if _, _, err := agent.Client.Jobs().List(q); err != nil {
+			if _, _, err := cluster.Client.Jobs().List(q); err != nil {
 				b.Fatal(err)
 			}
-			if _, _, err := agent.Client.Allocations().List(&api.QueryOptions{Params: map[string]string{"task_states": "false"}}); err != nil {
+			if _, _, err := cluster.Client.Allocations().List(&api.QueryOptions{Params: map[string]string{"task_states": "false"}}); err != nil {
 				b.Fatal(err)
 			}
 		})
 
-		listing := New(hclog.NewNullLogger(), agent.Client, mockOptions(), nil)
+		listing := New(hclog.NewNullLogger(), cluster.Client, mockOptions(), nil)
 		listed := timeIt("observe-listing", func() { observeAll(b, listing, n) })
 
-		mirrored := New(hclog.NewNullLogger(), agent.Client, mockOptions(), nil)
+		mirrored := New(hclog.NewNullLogger(), cluster.Client, mockOptions(), nil)
 		ctx := b.Context()
 		done := make(chan error, 1)
 		go func() { done <- mirrored.Watch(ctx, func() {}) }()
@@ -83,7 +104,7 @@ func BenchmarkNomadMockJobs(b *testing.B) {
 
 		// One workspace stops: a change of one job and its allocation.
 		id := mockJobID(0)
-		if _, _, err := agent.Client.Jobs().Deregister(id, false, nil); err != nil {
+		if _, _, err := cluster.Client.Jobs().Deregister(id, false, nil); err != nil {
 			b.Fatal(err)
 		}
 		nomadtest.Eventually(b, 30*time.Second, "the stop reached the mirror", func() bool {
@@ -110,8 +131,8 @@ func mockWorkspace(i int) string { return fmt.Sprintf("01wave%020d", i) }
 func mockJobID(i int) string     { return jobID(mockWorkspace(i)) }
 
 // mockOptions observe the mock jobs as with Consul for services: their
-// readiness is their deployment health, which these jobs (no update
-// block, so no deployment to watch each) never get, and no check is read.
+// readiness is their deployment health, which these jobs (no deployment,
+// mockJob) never get, and no check is read.
 func mockOptions() Options {
 	o := testOptions()
 	o.Driver = "mock_driver"
@@ -163,19 +184,26 @@ func registerMockJobs(b *testing.B, client *api.Client, n int) {
 	if first != nil {
 		b.Fatal(first)
 	}
-	nomadtest.Eventually(b, 30*time.Minute, fmt.Sprintf("%d mock allocations running", n), func() bool {
+	// Every 5 s: listing thousands of allocations keeps the server busy
+	// for a good part of a second, which Eventually's 100 ms would take
+	// from the placements being waited for.
+	deadline := time.Now().Add(time.Duration(n) * time.Second / 2)
+	for {
 		allocs, _, err := client.Allocations().List(&api.QueryOptions{Params: map[string]string{"task_states": "false"}})
-		if err != nil {
-			return false
-		}
 		running := 0
 		for _, a := range allocs {
 			if a.ClientStatus == api.AllocClientStatusRunning {
 				running++
 			}
 		}
-		return running >= n
-	})
+		if err == nil && running >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d mock allocations running after %v (%v)", running, n, time.Duration(n)*time.Second/2, err)
+		}
+		time.Sleep(5 * time.Second)
+	}
 }
 
 func mockJob(i int) *api.Job {
@@ -186,11 +214,29 @@ func mockJob(i int) *api.Job {
 	task := api.NewTask("workspace", "mock_driver").
 		SetConfig("run_for", "24h").
 		Require(&api.Resources{CPU: ptr(10), MemoryMB: ptr(10)})
-	task.LogConfig = &api.LogConfig{MaxFiles: ptr(1), MaxFileSizeMB: ptr(1)}
+	// Without logs Nomad starts no logmon process for the task; with one
+	// each (about 12 MiB), 942 mock allocations filled 11 GiB.
+	task.LogConfig = &api.LogConfig{Disabled: ptr(true), MaxFiles: ptr(1), MaxFileSizeMB: ptr(1)}
 	group := api.NewTaskGroup("workspace", 1).AddTask(task)
-	// Nomad's default 300 MB of ephemeral disk each would fill the node's
-	// disk before its memory.
 	group.EphemeralDisk = &api.EphemeralDisk{SizeMB: ptr(10)}
 	group.RestartPolicy = &api.RestartPolicy{Attempts: ptr(1), Mode: ptr("fail"), Interval: ptr(5 * time.Minute), Delay: ptr(2 * time.Second)}
+	// No deployment (max_parallel 0): Nomad's deployment watcher does
+	// work in proportion to the running deployments for each one, and
+	// with one per job placements fell to about 3.5 a second at 3,500.
+	job.Update = &api.UpdateStrategy{MaxParallel: ptr(0)}
+	group.Update = &api.UpdateStrategy{MaxParallel: ptr(0)}
 	return job.AddTaskGroup(group)
+}
+
+// benchEnv is the integer in environment variable name, or def.
+func benchEnv(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }

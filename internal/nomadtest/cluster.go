@@ -27,6 +27,9 @@ type Cluster struct {
 	// ManagementToken is the bootstrap token's secret when the cluster
 	// enforces ACLs; Client carries it.
 	ManagementToken string
+	// ServerPID is the server process's, for a benchmark to read its
+	// memory.
+	ServerPID int
 
 	bin     string
 	rpcAddr string
@@ -41,6 +44,14 @@ type ClusterOptions struct {
 	// ClientConfig is added to every client's configuration (a plugin
 	// block, say).
 	ClientConfig string
+	// Client is added inside every client's client block: the node's
+	// capacity (memory_total_mb, cpu_total_compute), for one.
+	Client string
+	// HeartbeatGrace is how long the server waits past a missed
+	// heartbeat before it marks the node down: 2 s unless set, so a test
+	// sees a killed client down within seconds; a benchmark that keeps
+	// the machine busy gives its clients longer.
+	HeartbeatGrace time.Duration
 }
 
 const aclEnabled = `
@@ -128,15 +139,19 @@ func StartClusterWith(t testing.TB, opts ClusterOptions, names ...string) *Clust
 		rpcAddr: fmt.Sprintf("127.0.0.1:%d", rpc),
 		opts:    opts,
 	}
-	server := fmt.Sprintf(agentBase, filepath.Join(dir, "server"), http, rpc, serf) + `
+	grace := 2 * time.Second
+	if opts.HeartbeatGrace > 0 {
+		grace = opts.HeartbeatGrace
+	}
+	server := fmt.Sprintf(agentBase, filepath.Join(dir, "server"), http, rpc, serf) + fmt.Sprintf(`
 server {
   enabled          = true
   bootstrap_expect = 1
   # A killed client is down within seconds, not the default half minute.
-  heartbeat_grace   = "2s"
+  heartbeat_grace   = %q
   min_heartbeat_ttl = "2s"
 }
-`
+`, grace)
 	if opts.ACL {
 		server += aclEnabled
 	}
@@ -144,7 +159,8 @@ server {
 	if err := os.WriteFile(serverCfg, []byte(server), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stop := startProcess(t, bin, serverCfg, c.Log)
+	stop, pid := startProcess(t, bin, serverCfg, c.Log)
+	c.ServerPID = pid
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
@@ -270,8 +286,9 @@ client {
   options = {
     %s
   }
+%s
 }
-`, cc.Name, cc.cluster.rpcAddr, filepath.Join(cc.base, "alloc"), filepath.Join(cc.base, "state"), cc.HostVolumesDir, fingerprintDenylist) + rawExecPlugin + cc.cluster.opts.ClientConfig
+`, cc.Name, cc.cluster.rpcAddr, filepath.Join(cc.base, "alloc"), filepath.Join(cc.base, "state"), cc.HostVolumesDir, fingerprintDenylist, cc.cluster.opts.Client) + rawExecPlugin + cc.cluster.opts.ClientConfig
 	if cc.cluster.opts.ACL {
 		cfg += aclEnabled
 	}
@@ -332,7 +349,7 @@ func (c *Cluster) Node(t testing.TB, name string) *ClusterClient {
 
 // startProcess runs `nomad agent -config cfg` until the returned func or
 // the test's end stops it with an interrupt.
-func startProcess(t testing.TB, bin, cfg string, log *LockedBuffer) (stop func()) {
+func startProcess(t testing.TB, bin, cfg string, log *LockedBuffer) (stop func(), pid int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "agent", "-config", cfg)
@@ -346,7 +363,7 @@ func startProcess(t testing.TB, bin, cfg string, log *LockedBuffer) (stop func()
 	return func() {
 		cancel()
 		_ = cmd.Wait()
-	}
+	}, cmd.Process.Pid
 }
 
 // Start starts the client's agent (again, after Stop or Kill). It does not
@@ -368,6 +385,14 @@ func (cc *ClusterClient) Start(t testing.TB) {
 		_ = cmd.Wait()
 	}()
 	cc.cmd, cc.done = cmd, done
+}
+
+// PID is the running agent's process id, 0 while it is stopped.
+func (cc *ClusterClient) PID() int {
+	if cc.cmd == nil {
+		return 0
+	}
+	return cc.cmd.Process.Pid
 }
 
 // Stop interrupts the client's agent and waits for it to exit, as an

@@ -30,8 +30,10 @@ type Agent struct {
 	// Addr is the agent's HTTP API URL.
 	Addr           string
 	HostVolumesDir string
-	Client         *api.Client
-	Log            *LockedBuffer
+	// PID is the agent process's, for a benchmark to read its memory.
+	PID    int
+	Client *api.Client
+	Log    *LockedBuffer
 	// ManagementToken is the bootstrap token's secret when extra enabled
 	// ACLs; Client carries it.
 	ManagementToken string
@@ -129,6 +131,7 @@ client {
 		cancel()
 		t.Fatal(err)
 	}
+	a.PID = cmd.Process.Pid
 	t.Cleanup(func() {
 		cancel()
 		_ = cmd.Wait()

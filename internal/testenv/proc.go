@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // Proc is a process of this machine as /proc shows it.
@@ -45,4 +47,26 @@ func PIDs(ps []Proc) []int {
 		pids[i] = p.PID
 	}
 	return pids
+}
+
+// ResidentBytes is a process's resident memory in bytes.
+func ResidentBytes(tb testing.TB, pid int) int64 {
+	tb.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	v, _ := Field(status, "VmRSS:")
+	kib, _ := strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
+	return kib << 10
+}
+
+// Field is the value of a /proc file's "Name:" line, trimmed.
+func Field(file []byte, name string) (string, bool) {
+	for line := range strings.SplitSeq(string(file), "\n") {
+		if v, ok := strings.CutPrefix(line, name); ok {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
 }
