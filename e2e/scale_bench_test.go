@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -58,7 +57,7 @@ const scaleWorkers = 16
 //   - a mass wake: half of them stopped, then asked to run at once, with
 //     the spread of their waits against the controller's pass length;
 //   - one wake while the others run, against the same wake on an empty
-//     cluster (CODEHUB_SCALE_WAKES samples each, 10);
+//     cluster (CODEHUB_SCALE_WAKES samples each, 10), by each client;
 //   - the memory of a workspace (its program and Nomad's executor and
 //     logmon), of the server and of the Nomad agent.
 //
@@ -74,7 +73,7 @@ func BenchmarkNomadScale(b *testing.B) {
 	}
 	wsserver := nomadtest.BuildProgram(b, bins, "../nomad/testdata/wsserver", "wsserver")
 	agent := nomadtest.StartWith(b, nomadtest.Options{Client: scaleNodeCapacity})
-	agentPID := agentProcess(b, agent)
+	agentPID := agent.PID
 	for i := 0; i < b.N; i++ {
 		metricsPort := testenv.FreePort(b)
 		cfg := serverConfig{databaseURL: testenv.PostgresURL(b), redisURL: testenv.RedisURL(b), s3: testenv.NewS3(b)}
@@ -132,9 +131,11 @@ workspace {
 		srv.stop()
 		roots := map[int]string{agentPID: "nomad agent", os.Getpid(): "harness"}
 		direct := &directClient{tb: b, client: agent.Client, name: "direct", shape: plainJob(wsserver)}
-		baseCreate, baseWake := direct.measure(n, roots, agent.Addr)
+		base := direct.measure(n, samples, roots, agent.Addr)
+		baseCreate, baseWake := base.created, base.woken
 		copies := &directClient{tb: b, client: agent.Client, name: "same", shape: same}
-		sameCreate, sameWake := copies.measure(n, roots, agent.Addr)
+		sameBase := copies.measure(n, samples, roots, agent.Addr)
+		sameCreate, sameWake := sameBase.created, sameBase.woken
 		srv.start(b)
 
 		emptyWakes := wakeSamples(c, probe, samples)
@@ -168,7 +169,7 @@ workspace {
 		engine := scrapeEngine(b, metrics).since(engineBefore)
 		b.Logf("cpu, mass wake: codehub %s", cpu().report(len(half)))
 		passes := engine.passes
-		serverRSS := processRSS(b, srv.running.cmd.Process.Pid)
+		serverRSS := testenv.ResidentBytes(b, srv.running.cmd.Process.Pid)
 
 		// The same wave again, with the server killed (SIGKILL) once a
 		// third of it runs: every workspace runs in the end, none in
@@ -220,6 +221,14 @@ workspace {
 		b.Logf("one wake: empty cluster p50 %v %v; beside %d running p50 %v %v; ratio %.2f",
 			median(emptyWakes).Round(time.Millisecond), emptyWakes, n-1, median(busyWakes).Round(time.Millisecond), busyWakes,
 			median(busyWakes).Seconds()/median(emptyWakes).Seconds())
+		for _, d := range []struct {
+			name string
+			base baseline
+		}{{"direct", base}, {"the same job, direct", sameBase}} {
+			b.Logf("one wake, %s: empty cluster p50 %v %v; beside %d running p50 %v %v; ratio %.2f", d.name,
+				median(d.base.emptyWakes).Round(time.Millisecond), d.base.emptyWakes, n-1, median(d.base.busyWakes).Round(time.Millisecond), d.base.busyWakes,
+				median(d.base.busyWakes).Seconds()/median(d.base.emptyWakes).Seconds())
+		}
 		b.Logf("creating: %v", creating)
 		b.Logf("mass wake: %v", engine)
 		b.Logf("mass wake with the server killed once a third ran: all %d RUNNING in %v (p50 %v); registrations per workspace %v, allocations per workspace %v",
@@ -450,21 +459,43 @@ type directClient struct {
 // ready volume.
 type jobShape func(name string, vol *api.HostVolume) (*api.Job, []*api.Variable, error)
 
-// measure creates n workspaces, then stops half of them and registers
-// them again at once, logs the CPU each wave took, and deletes them all.
-// It takes a profile of the Nomad agent at addr during the creation when
-// asked to (profileAgent).
-func (d *directClient) measure(n int, roots map[int]string, addr string) (created, woken waits) {
+// baseline is what a direct client measured: its creation and mass wake
+// waves, and one job woken again and again beside n-1 running and alone.
+type baseline struct {
+	created, woken        waits
+	busyWakes, emptyWakes []time.Duration
+}
+
+// measure creates n workspaces, wakes the first one samples times beside
+// the others, then stops half of them and registers them again at once,
+// logs the CPU each wave took, and deletes them all; then it wakes one
+// workspace alone samples times. It takes a profile of the Nomad agent at
+// addr during the creation when asked to (profileAgent).
+func (d *directClient) measure(n, samples int, roots map[int]string, addr string) baseline {
 	d.tb.Helper()
+	var out baseline
 	cpu, profiled := phaseCPU(d.tb, roots), profileAgent(d.tb, addr, "create-"+d.name)
-	created = d.create(n)
+	out.created = d.create(n)
 	d.tb.Logf("cpu, creating: %s %s", d.name, cpu().report(n))
 	profiled()
+	out.busyWakes = d.wakeOne(samples)
 	cpu = phaseCPU(d.tb, roots)
-	woken = d.wake(n / 2)
+	out.woken = d.wake(d.jobs[:n/2])
 	d.tb.Logf("cpu, stopping %d and waking them: %s %s", n/2, d.name, cpu().report(n/2))
 	d.teardown()
-	return created, woken
+	d.create(1)
+	out.emptyWakes = d.wakeOne(samples)
+	d.teardown()
+	return out
+}
+
+// wakeOne wakes the first job samples times and returns each wake's wait.
+func (d *directClient) wakeOne(samples int) []time.Duration {
+	out := make([]time.Duration, samples)
+	for i := range out {
+		out[i] = d.wake(d.jobs[:1]).last()
+	}
+	return out
 }
 
 // create registers n volumes and jobs, scaleWorkers at a time, each job
@@ -502,11 +533,11 @@ func (d *directClient) create(n int) waits {
 	return d.awaitReady(d.jobs, nil, began)
 }
 
-// wake stops the first n jobs (their volumes stay), then registers them
-// again at once, and returns the sorted waits until each answers.
-func (d *directClient) wake(n int) waits {
+// wake stops jobs (their volumes stay), then registers them again at
+// once, and returns the sorted waits until each answers.
+func (d *directClient) wake(jobs []*api.Job) waits {
 	d.tb.Helper()
-	jobs := d.jobs[:n]
+	n := len(jobs)
 	old := map[string]bool{}
 	for _, a := range d.allocs() {
 		old[a.ID] = true
@@ -523,7 +554,9 @@ func (d *directClient) wake(n int) waits {
 			stopping[*j.ID] = true
 		}
 		for _, a := range d.allocs() {
-			if stopping[a.JobID] && a.ClientStatus == api.AllocClientStatusRunning {
+			// Pending too: a stopped allocation whose poststop task
+			// (the same job's stop archive) has not started yet.
+			if stopping[a.JobID] && !clientTerminal(a.ClientStatus) {
 				return false
 			}
 		}
@@ -909,23 +942,6 @@ func (r rss) total() int64 {
 	return t
 }
 
-// agentProcess finds the dev agent's process by its configuration file.
-func agentProcess(tb testing.TB, a *nomadtest.Agent) int {
-	tb.Helper()
-	cfg := filepath.Join(filepath.Dir(a.HostVolumesDir), "agent.hcl")
-	found := 0
-	eachProcess(tb, func(pid int, dir string) {
-		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
-		if err == nil && bytes.Contains(cmdline, []byte(cfg)) {
-			found = pid
-		}
-	})
-	if found == 0 {
-		tb.Fatalf("no process runs the agent of %s", cfg)
-	}
-	return found
-}
-
 // eachProcess calls fn with every process's pid and /proc directory. A
 // process may end while fn reads it: fn skips what it cannot read.
 func eachProcess(tb testing.TB, fn func(pid int, dir string)) {
@@ -963,13 +979,13 @@ func treeRSS(tb testing.TB, root int) (rss, map[string]int) {
 		default:
 			kind[pid] = "other"
 		}
-		if v, ok := field(status, "PPid:"); ok {
+		if v, ok := testenv.Field(status, "PPid:"); ok {
 			parent[pid], _ = strconv.Atoi(v)
 		}
 		// Pss shares each page among the processes mapping it: the
 		// nomad binary's pages count once across all its helpers.
 		if rollup, err := os.ReadFile(filepath.Join(dir, "smaps_rollup")); err == nil {
-			if v, ok := field(rollup, "Pss:"); ok {
+			if v, ok := testenv.Field(rollup, "Pss:"); ok {
 				kib[pid], _ = strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
 			}
 		}
@@ -985,28 +1001,6 @@ func treeRSS(tb testing.TB, root int) (rss, map[string]int) {
 		}
 	}
 	return out, count
-}
-
-// processRSS is one process's resident memory in bytes.
-func processRSS(tb testing.TB, pid int) int64 {
-	tb.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	v, _ := field(status, "VmRSS:")
-	kib, _ := strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
-	return kib << 10
-}
-
-// field is the value of a /proc file's "Name:" line, trimmed.
-func field(file []byte, name string) (string, bool) {
-	for line := range strings.SplitSeq(string(file), "\n") {
-		if v, ok := strings.CutPrefix(line, name); ok {
-			return strings.TrimSpace(v), true
-		}
-	}
-	return "", false
 }
 
 // TestScrapeEngine: the scale harness reads what a server exports.
