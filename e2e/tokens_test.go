@@ -84,7 +84,12 @@ func TestBrowserCLILoginAndTokens(t *testing.T) {
 	}
 	ws := exec.Command(srv.bin, "ws", "create", "-json", "from-cli")
 	ws.Env = cliEnv
-	if out, err := ws.Output(); err != nil || !strings.Contains(string(out), `"name": "from-cli"`) {
+	out, err := ws.Output()
+	var created struct {
+		ID   string `json:"id"`
+		Name string `json:"name"`
+	}
+	if err != nil || json.Unmarshal(out, &created) != nil || created.Name != "from-cli" {
 		t.Fatalf("codehub ws create after the browser login: %v: %s", err, out)
 	}
 
@@ -93,6 +98,16 @@ func TestBrowserCLILoginAndTokens(t *testing.T) {
 		if err := chromedp.Do(ctx,
 			chromedp.Navigate(srv.url+"/"),
 			chromedp.WaitVisible(chromedp.ID("app-view")),
+		); err != nil {
+			return err
+		}
+		// The panels sit below the workspace list, and a click lands by
+		// coordinates: let the CLI's workspace settle before clicking, or
+		// its card's last re-render may move the button under the press.
+		if err := b.waitPhase(ctx, created.ID, "RUNNING", 2*time.Minute); err != nil {
+			return err
+		}
+		if err := chromedp.Do(ctx,
 			chromedp.Click(chromedp.CSS(`#tokens > summary`)),
 			chromedp.WaitVisible(chromedp.ID("token-form")),
 		); err != nil {
