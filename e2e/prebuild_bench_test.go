@@ -3,25 +3,16 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/codehub-io/codehub/internal/nomadtest"
+	"github.com/codehub-io/codehub/internal/testenv"
 )
-
-// benchSamples is the number the variable asks for, else def.
-func benchSamples(name string, def int) int {
-	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
-		return n
-	}
-	return def
-}
 
 // BenchmarkNomadStarts measures create-to-RUNNING through the REST API of
 // a server on a real Nomad agent (raw_exec, code-server, S3 on this
@@ -86,7 +77,7 @@ func BenchmarkNomadStarts(b *testing.B) {
 	}
 	b.Logf("both prebuilds ready after %s", time.Since(began).Round(time.Second))
 
-	n, cold := benchSamples("CODEHUB_BENCH_SAMPLES", 10), benchSamples("CODEHUB_BENCH_COLD", 3)
+	n, cold := testenv.Count(b, "CODEHUB_BENCH_SAMPLES", 10), testenv.Count(b, "CODEHUB_BENCH_COLD", 3)
 	measure := func(name string, count int, one func(i int) time.Duration) []time.Duration {
 		var ds []time.Duration
 		for i := range count {

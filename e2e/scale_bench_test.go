@@ -65,8 +65,8 @@ const scaleWorkers = 16
 // the artifact; CODEHUB_SCALE_PROFILES=dir keeps CPU profiles of the
 // Nomad agent. `make scale` runs it; docs/benchmarks.md holds the results.
 func BenchmarkNomadScale(b *testing.B) {
-	n := benchSamples("CODEHUB_SCALE_WORKSPACES", 300)
-	samples := benchSamples("CODEHUB_SCALE_WAKES", 10)
+	n := testenv.Count(b, "CODEHUB_SCALE_WORKSPACES", 300)
+	samples := testenv.Count(b, "CODEHUB_SCALE_WAKES", 10)
 	bins := b.TempDir()
 	if err := os.Chmod(bins, 0o755); err != nil {
 		b.Fatal(err)

@@ -2,8 +2,6 @@ package nomad
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +31,7 @@ const mockNodeCapacity = `  memory_total_mb   = 1048576
 // plain client listing the same jobs and allocations. It skips without a
 // nomad binary on PATH; run it with -benchtime 1x.
 func BenchmarkNomadMockJobs(b *testing.B) {
-	n, nodes := benchEnv(b, "CODEHUB_MOCK_JOBS", 10000), benchEnv(b, "CODEHUB_MOCK_NODES", 10)
+	n, nodes := testenv.Count(b, "CODEHUB_MOCK_JOBS", 10000), testenv.Count(b, "CODEHUB_MOCK_NODES", 10)
 	names := make([]string, nodes)
 	for i := range names {
 		names[i] = fmt.Sprintf("mock-%d", i)
@@ -226,17 +224,4 @@ func mockJob(i int) *api.Job {
 	job.Update = &api.UpdateStrategy{MaxParallel: ptr(0)}
 	group.Update = &api.UpdateStrategy{MaxParallel: ptr(0)}
 	return job.AddTaskGroup(group)
-}
-
-// benchEnv is the integer in environment variable name, or def.
-func benchEnv(b *testing.B, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		b.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
 }
