@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -203,10 +204,11 @@ func BuildProgram(t testing.TB, dir, pkg, name string) string {
 	return out
 }
 
-// RemoveDir unmounts what the agent left mounted under dir, deepest
-// first, then removes dir.
+// RemoveDir ends the processes an agent left running under dir, unmounts
+// what it left mounted there, deepest first, then removes dir.
 func RemoveDir(t testing.TB, dir string) {
 	t.Helper()
+	killLeftovers(t, dir)
 	info, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Logf("read mountinfo: %v", err)
@@ -236,4 +238,61 @@ func forbidden(err error) bool {
 	}
 	var p *api.UnexpectedResponseError
 	return errors.As(err, &p) && p != nil && p.HasStatusCode() && p.StatusCode() == http.StatusForbidden
+}
+
+// killLeftovers ends, with SIGKILL, every process that still works under
+// dir: the helpers (executor, logmon) and tasks of an agent a test
+// killed, which run on as orphans, as on a node whose agent died. Left
+// alone they outlive the test run, holding memory, ports and cgroups.
+// It waits until they are gone, so their files can be removed.
+func killLeftovers(t testing.TB, dir string) {
+	t.Helper()
+	prefix := dir + "/"
+	under := func(path string) bool {
+		return strings.HasPrefix(strings.TrimSuffix(path, " (deleted)")+"/", prefix)
+	}
+	self := os.Getpid()
+	left := testenv.Processes(func(p testenv.Proc) bool {
+		if p.PID == self {
+			return false
+		}
+		if under(p.Cwd) || slices.ContainsFunc(p.Args, func(a string) bool { return strings.Contains(a, prefix) }) {
+			return true
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.PID))
+		return slices.ContainsFunc(fds, func(fd os.DirEntry) bool {
+			target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", p.PID, fd.Name()))
+			return err == nil && under(target)
+		})
+	})
+	if len(left) == 0 {
+		return
+	}
+	for _, p := range left {
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+	t.Logf("killed %d processes left running under %s", len(left), dir)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range left {
+		for !ended(p.PID) {
+			if time.Now().After(deadline) {
+				t.Logf("process %d still runs 10s after SIGKILL", p.PID)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// ended reports whether process pid is gone or a zombie: dead, its exit
+// status waiting for a parent to read it.
+func ended(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, which is in parentheses and may
+	// itself contain them.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z'
 }
