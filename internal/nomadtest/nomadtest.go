@@ -287,12 +287,10 @@ func killLeftovers(t testing.TB, dir string) {
 // ended reports whether process pid is gone or a zombie: dead, its exit
 // status waiting for a parent to read it.
 func ended(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return true
 	}
-	// The state follows the command name, which is in parentheses and may
-	// itself contain them.
-	i := bytes.LastIndexByte(stat, ')')
-	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z'
+	state, _ := testenv.Field(status, "State:")
+	return strings.HasPrefix(state, "Z")
 }
