@@ -130,18 +130,10 @@ func newControllerHarness(tb testing.TB, withCodehub bool) *controllerHarness {
 // configured by cfg.
 func newControllerHarnessOn(tb testing.TB, withCodehub bool, start func() *nomadtest.Agent, cfg controller.Config) *controllerHarness {
 	tb.Helper()
-	ctx := tb.Context()
 	h := &controllerHarness{tb: tb, s3: testenv.NewS3(tb)}
-	pool, err := store.Open(ctx, testenv.PostgresURL(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(pool.Close)
-	h.pool = pool
+	h.pool, h.owner, h.epoch = newTestDB(tb, "nomad-e2e")
+	pool := h.pool
 	logger := hclog.NewNullLogger()
-	if err := store.Migrate(ctx, pool, logger); err != nil {
-		tb.Fatal(err)
-	}
 	bins := tb.TempDir()
 	nomadtest.BuildProgram(tb, bins, "./testdata/wsserver", "wsserver")
 	if withCodehub {
@@ -150,14 +142,6 @@ func newControllerHarnessOn(tb testing.TB, withCodehub bool, start func() *nomad
 	h.agent = start()
 	h.backend = e2eBackend(tb, h.agent, bins, e2eConfig{s3: h.s3})
 
-	h.owner = workspace.NewID()
-	if _, err := pool.Exec(ctx, `INSERT INTO users (id, username, password_hash) VALUES ($1, 'e2e', 'x')`, h.owner); err != nil {
-		tb.Fatal(err)
-	}
-	h.epoch, err = store.BumpEpoch(ctx, pool, "nomad-e2e")
-	if err != nil {
-		tb.Fatal(err)
-	}
 	cfg.VolumeUID, cfg.VolumeGID = os.Getuid(), os.Getgid()
 	h.newController = func() *controller.WorkspaceController {
 		return controller.NewWorkspaceController(logger, pool, h.backend, archive.NewStore(logger, h.s3.Client, h.s3.Bucket), cfg)
@@ -165,6 +149,29 @@ func newControllerHarnessOn(tb testing.TB, withCodehub bool, start func() *nomad
 	h.ctl = h.newController()
 	h.svc = workspace.NewService(logger, pool, workspace.Options{DefaultImage: "wsserver:test"})
 	return h
+}
+
+// newTestDB opens a migrated database of the test's own holding one
+// user, owner, and leads it as holder: epoch is the leader's fence.
+func newTestDB(tb testing.TB, holder string) (pool *pgxpool.Pool, owner string, epoch int64) {
+	tb.Helper()
+	ctx := tb.Context()
+	pool, err := store.Open(ctx, testenv.PostgresURL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	if err := store.Migrate(ctx, pool, hclog.NewNullLogger()); err != nil {
+		tb.Fatal(err)
+	}
+	owner = workspace.NewID()
+	if _, err := pool.Exec(ctx, `INSERT INTO users (id, username, password_hash) VALUES ($1, 'e2e', 'x')`, owner); err != nil {
+		tb.Fatal(err)
+	}
+	if epoch, err = store.BumpEpoch(ctx, pool, holder); err != nil {
+		tb.Fatal(err)
+	}
+	return pool, owner, epoch
 }
 
 // tickUntil runs controller passes until the workspace row satisfies cond.

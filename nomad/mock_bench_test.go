@@ -22,8 +22,6 @@ import (
 	"github.com/codehub-io/codehub/controller"
 	"github.com/codehub-io/codehub/internal/nomadtest"
 	"github.com/codehub-io/codehub/internal/testenv"
-	"github.com/codehub-io/codehub/store"
-	"github.com/codehub-io/codehub/workspace"
 )
 
 // mockNodeCapacity declares a node large enough for its share of the
@@ -172,30 +170,14 @@ type mockDB struct {
 
 func newMockDB(b *testing.B, n int) *mockDB {
 	b.Helper()
-	ctx := b.Context()
-	url, s3 := testenv.PostgresURL(b), testenv.NewS3(b)
-	pool, err := store.Open(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	if err := store.Migrate(ctx, pool, hclog.NewNullLogger()); err != nil {
-		b.Fatal(err)
-	}
-	owner := workspace.NewID()
-	if _, err := pool.Exec(ctx, `INSERT INTO users (id, username, password_hash) VALUES ($1, 'mock', 'x')`, owner); err != nil {
-		b.Fatal(err)
-	}
+	s3 := testenv.NewS3(b)
+	pool, owner, epoch := newTestDB(b, "mock-bench")
 	rows := make([][]any, n)
 	for i := range rows {
 		rows[i] = []any{mockWorkspace(i), owner, fmt.Sprintf("w%d", i), "mock", "RUNNING", "RUNNING"}
 	}
-	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"workspaces"},
+	if _, err := pool.CopyFrom(b.Context(), pgx.Identifier{"workspaces"},
 		[]string{"id", "owner_id", "name", "image", "desired_state", "phase"}, pgx.CopyFromRows(rows)); err != nil {
-		b.Fatal(err)
-	}
-	epoch, err := store.BumpEpoch(ctx, pool, "mock-bench")
-	if err != nil {
 		b.Fatal(err)
 	}
 	return &mockDB{pool: pool, archives: archive.NewStore(hclog.NewNullLogger(), s3.Client, s3.Bucket), epoch: epoch}
