@@ -130,7 +130,7 @@ func BenchmarkNomadMockJobs(b *testing.B) {
 		observeAll(b, mirrored, n)
 		install := time.Since(t0)
 		converged := timeIt("observe-mirror", func() { observeAll(b, mirrored, n) })
-		pass := db.convergedPasses(b, mirrored, timeIt, func() (resume func()) { return pause(b, cluster) })
+		pass := db.convergedPasses(b, mirrored, cluster, timeIt)
 
 		// One workspace stops: a change of one job and its allocation.
 		id := mockJobID(0)
@@ -191,7 +191,7 @@ func newMockDB(b *testing.B, n int) *mockDB {
 // the Nomad server and PostgreSQL, as on a host of codehub's own. The
 // first passes record the observation in every row; the timed ones must
 // write nothing and call no actuator.
-func (d *mockDB) convergedPasses(b *testing.B, backend *Backend, timeIt func(string, func()) time.Duration, pauseClients func() (resume func())) time.Duration {
+func (d *mockDB) convergedPasses(b *testing.B, backend *Backend, cluster *nomadtest.Cluster, timeIt func(string, func()) time.Duration) time.Duration {
 	b.Helper()
 	ctx := b.Context()
 	ready := &mockReady{Backend: backend}
@@ -226,7 +226,7 @@ func (d *mockDB) convergedPasses(b *testing.B, backend *Backend, timeIt func(str
 	}
 	pass := timePasses("controller-pass")
 	func() {
-		defer pauseClients()()
+		defer pause(b, cluster)()
 		timePasses("controller-pass-clients-paused")
 	}()
 	runtime.GC()
