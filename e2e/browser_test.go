@@ -470,8 +470,6 @@ func newBrowser(t *testing.T, chromium string, srv *server) *browser {
 	return &browser{t: t, ctx: ctx, srv: srv, shots: shots}
 }
 
-// step runs one stage of the flow; on failure it saves a screenshot named
-// after the stage and stops the test.
 // logIn is the step of logging in as the admin on the login form that
 // address shows, until the element id appears.
 func (b *browser) logIn(address, id string) func(ctx context.Context) error {
@@ -487,6 +485,8 @@ func (b *browser) logIn(address, id string) func(ctx context.Context) error {
 	}
 }
 
+// step runs one stage of the flow; on failure it saves a screenshot named
+// after the stage and stops the test.
 func (b *browser) step(name string, fn func(ctx context.Context) error) {
 	b.t.Helper()
 	b.n++
