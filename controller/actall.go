@@ -107,7 +107,9 @@ dispatch:
 	}
 	close(next)
 	wg.Wait()
-	out := make([]acted, 0, len(ws))
+	// In place: at 10 000 workspaces a second slice of results would be
+	// 6 MB more to allocate and copy on every pass.
+	out := results[:0]
 	for i, r := range results {
 		if reached[i] {
 			out = append(out, r)
