@@ -18,7 +18,9 @@ type acted struct {
 	err   error
 	// write: the plan wrote the row (the pass rereads it next time).
 	write bool
-	stats TickStats
+	// settled is set when the plan left the workspace as it was.
+	settled *settledPlan
+	stats   TickStats
 }
 
 // add counts another workspace's share of a pass.

@@ -31,14 +31,24 @@ func HomeChanged(w workspace.Workspace) bool {
 // be archived again at now: it changed, and its last archive (if any) is at
 // least interval old. interval 0 turns backups off.
 func BackupDue(w workspace.Workspace, now time.Time, interval time.Duration) bool {
+	at, ok := backupDueAt(w, interval)
+	return ok && !now.Before(at)
+}
+
+// backupDueAt is when the home of w is due for a backup (zero: at once),
+// false when it never is: backups are off or it has not changed.
+func backupDueAt(w workspace.Workspace, interval time.Duration) (time.Time, bool) {
 	if interval <= 0 || !HomeChanged(w) {
-		return false
+		return time.Time{}, false
 	}
 	if w.ArchiveKey == nil {
-		return true
+		return time.Time{}, true
 	}
 	made, ok := archiveTime(*w.ArchiveKey)
-	return !ok || !now.Before(made.Add(interval))
+	if !ok {
+		return time.Time{}, true
+	}
+	return made.Add(interval), true
 }
 
 // archiveTime is when the operation that made the archive at key began:

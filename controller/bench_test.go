@@ -57,11 +57,11 @@ func seedRunning(tb testing.TB, h *harness, n int) ([]string, *staticBackend) {
 	snap := Snapshot{Workspaces: make(map[string]Observed, n)}
 	for i := range n {
 		ids[i] = workspace.NewID()
-		rows[i] = []any{ids[i], h.owner, fmt.Sprintf("w%d", i), "img:1", "RUNNING", "RUNNING", conds}
+		rows[i] = []any{ids[i], h.owner, fmt.Sprintf("w%d", i), "img:1", "RUNNING", "RUNNING", conds, workspace.NewID()}
 		snap.Workspaces[ids[i]] = runningObs
 	}
 	_, err = h.pool.CopyFrom(context.Background(), pgx.Identifier{"workspaces"},
-		[]string{"id", "owner_id", "name", "image", "desired_state", "phase", "conditions"}, pgx.CopyFromRows(rows))
+		[]string{"id", "owner_id", "name", "image", "desired_state", "phase", "conditions", "run_id"}, pgx.CopyFromRows(rows))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -72,32 +72,51 @@ func benchController(h *harness, backend Backend) *WorkspaceController {
 	return NewWorkspaceController(hclog.NewNullLogger(), h.pool, backend, newFakeArchives(), DefaultConfig())
 }
 
-// BenchmarkConvergedTick: one pass over 10 000 converged workspaces by a
-// leader that has read them before (rows reloaded only when changed).
+// BenchmarkConvergedTick: one pass over converged workspaces by a leader
+// that has read them before: every pass full (each row's version listed,
+// every workspace planned), passes between full ones as a controller
+// ticked without notifications makes them (versions listed, only what
+// changed planned), and as the leader makes them (only the rows its
+// session's notifications name read).
 func BenchmarkConvergedTick(b *testing.B) {
-	h := newHarness(b)
-	_, backend := seedRunning(b, h, 10000)
-	c := benchController(h, backend)
-	ctx := context.Background()
-	if _, err := c.Tick(ctx, h.epoch); err != nil {
-		b.Fatal(err)
-	}
-	backend.observes.Store(0)
-	var writes, steps int
-	b.ResetTimer()
-	for b.Loop() {
-		stats, err := c.Tick(ctx, h.epoch)
-		if err != nil {
-			b.Fatal(err)
+	for _, n := range []int{10000, 100000} {
+		for _, mode := range []string{"full", "listed", "notified"} {
+			b.Run(fmt.Sprintf("%d/%s", n, mode), func(b *testing.B) {
+				h := newHarness(b)
+				_, backend := seedRunning(b, h, n)
+				cfg := DefaultConfig()
+				if mode == "full" {
+					cfg.FullPassInterval = 0
+				}
+				c := NewWorkspaceController(hclog.NewNullLogger(), h.pool, backend, newFakeArchives(), cfg)
+				if mode == "notified" {
+					c.notes.follow(h.epoch)
+				}
+				ctx := context.Background()
+				if _, err := c.Tick(ctx, h.epoch); err != nil {
+					b.Fatal(err)
+				}
+				backend.observes.Store(0)
+				var writes, steps, planned int
+				b.ResetTimer()
+				for b.Loop() {
+					stats, err := c.Tick(ctx, h.epoch)
+					if err != nil {
+						b.Fatal(err)
+					}
+					writes += stats.Writes
+					steps += stats.Steps
+					planned += stats.Planned
+				}
+				b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
+				b.ReportMetric(float64(planned)/float64(b.N), "planned/op")
+				b.ReportMetric(float64(backend.observes.Load())/float64(b.N), "observes/op")
+				b.ReportMetric(float64(backend.actuators.Load()), "actuator-calls")
+				if writes != 0 || steps != 0 {
+					b.Fatalf("converged passes wrote %d rows and ran %d steps", writes, steps)
+				}
+			})
 		}
-		writes += stats.Writes
-		steps += stats.Steps
-	}
-	b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
-	b.ReportMetric(float64(backend.observes.Load())/float64(b.N), "observes/op")
-	b.ReportMetric(float64(backend.actuators.Load()), "actuator-calls")
-	if writes != 0 || steps != 0 {
-		b.Fatalf("converged passes wrote %d rows and ran %d steps", writes, steps)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -52,6 +53,11 @@ var errStaleSnapshot = errors.New("controller: observation too old to act on")
 // TickStats summarises one pass.
 type TickStats struct {
 	Workspaces int
+	// Planned counts the workspaces the pass planned: every one on a full
+	// pass, otherwise those that changed, are in flight, or whose time came.
+	Planned int
+	// Full is set on a pass that planned every workspace.
+	Full bool
 	// Writes counts committed row updates.
 	Writes int
 	// Steps counts actuator calls.
@@ -103,6 +109,11 @@ type Config struct {
 	// Parallel is how many workspaces a pass acts on at once (at least
 	// one); each workspace is acted on by one worker per pass.
 	Parallel int
+	// FullPassInterval is how often a pass plans every workspace; passes
+	// between plan only the workspaces whose row or observation changed,
+	// that have an operation in flight, or whose Recheck time came. 0:
+	// every pass is full.
+	FullPassInterval time.Duration
 	// Metrics records committed transitions, operations and passes (nil:
 	// none); Plan ignores it.
 	Metrics *Metrics
@@ -152,14 +163,15 @@ func ConfigFrom(cfg *config.Config) Config {
 
 		EvacuationParallel: co.EvacuationParallel,
 		Parallel:           co.Parallel,
+		FullPassInterval:   time.Minute,
 
 		Templates:    cfg,
 		UpstreamAuth: cfg.Workspace.UpstreamAuth,
 	}
 }
 
-// WorkspaceController observes every workspace once per pass, plans each
-// one with Plan and acts on the plan.
+// WorkspaceController observes every workspace once per pass, plans those
+// that may need it with Plan and acts on the plans.
 type WorkspaceController struct {
 	logger   hclog.Logger
 	pool     *pgxpool.Pool
@@ -167,12 +179,37 @@ type WorkspaceController struct {
 	archives ArchiveStore
 	cfg      Config
 	now      func() time.Time
-	// rows caches the workspace rows last read, by id; a pass reloads
-	// only rows whose version moved. Only Tick touches it.
-	rows map[string]*workspace.Workspace
+	// rows caches every unfinished workspace row, by id: a full pass
+	// reloads the rows whose version moved, a pass between reloads those
+	// the leader session's notifications named (notes) and those it
+	// wrote itself (reread). Only Tick touches rows and reread.
+	rows   map[string]*workspace.Workspace
+	reread map[string]bool
+	notes  rowNotes
 	// orphans are the ids reportOrphans saw last pass: since when, and
 	// whether they were reported.
 	orphans map[string]orphan
+	// settled holds, by id, the workspaces whose last plan left them as
+	// they were: a pass plans them again only once their row or
+	// observation changes or their Recheck time comes. Only Tick touches
+	// it.
+	settled map[string]settledPlan
+	// lastFull is when the last full pass began, under leader epoch
+	// fullEpoch: a new term begins with a full pass.
+	lastFull  time.Time
+	fullEpoch int64
+}
+
+// settledPlan is what a plan that left a workspace as it was looked at.
+type settledPlan struct {
+	version int64
+	obs     Observed
+	recheck time.Time
+}
+
+// due reports whether w, observed as obs, is to be planned at now.
+func (p settledPlan) due(w *workspace.Workspace, obs Observed, now time.Time) bool {
+	return p.version != w.Version || !sameObserved(p.obs, obs) || !p.recheck.IsZero() && !now.Before(p.recheck)
 }
 
 type orphan struct {
@@ -189,7 +226,7 @@ func NewWorkspaceController(logger hclog.Logger, pool *pgxpool.Pool, backend Bac
 		cfg.submissions = r.ReportsSubmissions()
 	}
 	return &WorkspaceController{logger: logger, pool: pool, backend: backend, archives: archives, cfg: cfg, now: time.Now,
-		rows: map[string]*workspace.Workspace{}, orphans: map[string]orphan{}}
+		rows: map[string]*workspace.Workspace{}, reread: map[string]bool{}, orphans: map[string]orphan{}, settled: map[string]settledPlan{}}
 }
 
 // SetClock replaces the clock (tests drive timeouts and backoff with it).
@@ -211,8 +248,16 @@ func (c *WorkspaceController) Tick(ctx context.Context, epoch int64) (TickStats,
 // observed, so it cannot skew the durations of real passes.
 func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats, error) {
 	var stats TickStats
-	ws, err := c.load(ctx)
+	began := c.now()
+	stats.Full = c.cfg.FullPassInterval <= 0 || c.fullEpoch != epoch || began.Sub(c.lastFull) >= c.cfg.FullPassInterval
+	load := c.loadAll
+	if !stats.Full && c.notes.following(epoch) {
+		load = c.loadNamed
+	}
+	ws, err := load(ctx)
 	if err != nil {
+		// The changes it took are lost to it: the next pass reads all.
+		c.fullEpoch = 0
 		return stats, fmt.Errorf("load workspaces: %w", err)
 	}
 	begun := time.Now()
@@ -229,24 +274,51 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 		return stats, fmt.Errorf("load node evacuations: %w", err)
 	}
 	moves := Moves(ws, snap, evacuating, c.cfg.EvacuationParallel)
+	observe := func(id string) Observed {
+		obs := snap.Workspaces[id]
+		obs.Evacuating, obs.Move = evacuating[obs.NodeID], moves[id]
+		return obs
+	}
 	avoid := slices.Sorted(maps.Keys(evacuating))
 	now := c.now()
 	fence := func(ctx context.Context) error { return c.fence(ctx, epoch, observed) }
 	stats.Workspaces = len(ws)
-	results, err := c.actAll(ctx, waitingLongest(ws), func(ctx context.Context, w workspace.Workspace) acted {
-		obs := snap.Workspaces[w.ID]
-		obs.Evacuating, obs.Move = evacuating[obs.NodeID], moves[w.ID]
-		a := Plan(w, obs, c.checkArchive(ctx, w, obs), now, c.cfg)
+	var seen passTally
+	todo := ws
+	if !stats.Full {
+		todo = make([]*workspace.Workspace, 0, len(ws)/8)
+		for _, w := range ws {
+			if p, ok := c.settled[w.ID]; !ok || p.due(w, observe(w.ID), now) {
+				todo = append(todo, w)
+				continue
+			}
+			// Settled, so no operation: it counts as it stands.
+			stats.noteRetry(w.NextAttemptAt, now)
+			seen.add(*w, now)
+		}
+	}
+	stats.Planned = len(todo)
+	results, err := c.actAll(ctx, waitingLongest(todo), func(ctx context.Context, w workspace.Workspace) acted {
+		obs := observe(w.ID)
+		check := c.checkArchive(ctx, w, obs)
+		a := Plan(w, obs, check, now, c.cfg)
 		var r acted
 		r.after, r.err = c.act(ctx, epoch, fence, w, a, avoid, &r.stats)
 		r.write = a.Write
+		if !a.Write && len(a.Steps) == 0 && check.Key == "" && w.Operation == workspace.OpNone {
+			r.settled = &settledPlan{version: w.Version, obs: obs, recheck: Recheck(w, now, c.cfg)}
+		}
 		return r
 	})
-	var seen passTally
 	for _, r := range results {
 		if r.write || r.err != nil {
 			// Reread next pass: the trigger changed columns too.
-			delete(c.rows, r.after.ID)
+			c.reread[r.after.ID] = true
+		}
+		if r.settled != nil {
+			c.settled[r.after.ID] = *r.settled
+		} else {
+			delete(c.settled, r.after.ID)
 		}
 		stats.add(r.stats)
 		switch {
@@ -272,9 +344,33 @@ func (c *WorkspaceController) pass(ctx context.Context, epoch int64) (TickStats,
 	default:
 		return stats, err
 	}
-	c.reportOrphans(Orphans(snap, ws), now)
+	if stats.Full {
+		c.lastFull, c.fullEpoch = began, epoch
+		// Orphans take the whole observation to find and a minute to
+		// count (orphanGrace): the full passes judge them. The cache
+		// holds every unfinished row (a write only marks its row reread).
+		c.reportOrphans(Orphans(snap, func(id string) bool { return c.rows[id] != nil }), now)
+	}
 	c.cfg.Metrics.passSeen(seen)
 	return stats, nil
+}
+
+// sameObserved reports whether two observations say the same, comparing
+// job results and failures by value: a backend may report an unchanged
+// one anew.
+func sameObserved(a, b Observed) bool {
+	if !eqPtr(a.Failure, b.Failure) || !eqPtr(a.Archive, b.Archive) || !eqPtr(a.Restore, b.Restore) || !eqPtr(a.StopArchive, b.StopArchive) ||
+		!a.RunningSince.Equal(b.RunningSince) || !a.Submitted.Equal(b.Submitted) {
+		return false
+	}
+	return bare(a) == bare(b)
+}
+
+// bare is o without the fields sameObserved compares by value.
+func bare(o Observed) Observed {
+	o.Failure, o.Archive, o.Restore, o.StopArchive = nil, nil, nil, nil
+	o.RunningSince, o.Submitted = time.Time{}, time.Time{}
+	return o
 }
 
 // evacuating returns the ids of the nodes being evacuated.
@@ -291,15 +387,11 @@ func (c *WorkspaceController) evacuating(ctx context.Context) (map[string]bool, 
 }
 
 // Orphans returns, sorted, the ids the backend holds objects of (a volume,
-// a job) that are no unfinished workspace's.
-func Orphans(snap Snapshot, ws []*workspace.Workspace) []string {
-	known := make(map[string]bool, len(ws))
-	for _, w := range ws {
-		known[w.ID] = true
-	}
+// a job) that are no unfinished workspace's: known reports those.
+func Orphans(snap Snapshot, known func(id string) bool) []string {
 	var out []string
 	for id, obs := range snap.Workspaces {
-		if !known[id] && obs != (Observed{}) {
+		if !known(id) && obs != (Observed{}) {
 			out = append(out, id)
 		}
 	}
@@ -337,9 +429,14 @@ func (c *WorkspaceController) reportOrphans(ids []string, now time.Time) {
 	c.cfg.Metrics.setOrphans(counted)
 }
 
-// load returns every unfinished workspace, reading from the database only
-// the rows that are new or changed since the last pass.
-func (c *WorkspaceController) load(ctx context.Context) ([]*workspace.Workspace, error) {
+// loadAll returns every unfinished workspace, reading from the database
+// the versions of all and only the rows that are new or changed since the
+// last pass.
+func (c *WorkspaceController) loadAll(ctx context.Context) ([]*workspace.Workspace, error) {
+	// Before listing: a change notified from here on is read again by the
+	// next pass, one notified before is in the listing.
+	c.notes.take()
+	clear(c.reread)
 	versions, err := store.ListUnfinishedVersions(ctx, c.pool)
 	if err != nil {
 		return nil, err
@@ -355,6 +452,7 @@ func (c *WorkspaceController) load(ctx context.Context) ([]*workspace.Workspace,
 	for id := range c.rows {
 		if !live[id] {
 			delete(c.rows, id)
+			delete(c.settled, id)
 		}
 	}
 	if len(stale) > 0 {
@@ -373,6 +471,91 @@ func (c *WorkspaceController) load(ctx context.Context) ([]*workspace.Workspace,
 		}
 	}
 	return ws, nil
+}
+
+// loadNamed returns every unfinished workspace from the cache, reading
+// from the database only the rows notifications named since the last pass
+// and those the pass wrote: between full passes the leader session's
+// notifications name every change (rowNotes).
+func (c *WorkspaceController) loadNamed(ctx context.Context) ([]*workspace.Workspace, error) {
+	named := c.notes.take()
+	for id := range c.reread {
+		named[id] = true
+	}
+	clear(c.reread)
+	if len(named) > 0 {
+		fresh, err := store.GetWorkspaces[workspace.Workspace](ctx, c.pool, slices.Collect(maps.Keys(named)))
+		if err != nil {
+			return nil, err
+		}
+		for id := range named {
+			delete(c.rows, id)
+		}
+		for i := range fresh {
+			if fresh[i].Phase != workspace.PhaseDeleted {
+				c.rows[fresh[i].ID] = &fresh[i]
+			}
+		}
+		for id := range named {
+			if c.rows[id] == nil {
+				delete(c.settled, id)
+			}
+		}
+	}
+	ws := make([]*workspace.Workspace, 0, len(c.rows))
+	for _, w := range c.rows {
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
+
+// rowNotes collects the ids of the workspace rows that changed, as the
+// notifications on the leader session name them. While a term's session
+// listens, every committed change after its LISTEN is named; the term's
+// first pass is full and lists every row, so together they miss nothing.
+// The coordinator feeds it; a controller ticked by anything else lists
+// every row's version each pass.
+type rowNotes struct {
+	mu sync.Mutex
+	// epoch is the term whose session notifies (0: none).
+	epoch int64
+	ids   map[string]bool
+}
+
+// follow says the notifications of term epoch's session arrive from now
+// on (0: they stop).
+func (n *rowNotes) follow(epoch int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.epoch, n.ids = epoch, nil
+}
+
+func (n *rowNotes) following(epoch int64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.epoch != 0 && n.epoch == epoch
+}
+
+// changed notes a row's change.
+func (n *rowNotes) changed(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ids == nil {
+		n.ids = make(map[string]bool)
+	}
+	n.ids[id] = true
+}
+
+// take returns the ids noted since the last take and forgets them.
+func (n *rowNotes) take() map[string]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ids := n.ids
+	n.ids = nil
+	if ids == nil {
+		ids = make(map[string]bool)
+	}
+	return ids
 }
 
 func (c *WorkspaceController) checkArchive(ctx context.Context, w workspace.Workspace, obs Observed) ArchiveCheck {

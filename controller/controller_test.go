@@ -767,7 +767,7 @@ func TestOrphans(t *testing.T) {
 		"01jb3x7k9q2m5n8p4r6s0t1v21": {Archive: &JobResult{Status: JobSucceeded}},
 		"01jb3x7k9q2m5n8p4r6s0t1v23": {},
 	}}
-	got := Orphans(snap, []*workspace.Workspace{known})
+	got := Orphans(snap, func(id string) bool { return id == known.ID })
 	want := []string{"01jb3x7k9q2m5n8p4r6s0t1v21", "01jb3x7k9q2m5n8p4r6s0t1v22"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Orphans = %v, want %v", got, want)
@@ -787,11 +787,14 @@ func TestOrphanedVolumeIsReportedNotRemoved(t *testing.T) {
 	h.backend.volumes[stranger] = &fakeVolume{ready: true, data: "someone's home"}
 	h.backend.mu.Unlock()
 
+	// The full passes, once FullPassInterval has passed, judge orphans.
+	full := DefaultConfig().FullPassInterval
+	h.advance(full)
 	h.tick(c, 1)
 	if got := testutil.ToFloat64(m.orphans); got != 0 {
 		t.Fatalf("orphan counted before its grace: %v", got)
 	}
-	h.advance(2 * orphanGrace)
+	h.advance(max(full, 2*orphanGrace))
 	h.tick(c, 1)
 	if got := testutil.ToFloat64(m.orphans); got != 1 {
 		t.Fatalf("orphaned workspaces = %v, want 1", got)
@@ -804,6 +807,7 @@ func TestOrphanedVolumeIsReportedNotRemoved(t *testing.T) {
 	h.backend.mu.Lock()
 	delete(h.backend.volumes, stranger)
 	h.backend.mu.Unlock()
+	h.advance(full)
 	h.tick(c, 1)
 	if got := testutil.ToFloat64(m.orphans); got != 0 {
 		t.Errorf("orphaned workspaces after removal = %v", got)
@@ -992,5 +996,83 @@ func TestDeleteVolumeByObservedID(t *testing.T) {
 	h.backend.observed = nil
 	if v := h.backend.volumes[w.ID]; v == nil || v.id != "vol-replacement" {
 		t.Fatalf("volume after the pass: %+v, want the replacement untouched", v)
+	}
+}
+
+// Between full passes a pass plans only the workspaces whose row or
+// observation changed, that have an operation in flight, or whose time
+// came; a full pass plans every one, once FullPassInterval has passed.
+func TestPassPlansWhatChanged(t *testing.T) {
+	h := newHarness(t)
+	c := h.controller()
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, h.create(fmt.Sprint("dev", i)).ID)
+	}
+	h.converge(c)
+	pass := func(what string, planned int) TickStats {
+		t.Helper()
+		stats, err := c.Tick(context.Background(), h.epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stats.Full || stats.Planned != planned || stats.Workspaces != len(ids) {
+			t.Fatalf("%s: full %v, planned %d of %d; want %d planned, not full", what, stats.Full, stats.Planned, stats.Workspaces, planned)
+		}
+		return stats
+	}
+	pass("converged", 0)
+
+	h.setDesired(ids[0], workspace.DesiredStandby)
+	if stats := pass("row changed", 1); stats.Steps != 1 {
+		t.Fatalf("the changed row's stop ran %d steps", stats.Steps)
+	}
+	h.converge(c)
+	h.expect(ids[0], workspace.PhaseStandby, "volume")
+
+	h.backend.nodeDown(ids[1], true)
+	if stats := pass("observation changed", 1); stats.Writes != 1 {
+		t.Fatalf("the node going down wrote %d rows, want its conditions", stats.Writes)
+	}
+	if got := h.row(ids[1]).Conditions[workspace.CondVolumeReady]; got.Status != workspace.ConditionFalse {
+		t.Fatalf("volume condition %+v after its node went down", got)
+	}
+	h.backend.nodeDown(ids[1], false)
+	h.converge(c)
+
+	// A failed start waits out its backoff without being planned, and the
+	// pass still reports when it comes.
+	h.backend.fail["StartWorkspace"] = errors.New("nomad unavailable")
+	h.setDesired(ids[0], workspace.DesiredRunning)
+	pass("start fails", 1)
+	pass("failure recorded", 1)
+	retry := h.row(ids[0]).NextAttemptAt
+	if retry == nil {
+		t.Fatal("no next attempt recorded")
+	}
+	if stats := pass("waiting", 0); !stats.NextAttempt.Equal(*retry) {
+		t.Fatalf("next attempt %v, want %v", stats.NextAttempt, *retry)
+	}
+	delete(h.backend.fail, "StartWorkspace")
+	h.advance(retry.Sub(h.now()))
+	if stats := pass("retry due", 1); stats.Steps != 1 {
+		t.Fatalf("the retry ran %d steps", stats.Steps)
+	}
+	h.converge(c)
+	h.expect(ids[0], workspace.PhaseRunning, "volume", "container")
+	pass("converged again", 0)
+
+	h.advance(DefaultConfig().FullPassInterval)
+	stats, err := c.Tick(context.Background(), h.epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stats.Full || stats.Planned != len(ids) || stats.Writes != 0 || stats.Steps != 0 {
+		t.Fatalf("full pass: full %v, planned %d, wrote %d, ran %d steps", stats.Full, stats.Planned, stats.Writes, stats.Steps)
+	}
+	// A new leadership term begins with a full pass (one with nothing to
+	// do never checks the epoch).
+	if stats, err := c.Tick(context.Background(), h.epoch+1); err != nil || !stats.Full {
+		t.Fatalf("pass of a new term: full %v, error %v", stats.Full, err)
 	}
 }

@@ -223,6 +223,9 @@ func (c *Coordinator) lead(ctx context.Context, conn *pgx.Conn, epoch int64) err
 	log := c.logger.With("epoch", epoch)
 	log.Info("leadership acquired", "holder", c.cfg.Holder)
 
+	// LISTEN came before the term's first pass, which is full.
+	c.controller.notes.follow(epoch)
+	defer c.controller.notes.follow(0)
 	var wg sync.WaitGroup
 	wg.Go(func() { end(c.listen(termCtx, conn)) })
 	wg.Go(func() { end(c.runController(termCtx, epoch)) })
@@ -257,9 +260,17 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn) error {
 			return fmt.Errorf("leader session lost: %w", err)
 		}
 		var payload struct {
+			ID   string `json:"id"`
 			Kind string `json:"kind"`
 		}
-		if json.Unmarshal([]byte(n.Payload), &payload) == nil && payload.Kind == "desired" {
+		if err := json.Unmarshal([]byte(n.Payload), &payload); err != nil || payload.ID == "" {
+			// A change the controller cannot place: it reads every row.
+			c.logger.Warn("unreadable workspace notification", "payload", n.Payload, "error", err)
+			c.controller.notes.follow(0)
+			continue
+		}
+		c.controller.notes.changed(payload.ID)
+		if payload.Kind == "desired" {
 			c.Wake()
 		}
 	}

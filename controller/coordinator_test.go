@@ -39,8 +39,13 @@ type replica struct {
 }
 
 func startReplica(h *harness, holder string, cfg CoordinatorConfig, loops ...Loop) *replica {
+	return startReplicaOf(h, h.controller(), holder, cfg, loops...)
+}
+
+// startReplicaOf starts a replica whose leader runs ctrl.
+func startReplicaOf(h *harness, ctrl *WorkspaceController, holder string, cfg CoordinatorConfig, loops ...Loop) *replica {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &replica{ctrl: h.controller(), probe: &probe{}, cancel: cancel, done: make(chan struct{})}
+	r := &replica{ctrl: ctrl, probe: &probe{}, cancel: cancel, done: make(chan struct{})}
 	cfg.DatabaseURL, cfg.Holder = h.url, holder
 	r.coord = NewCoordinator(hclog.NewNullLogger(), cfg, r.ctrl, append(loops, r.probe)...)
 	go func() {
@@ -354,4 +359,31 @@ func TestNextPass(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeaderReadsNotifiedRows: after its term's first, full pass the
+// leader reads only the rows its session's notifications name, and those
+// carry every change. With no full pass for an hour, a new workspace and
+// its desired states still reach the controller.
+func TestLeaderReadsNotifiedRows(t *testing.T) {
+	h := newHarness(t)
+	h.setClockReal()
+	cfg := DefaultConfig()
+	cfg.FullPassInterval = time.Hour
+	l := startReplicaOf(h, h.controllerWith(cfg), "a", testCoordinatorConfig())
+	waitFor(t, "leader loops", func() bool { return l.probe.running.Load() == 1 })
+	settled := func(id string, phase workspace.Phase) func() bool {
+		return func() bool {
+			r := h.row(id)
+			return r.Phase == phase && r.Operation == workspace.OpNone
+		}
+	}
+	w := h.create("dev")
+	waitFor(t, "new workspace running", settled(w.ID, workspace.PhaseRunning))
+	h.setDesired(w.ID, workspace.DesiredStandby)
+	waitFor(t, "workspace in standby", settled(w.ID, workspace.PhaseStandby))
+	other := h.create("other")
+	waitFor(t, "second workspace running", settled(other.ID, workspace.PhaseRunning))
+	h.setDesired(w.ID, workspace.DesiredRunning)
+	waitFor(t, "first workspace running again", settled(w.ID, workspace.PhaseRunning))
 }

@@ -23,8 +23,13 @@ import (
 // stopped, which leaves the same mark) and has not run since, or it never
 // ran at all (a new workspace's empty volume, made again elsewhere).
 func DrainMove(w workspace.Workspace, obs Observed) bool {
+	return mayDrainMove(w) && drainedNode(obs) && !obs.ContainerLive
+}
+
+// mayDrainMove is DrainMove's part that reads only the row.
+func mayDrainMove(w workspace.Workspace) bool {
 	return w.DeletedAt == nil && w.Operation == workspace.OpNone && w.Phase != workspace.PhaseError &&
-		drainedNode(obs) && !obs.ContainerLive && (archiveHoldsHome(w) || workspace.NeverRan(w))
+		(archiveHoldsHome(w) || workspace.NeverRan(w))
 }
 
 // drainedNode reports a volume on a node being emptied: drained (up, so

@@ -28,15 +28,29 @@ func Moves(ws []*workspace.Workspace, snap Snapshot, evacuating map[string]bool,
 		if w.DeletedAt != nil || w.Phase == workspace.PhaseError {
 			continue
 		}
-		obs := snap.Workspaces[w.ID]
-		switch onTheWay(*w, obs, evacuating) {
+		if len(evacuating) == 0 && !mayDrainMove(*w) {
+			// Neither branch of leaving can hold: no observation needed.
+			continue
+		}
+		switch state, _ := leaving(*w, snap.Workspaces[w.ID], evacuating); state {
 		case moveUnderWay:
 			moves[w.ID] = true
 			under++
-		case moveArriving:
-			under++
 		case moveReady:
 			waiting = append(waiting, w.ID)
+		}
+	}
+	if len(waiting) == 0 {
+		// Those arriving count only against new moves; a pass with none
+		// to start skips reading every workspace's conditions.
+		return moves
+	}
+	for _, w := range ws {
+		if w.DeletedAt != nil || w.Phase == workspace.PhaseError {
+			continue
+		}
+		if _, node := leaving(*w, snap.Workspaces[w.ID], evacuating); !node && arriving(*w) {
+			under++
 		}
 	}
 	slices.Sort(waiting)
@@ -59,30 +73,34 @@ const (
 	moveReady
 	// moveUnderWay: its home is leaving an evacuated node.
 	moveUnderWay
-	// moveArriving: its home left its node and is being brought back up
-	// elsewhere.
-	moveArriving
 )
 
-func onTheWay(w workspace.Workspace, obs Observed, evacuating map[string]bool) moveState {
+// leaving says whether the home of w may start, or has started, to leave
+// its node. node is set when its node (drained, or evacuated) decides
+// that; otherwise the home may still be arriving from an earlier move.
+func leaving(w workspace.Workspace, obs Observed, evacuating map[string]bool) (state moveState, node bool) {
 	if DrainMove(w, obs) {
-		return moveReady
+		return moveReady, true
 	}
 	if obs.VolumeExists && obs.NodeAway == "" && evacuating[obs.NodeID] {
 		home := locateHome(w, obs)
 		switch {
 		case home == workspace.HomeInBoth, w.Operation != workspace.OpNone,
 			workspace.Level(w.Phase) < workspace.Level(workspace.TargetPhase(w.DesiredState)):
-			return moveUnderWay
+			return moveUnderWay, true
 		case home == workspace.HomeInVolume:
-			return moveReady
+			return moveReady, true
 		}
-		return moveNone
+		return moveNone, true
 	}
-	if c, ok := w.Conditions[workspace.CondMoving]; ok && c.Status == workspace.ConditionTrue && !arrived(w) {
-		return moveArriving
-	}
-	return moveNone
+	return moveNone, false
+}
+
+// arriving reports a home that left its node and is being brought back up
+// elsewhere: it counts as a move under way.
+func arriving(w workspace.Workspace) bool {
+	c, ok := w.Conditions[workspace.CondMoving]
+	return ok && c.Status == workspace.ConditionTrue && !arrived(w)
 }
 
 // moveCondition sets storage.moving on conds, the progress of a home on an

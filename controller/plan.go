@@ -149,6 +149,26 @@ func plan(w workspace.Workspace, obs Observed, check ArchiveCheck, now time.Time
 	return p.idle()
 }
 
+// Recheck is when time alone may next change the plan of w, a workspace
+// with no operation that a plan at now left as it was: its next attempt,
+// or its next backup. Zero when only a change of the row or of its
+// observation can. A plan in flight is judged every pass (its deadline).
+func Recheck(w workspace.Workspace, now time.Time, cfg Config) time.Time {
+	var at time.Time
+	soonest := func(t time.Time) {
+		if t.After(now) && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	if w.NextAttemptAt != nil {
+		soonest(*w.NextAttemptAt)
+	}
+	if due, ok := backupDueAt(w, cfg.BackupInterval); ok {
+		soonest(due)
+	}
+	return at
+}
+
 type planner struct {
 	w     workspace.Workspace
 	next  workspace.Workspace

@@ -131,7 +131,10 @@ func DisplayPhase(w Workspace) string {
 	case OpDeleting:
 		return DisplayDeleting
 	}
-	if _, away := Unavailable(w); away && w.Phase != PhaseRunning {
+	if w.Phase == PhaseRunning {
+		return string(w.Phase)
+	}
+	if _, away := Unavailable(w); away {
 		return DisplayUnavailable
 	}
 	return string(w.Phase)
