@@ -145,7 +145,7 @@ func BenchmarkTickWithChanges(b *testing.B) {
 	c := benchController(h, backend)
 	ctx := context.Background()
 	flip := false
-	var writes int
+	var writes, planned int
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
@@ -165,8 +165,10 @@ func BenchmarkTickWithChanges(b *testing.B) {
 			b.Fatal(err)
 		}
 		writes += stats.Writes
+		planned += stats.Planned
 	}
 	b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
+	b.ReportMetric(float64(planned)/float64(b.N), "planned/op")
 	b.ReportMetric(float64(backend.observes.Load())/float64(b.N), "observes/op")
 }
 
