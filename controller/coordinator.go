@@ -270,7 +270,10 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn) error {
 			continue
 		}
 		c.controller.notes.changed(payload.ID)
-		if payload.Kind == "desired" {
+		// A user's request, now in the notes: the pass that wakes reads
+		// it. (A wake by another listener may come before this session
+		// has the notification, and that pass does not see the change.)
+		if payload.Kind == "desired" || payload.Kind == "deleted" {
 			c.Wake()
 		}
 	}

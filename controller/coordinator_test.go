@@ -386,4 +386,12 @@ func TestLeaderReadsNotifiedRows(t *testing.T) {
 	waitFor(t, "second workspace running", settled(other.ID, workspace.PhaseRunning))
 	h.setDesired(w.ID, workspace.DesiredRunning)
 	waitFor(t, "first workspace running again", settled(w.ID, workspace.PhaseRunning))
+	// A deletion is announced only as such: it wakes the leader too. The
+	// wait lets the passes go idle first (an hour apart), so only a wake
+	// brings the next one.
+	time.Sleep(time.Second)
+	if err := h.svc.Delete(context.Background(), other.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "deleted workspace gone", func() bool { return h.row(other.ID).Phase == workspace.PhaseDeleted })
 }
