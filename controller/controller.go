@@ -480,6 +480,9 @@ func (c *WorkspaceController) loadAll(ctx context.Context) ([]*workspace.Workspa
 func (c *WorkspaceController) loadNamed(ctx context.Context) ([]*workspace.Workspace, error) {
 	named := c.notes.take()
 	for id := range c.reread {
+		if named == nil {
+			named = make(map[string]bool, len(c.reread))
+		}
 		named[id] = true
 	}
 	clear(c.reread)
@@ -488,18 +491,16 @@ func (c *WorkspaceController) loadNamed(ctx context.Context) ([]*workspace.Works
 		if err != nil {
 			return nil, err
 		}
-		for id := range named {
-			delete(c.rows, id)
-		}
 		for i := range fresh {
 			if fresh[i].Phase != workspace.PhaseDeleted {
 				c.rows[fresh[i].ID] = &fresh[i]
+				delete(named, fresh[i].ID)
 			}
 		}
+		// What is left was deleted or is gone.
 		for id := range named {
-			if c.rows[id] == nil {
-				delete(c.settled, id)
-			}
+			delete(c.rows, id)
+			delete(c.settled, id)
 		}
 	}
 	ws := make([]*workspace.Workspace, 0, len(c.rows))
@@ -546,15 +547,13 @@ func (n *rowNotes) changed(id string) {
 	n.ids[id] = true
 }
 
-// take returns the ids noted since the last take and forgets them.
+// take returns the ids noted since the last take (nil if none) and
+// forgets them.
 func (n *rowNotes) take() map[string]bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ids := n.ids
 	n.ids = nil
-	if ids == nil {
-		ids = make(map[string]bool)
-	}
 	return ids
 }
 
