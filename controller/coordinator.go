@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/codehub-io/codehub/config"
+	"github.com/codehub-io/codehub/events"
 	"github.com/codehub-io/codehub/store"
 )
 
@@ -31,9 +31,6 @@ type LoopFunc func(ctx context.Context) error
 
 // Run calls f.
 func (f LoopFunc) Run(ctx context.Context) error { return f(ctx) }
-
-// NotifyChannel is the channel the workspaces trigger notifies.
-const NotifyChannel = "codehub_workspace"
 
 // CoordinatorConfig configures leader election and the controller loop.
 type CoordinatorConfig struct {
@@ -174,8 +171,8 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return fmt.Errorf("listen %s: %w", NotifyChannel, err)
+	if _, err := conn.Exec(ctx, "LISTEN "+events.PGChannel); err != nil {
+		return fmt.Errorf("listen %s: %w", events.PGChannel, err)
 	}
 	return c.lead(ctx, conn, epoch)
 }
@@ -259,21 +256,18 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn) error {
 			}
 			return fmt.Errorf("leader session lost: %w", err)
 		}
-		var payload struct {
-			ID   string `json:"id"`
-			Kind string `json:"kind"`
-		}
-		if err := json.Unmarshal([]byte(n.Payload), &payload); err != nil || payload.ID == "" {
+		notice, err := events.ParseNotice(n.Payload)
+		if err != nil {
 			// A change the controller cannot place: it reads every row.
 			c.logger.Warn("unreadable workspace notification", "payload", n.Payload, "error", err)
 			c.controller.notes.follow(0)
 			continue
 		}
-		c.controller.notes.changed(payload.ID)
+		c.controller.notes.changed(notice.ID)
 		// A user's request, now in the notes: the pass that wakes reads
 		// it. (A wake by another listener may come before this session
 		// has the notification, and that pass does not see the change.)
-		if payload.Kind == "desired" || payload.Kind == "deleted" {
+		if notice.Kind == events.KindDesired || notice.Kind == events.KindDeleted {
 			c.Wake()
 		}
 	}
